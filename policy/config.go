@@ -1,0 +1,294 @@
+// Package policy decides how large a container's /dev/shm should be: it
+// loads gpurun's configuration file, parses sizes in Docker's and
+// Kubernetes' notations, and computes the target size for a container from
+// its memory limit, the host's memory and its GPU count.
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// DefaultConfigPath is where gpurun looks for its configuration when neither
+// --config nor GPURUN_CONFIG names a file.
+const DefaultConfigPath = "/etc/gpurun/config.toml"
+
+// ConfigEnv is the environment variable that names the configuration file.
+const ConfigEnv = "GPURUN_CONFIG"
+
+// Match says which containers the policy applies to.
+type Match string
+
+// The values of Match.
+const (
+	MatchGPU Match = "gpu" // containers with GPU evidence (the default)
+	MatchAll Match = "all" // every container
+)
+
+// Mode says how a container gets its larger /dev/shm.
+type Mode string
+
+// The values of Mode.
+const (
+	// ModeSize sizes the engine's own tmpfs: rewrite its size option, grow
+	// the engine-made host tmpfs a pod or a shareable container uses, or add
+	// a tmpfs where there is none. The default.
+	ModeSize Mode = "size"
+	// ModeIPCHost gives a GPU container the host's IPC namespace and
+	// /dev/shm, as `--ipc=host` does. Containers that share a pod's or a
+	// donor's IPC namespace are sized as in ModeSize instead.
+	ModeIPCHost Mode = "ipc-host"
+	// ModeMount only changes the container's own mounts (rewrite or add a
+	// tmpfs) and never remounts anything on the host.
+	ModeMount Mode = "mount"
+)
+
+// File is the configuration file as written, before validation. Sizes are
+// strings in Docker's notation ("1g", "512m") or Kubernetes' binary one
+// ("1Gi"); size may also be a percentage ("50%").
+type File struct {
+	// Match is "gpu" (containers with GPU evidence) or "all".
+	Match string `toml:"match" comment:"Which containers get a larger /dev/shm: \"gpu\" (with GPU evidence) or \"all\"."`
+	// Size is the target: a percentage of the memory the container may use
+	// (its limit, else the host's memory) or an absolute size.
+	Size string `toml:"size" comment:"Target size: a percentage of the memory the container may use (its limit, else the host's RAM), or an absolute size such as \"16g\"."`
+	// Min is the smallest size gpurun gives.
+	Min string `toml:"min" comment:"Never give less than this."`
+	// Max is the largest size gpurun gives; empty means no cap beyond memory.
+	Max string `toml:"max" comment:"Never give more than this (empty: no cap beyond the memory the container may use)."`
+	// PerGPU, when set, makes the target this size times the GPU count
+	// where the count can be told.
+	PerGPU string `toml:"per_gpu" comment:"When set, the target is this size times the container's GPU count where it can be told."`
+	// Mode is "size", "ipc-host" or "mount".
+	Mode string `toml:"mode" comment:"How: \"size\" (size the engine's tmpfs), \"ipc-host\" (share the host's IPC and /dev/shm) or \"mount\" (only the container's own mounts, no host-side remount)."`
+	// EnforceMin raises even a user's explicit smaller choice to Min.
+	EnforceMin bool `toml:"enforce_min" comment:"Raise a user's explicit smaller /dev/shm to min too."`
+	// FailClosed makes the shim and hook fail a container start on an
+	// internal error instead of passing it through unchanged.
+	FailClosed bool `toml:"fail_closed" comment:"On an internal error fail the container start instead of passing through unchanged."`
+	// AllowedAnnotations lists the annotations whose value requests a size.
+	AllowedAnnotations []string `toml:"allowed_annotations" comment:"Annotations whose value requests a /dev/shm size (Kubernetes quantity or Docker size)."`
+	// AnnotationMax caps what an annotation may request; empty means Max.
+	AnnotationMax string `toml:"annotation_max" comment:"The most an annotation may request (empty: max)."`
+	// Runtime is the low-level OCI runtime the shim hands over to.
+	Runtime string `toml:"runtime" comment:"The low-level OCI runtime gpurun-runtime hands over to (a name on PATH or a path): runc, crun, nvidia-container-runtime."`
+	// LogFile is where the shim and hook write JSON log lines.
+	LogFile string `toml:"log_file" comment:"Where gpurun-runtime and the hook write their JSON log lines."`
+	// EngineRoots are the directories under which gpurun may remount an
+	// engine-made tmpfs.
+	EngineRoots []string `toml:"engine_roots" comment:"Directories under which an engine-made tmpfs may be remounted."`
+	// ComposeDefault is the size `gpurun compose migrate` writes for a GPU
+	// service without a memory limit.
+	ComposeDefault string `toml:"compose_default" comment:"shm_size for a GPU compose service without a memory limit."`
+}
+
+// DefaultFile returns the configuration gpurun uses when no file exists.
+func DefaultFile() File {
+	return File{
+		Match:              string(MatchGPU),
+		Size:               "50%",
+		Min:                "1g",
+		Max:                "",
+		PerGPU:             "",
+		Mode:               string(ModeSize),
+		AllowedAnnotations: []string{"gpurun.io/shm-size"},
+		Runtime:            "runc",
+		LogFile:            "/var/log/gpurun.log",
+		EngineRoots: []string{
+			"/var/lib/docker", "/var/run/docker", "/run/docker",
+			"/run/containerd", "/run/k3s/containerd", "/run/containers/storage",
+		},
+		ComposeDefault: "8gb",
+	}
+}
+
+// Policy is a validated configuration.
+type Policy struct {
+	Match Match
+	// Percent of the memory the container may use, when Size is relative.
+	Percent float64
+	// Absolute is the target in bytes when Size is absolute (Percent 0).
+	Absolute int64
+	// Min, Max (0 = none) and PerGPU (0 = unset), in bytes.
+	Min, Max, PerGPU int64
+	Mode             Mode
+	EnforceMin       bool
+	FailClosed       bool
+	// AllowedAnnotations request a size, capped by AnnotationMax (0 = Max).
+	AllowedAnnotations []string
+	AnnotationMax      int64
+	Runtime            string
+	LogFile            string
+	EngineRoots        []string
+	ComposeDefault     int64
+	// Source is the file the policy came from, or "" for the defaults.
+	Source string
+}
+
+// Default returns the built-in policy.
+func Default() *Policy {
+	p, err := DefaultFile().Validate("")
+	if err != nil {
+		panic("policy: built-in defaults do not validate: " + err.Error())
+	}
+	return p
+}
+
+// ResolvePath returns the configuration file to read and whether the user
+// named it (a named file must exist; the default path may be absent).
+func ResolvePath(flag string, getenv func(string) string) (path string, explicit bool) {
+	if flag != "" {
+		return flag, true
+	}
+	if v := getenv(ConfigEnv); v != "" {
+		return v, true
+	}
+	return DefaultConfigPath, false
+}
+
+// Load reads and validates the configuration file at path. A missing file
+// gives the defaults unless explicit is set.
+func Load(path string, explicit bool) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !explicit {
+		return Default(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes configuration text; name is used in errors. Keys left out
+// keep their defaults; unknown keys and bad values are errors naming the
+// file, the line and the key.
+func Parse(name string, data []byte) (*Policy, error) {
+	f := DefaultFile()
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, describeTOMLError(name, err)
+	}
+	p, err := f.Validate(name)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func describeTOMLError(name string, err error) error {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) && len(strict.Errors) > 0 {
+		var keys []string
+		for _, e := range strict.Errors {
+			row, col := e.Position()
+			keys = append(keys, fmt.Sprintf("%s:%d:%d: unknown key %q", name, row, col, strings.Join(e.Key(), ".")))
+		}
+		return fmt.Errorf("config %s", strings.Join(keys, "; "))
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, col := de.Position()
+		key := strings.Join(de.Key(), ".")
+		if key != "" {
+			return fmt.Errorf("config %s:%d:%d: key %q: %s", name, row, col, key, de.Error())
+		}
+		return fmt.Errorf("config %s:%d:%d: %s", name, row, col, de.Error())
+	}
+	return fmt.Errorf("config %s: %w", name, err)
+}
+
+// Validate checks every value and returns the policy; name is the file the
+// values came from, used in errors.
+func (f File) Validate(name string) (*Policy, error) {
+	if name == "" {
+		name = "(defaults)"
+	}
+	bad := func(key string, err error) error {
+		return fmt.Errorf("config %s: key %q: %w", name, key, err)
+	}
+	p := &Policy{
+		EnforceMin:         f.EnforceMin,
+		FailClosed:         f.FailClosed,
+		AllowedAnnotations: f.AllowedAnnotations,
+		Runtime:            f.Runtime,
+		LogFile:            f.LogFile,
+		EngineRoots:        f.EngineRoots,
+	}
+	if name != "(defaults)" {
+		p.Source = name
+	}
+	switch Match(f.Match) {
+	case MatchGPU, MatchAll:
+		p.Match = Match(f.Match)
+	default:
+		return nil, bad("match", fmt.Errorf("got %q, want \"gpu\" or \"all\"", f.Match))
+	}
+	switch Mode(f.Mode) {
+	case ModeSize, ModeIPCHost, ModeMount:
+		p.Mode = Mode(f.Mode)
+	default:
+		return nil, bad("mode", fmt.Errorf("got %q, want \"size\", \"ipc-host\" or \"mount\"", f.Mode))
+	}
+	if pct, ok := strings.CutSuffix(strings.TrimSpace(f.Size), "%"); ok {
+		v, err := strconv.ParseFloat(pct, 64)
+		if err != nil || v <= 0 || v > 100 {
+			return nil, bad("size", fmt.Errorf("invalid percentage %q: want more than 0%% and at most 100%%", f.Size))
+		}
+		p.Percent = v
+	} else {
+		n, err := ParseSize(f.Size)
+		if err != nil {
+			return nil, bad("size", err)
+		}
+		if n == 0 {
+			return nil, bad("size", fmt.Errorf("size must be more than 0"))
+		}
+		p.Absolute = n
+	}
+	sizes := []struct {
+		key string
+		val string
+		dst *int64
+	}{
+		{"min", f.Min, &p.Min},
+		{"max", f.Max, &p.Max},
+		{"per_gpu", f.PerGPU, &p.PerGPU},
+		{"annotation_max", f.AnnotationMax, &p.AnnotationMax},
+		{"compose_default", f.ComposeDefault, &p.ComposeDefault},
+	}
+	for _, s := range sizes {
+		if strings.TrimSpace(s.val) == "" {
+			continue
+		}
+		n, err := ParseSize(s.val)
+		if err != nil {
+			return nil, bad(s.key, err)
+		}
+		*s.dst = n
+	}
+	if p.Max > 0 && p.Min > p.Max {
+		return nil, bad("min", fmt.Errorf("min %s is larger than max %s", FormatSize(p.Min), FormatSize(p.Max)))
+	}
+	if p.Runtime == "" {
+		return nil, bad("runtime", fmt.Errorf("must name a low-level runtime, such as \"runc\""))
+	}
+	for _, a := range p.AllowedAnnotations {
+		if strings.TrimSpace(a) == "" {
+			return nil, bad("allowed_annotations", fmt.Errorf("empty annotation name"))
+		}
+	}
+	for _, r := range p.EngineRoots {
+		if !strings.HasPrefix(r, "/") {
+			return nil, bad("engine_roots", fmt.Errorf("%q is not an absolute path", r))
+		}
+	}
+	return p, nil
+}

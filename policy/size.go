@@ -1,0 +1,225 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/docker/go-units"
+)
+
+// Common sizes, in bytes.
+const (
+	KiB int64 = 1 << 10
+	MiB int64 = 1 << 20
+	GiB int64 = 1 << 30
+	TiB int64 = 1 << 40
+
+	// EngineDefaultShm is the /dev/shm size Docker, containerd (CRI and ctr),
+	// nerdctl, CRI-O and Podman give a container when nobody asks for another.
+	EngineDefaultShm = 64 * MiB
+)
+
+// ParseSize parses a size the way `docker run --shm-size` and `--memory` do:
+// a number of bytes, optionally fractional, with an optional binary unit
+// k, m, g, t or p in either case, optionally followed by "b" ("65536k",
+// "64m", "2g", "2gb", "1.5g", "1024"). Kubernetes binary suffixes (Ki, Mi,
+// Gi, Ti, Pi) are accepted too and mean the same. Like Docker, "G" is
+// binary here: use ParseQuantity where Kubernetes' decimal "G" is meant.
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, fmt.Errorf("invalid size %q: empty", s)
+	}
+	if num, suffix := splitQuantity(t); num != "" && len(suffix) == 2 && suffix[1] == 'i' {
+		// Kubernetes' binary suffixes, which go-units does not know.
+		return ParseQuantity(t)
+	}
+	n, err := units.RAMInBytes(t)
+	if err != nil {
+		return 0, fmt.Errorf("invalid size %q: want bytes or a number with a unit such as 64m, 2g, 2gb, 1.5g or 2Gi", s)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("invalid size %q: negative", s)
+	}
+	return n, nil
+}
+
+// ParseQuantity parses a Kubernetes resource quantity as a whole number of
+// bytes: an integer or decimal number with a binary suffix (Ki, Mi, Gi, Ti,
+// Pi, Ei), a decimal SI suffix (k, M, G, T, P, E: "2G" = 2,000,000,000) or a
+// decimal exponent ("1e9"). Fractions of a byte ("100m", "0.5") and negative
+// values are rejected.
+//
+// It is written here rather than taken from k8s.io/apimachinery because that
+// package pulls a serialization stack into every binary that imports policy,
+// the runtime shim included, which must stay small and fast to start.
+func ParseQuantity(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	num, suffix := splitQuantity(t)
+	if num == "" {
+		return 0, fmt.Errorf("invalid quantity %q: no number", s)
+	}
+	var mult *big.Rat
+	switch suffix {
+	case "":
+		mult = big.NewRat(1, 1)
+	case "Ki", "Mi", "Gi", "Ti", "Pi", "Ei":
+		shift := uint(10 * (strings.Index("KMGTPE", suffix[:1]) + 1))
+		mult = new(big.Rat).SetInt(new(big.Int).Lsh(big.NewInt(1), shift))
+	case "k", "M", "G", "T", "P", "E":
+		exp := int64(3 * (strings.Index("kMGTPE", suffix) + 1))
+		mult = new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(exp), nil))
+	default:
+		if len(suffix) < 2 || (suffix[0] != 'e' && suffix[0] != 'E') {
+			return 0, fmt.Errorf("invalid quantity %q: unknown suffix %q", s, suffix)
+		}
+		exp, err := strconv.ParseInt(suffix[1:], 10, 8)
+		if err != nil || exp < 0 {
+			return 0, fmt.Errorf("invalid quantity %q: bad exponent %q", s, suffix)
+		}
+		mult = new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(exp), nil))
+	}
+	v, ok := new(big.Rat).SetString(num)
+	if !ok {
+		return 0, fmt.Errorf("invalid quantity %q: bad number %q", s, num)
+	}
+	v.Mul(v, mult)
+	if !v.IsInt() {
+		return 0, fmt.Errorf("invalid quantity %q: not a whole number of bytes", s)
+	}
+	if !v.Num().IsInt64() {
+		return 0, fmt.Errorf("invalid quantity %q: out of range", s)
+	}
+	return v.Num().Int64(), nil
+}
+
+// splitQuantity splits "1.5Gi" into "1.5" and "Gi". The number is unsigned
+// digits with at most one point.
+func splitQuantity(s string) (num, suffix string) {
+	i, dot := 0, false
+	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.' && !dot) {
+		dot = dot || s[i] == '.'
+		i++
+	}
+	if i == 0 || s[:i] == "." {
+		return "", s
+	}
+	return s[:i], s[i:]
+}
+
+// ParseAnySize parses a size from an annotation. Annotations come from
+// Kubernetes manifests, so a Kubernetes quantity is read as Kubernetes reads
+// it ("2Gi", "2G" = 2,000,000,000); Docker's lower-case forms that are no
+// valid quantity ("2g", "512m", "2gb") are then read as Docker reads them.
+func ParseAnySize(s string) (int64, error) {
+	if n, err := ParseQuantity(s); err == nil {
+		return n, nil
+	}
+	if n, err := ParseSize(s); err == nil {
+		return n, nil
+	}
+	return 0, fmt.Errorf("invalid size %q: want a Kubernetes quantity (2Gi, 512Mi, 2G) or a Docker size (2g, 512m)", s)
+}
+
+// ParseMountSize parses the value of a tmpfs "size=" mount option: bytes
+// with an optional k, m, g, t, p or e suffix (binary), or a percentage of
+// the host's memory, which needs hostMemory (0 = unknown, an error).
+func ParseMountSize(v string, hostMemory int64) (int64, error) {
+	if v == "" {
+		return 0, fmt.Errorf("invalid tmpfs size %q: empty", v)
+	}
+	if strings.HasSuffix(v, "%") {
+		pct, err := strconv.ParseUint(strings.TrimSuffix(v, "%"), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("invalid tmpfs size %q: %w", v, err)
+		}
+		if hostMemory <= 0 {
+			return 0, fmt.Errorf("tmpfs size %q is relative to the host's memory, which is unknown", v)
+		}
+		return int64(float64(hostMemory) * float64(pct) / 100), nil
+	}
+	mult := int64(1)
+	num := v
+	switch v[len(v)-1] {
+	case 'k', 'K':
+		mult = KiB
+	case 'm', 'M':
+		mult = MiB
+	case 'g', 'G':
+		mult = GiB
+	case 't', 'T':
+		mult = TiB
+	case 'p', 'P':
+		mult = TiB << 10
+	case 'e', 'E':
+		mult = TiB << 20
+	}
+	if mult != 1 {
+		num = v[:len(v)-1]
+	}
+	n, err := strconv.ParseUint(num, 10, 63)
+	if err != nil {
+		return 0, fmt.Errorf("invalid tmpfs size %q: %w", v, err)
+	}
+	if n > uint64(math.MaxInt64/mult) {
+		return 0, fmt.Errorf("invalid tmpfs size %q: out of range", v)
+	}
+	return int64(n) * mult, nil
+}
+
+// FormatSize formats n bytes for people: the largest binary unit that keeps
+// at most two decimals exact enough to read ("64MiB", "1GiB", "1.5GiB",
+// "9637888B" stays in KiB as "9412KiB").
+func FormatSize(n int64) string {
+	if n < 0 {
+		return "-" + FormatSize(-n)
+	}
+	type unit struct {
+		size int64
+		name string
+	}
+	for _, u := range []unit{{TiB, "TiB"}, {GiB, "GiB"}, {MiB, "MiB"}, {KiB, "KiB"}} {
+		if n < u.size {
+			continue
+		}
+		if n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+		v := float64(n) / float64(u.size)
+		// Two decimals when they say it all, else fall to the next unit.
+		if r := math.Round(v * 100); math.Abs(r/100*float64(u.size)-float64(n)) < 1 {
+			return strconv.FormatFloat(r/100, 'f', -1, 64) + u.name
+		}
+	}
+	if n >= KiB && n%KiB == 0 {
+		return strconv.FormatInt(n/KiB, 10) + "KiB"
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+// FormatDocker formats n bytes in the units `docker run --shm-size` and
+// compose's shm_size accept, exactly: "8g", "512m", "65536k" or bytes.
+func FormatDocker(n int64) string {
+	switch {
+	case n > 0 && n%GiB == 0:
+		return strconv.FormatInt(n/GiB, 10) + "g"
+	case n > 0 && n%MiB == 0:
+		return strconv.FormatInt(n/MiB, 10) + "m"
+	case n > 0 && n%KiB == 0:
+		return strconv.FormatInt(n/KiB, 10) + "k"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// MountSizeOption formats n bytes as a tmpfs "size=" mount option. With
+// inKiB it writes kibibytes ("size=65536k", containerd's style) when n is a
+// whole number of them, else bytes ("size=67108864", Docker's style).
+func MountSizeOption(n int64, inKiB bool) string {
+	if inKiB && n%KiB == 0 {
+		return "size=" + strconv.FormatInt(n/KiB, 10) + "k"
+	}
+	return "size=" + strconv.FormatInt(n, 10)
+}

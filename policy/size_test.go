@@ -1,0 +1,210 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		wantErr string
+	}{
+		{"65536k", 64 * MiB, ""},
+		{"64m", 64 * MiB, ""},
+		{"64M", 64 * MiB, ""},
+		{"2g", 2 * GiB, ""},
+		{"2gb", 2 * GiB, ""},
+		{"2GB", 2 * GiB, ""},
+		{"1.5g", 3 * GiB / 2, ""},
+		{"1073741824", GiB, ""},
+		{"0", 0, ""},
+		{"2Gi", 2 * GiB, ""},
+		{"512Mi", 512 * MiB, ""},
+		{"2G", 2 * GiB, ""}, // Docker's G is binary
+		{" 8g ", 8 * GiB, ""},
+		{"", 0, `invalid size ""`},
+		{"abc", 0, `invalid size "abc"`},
+		{"-1", 0, `invalid size "-1"`},
+		{"1.5.5g", 0, `invalid size "1.5.5g"`},
+		{"2gigs", 0, `invalid size "2gigs"`},
+		{"0x10", 0, `invalid size "0x10"`},
+		{"2Xi", 0, `invalid quantity "2Xi"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseSize(tt.in)
+			checkErr(t, err, tt.wantErr)
+			if tt.wantErr == "" && got != tt.want {
+				t.Errorf("ParseSize(%q) = %d, want %d", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseQuantity(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		wantErr string
+	}{
+		{"2Gi", 2 * GiB, ""},
+		{"512Mi", 512 * MiB, ""},
+		{"1.5Gi", 3 * GiB / 2, ""},
+		{"2G", 2_000_000_000, ""},
+		{"64M", 64_000_000, ""},
+		{"100k", 100_000, ""},
+		{"1e9", 1_000_000_000, ""},
+		{"1E3", 1000, ""},
+		{"4096", 4096, ""},
+		{"100m", 0, `unknown suffix "m"`},
+		{"0.5", 0, "not a whole number of bytes"},
+		{"-1Gi", 0, "no number"},
+		{"8Ei", 0, "out of range"},
+		{"", 0, "no number"},
+		{"Gi", 0, "no number"},
+		{"1.2.3", 0, `unknown suffix ".3"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseQuantity(tt.in)
+			checkErr(t, err, tt.wantErr)
+			if tt.wantErr == "" && got != tt.want {
+				t.Errorf("ParseQuantity(%q) = %d, want %d", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseAnySize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"2Gi", 2 * GiB, true},
+		{"2G", 2_000_000_000, true}, // a Kubernetes quantity first
+		{"2g", 2 * GiB, true},       // not a quantity: Docker's reading
+		{"512m", 512 * MiB, true},
+		{"2gb", 2 * GiB, true},
+		{"lots", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := ParseAnySize(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ParseAnySize(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestParseMountSize(t *testing.T) {
+	tests := []struct {
+		in      string
+		host    int64
+		want    int64
+		wantErr string
+	}{
+		{"67108864", 0, 64 * MiB, ""},
+		{"65536k", 0, 64 * MiB, ""},
+		{"2g", 0, 2 * GiB, ""},
+		{"50%", 8 * GiB, 4 * GiB, ""},
+		{"50%", 0, 0, "relative to the host's memory"},
+		{"", 0, 0, "empty"},
+		{"12q", 0, 0, "invalid tmpfs size"},
+		{"99999999999999999999k", 0, 0, "invalid tmpfs size"},
+	}
+	for _, tt := range tests {
+		got, err := ParseMountSize(tt.in, tt.host)
+		checkErr(t, err, tt.wantErr)
+		if tt.wantErr == "" && got != tt.want {
+			t.Errorf("ParseMountSize(%q) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestFormat(t *testing.T) {
+	tests := []struct {
+		n               int64
+		human, docker   string
+		optKiB, optByte string
+	}{
+		{64 * MiB, "64MiB", "64m", "size=65536k", "size=67108864"},
+		{GiB, "1GiB", "1g", "size=1048576k", "size=1073741824"},
+		{3 * GiB / 2, "1.5GiB", "1536m", "size=1572864k", "size=1610612736"},
+		{9637888, "9412KiB", "9412k", "size=9412k", "size=9637888"},
+		{1000, "1000B", "1000", "size=1000", "size=1000"},
+		{0, "0B", "0", "size=0k", "size=0"},
+		{8 * TiB, "8TiB", "8192g", "size=8589934592k", "size=8796093022208"},
+	}
+	for _, tt := range tests {
+		if got := FormatSize(tt.n); got != tt.human {
+			t.Errorf("FormatSize(%d) = %q, want %q", tt.n, got, tt.human)
+		}
+		if got := FormatDocker(tt.n); got != tt.docker {
+			t.Errorf("FormatDocker(%d) = %q, want %q", tt.n, got, tt.docker)
+		}
+		if got := MountSizeOption(tt.n, true); got != tt.optKiB {
+			t.Errorf("MountSizeOption(%d, true) = %q, want %q", tt.n, got, tt.optKiB)
+		}
+		if got := MountSizeOption(tt.n, false); got != tt.optByte {
+			t.Errorf("MountSizeOption(%d, false) = %q, want %q", tt.n, got, tt.optByte)
+		}
+	}
+}
+
+// Every Docker-style size gpurun writes must read back as the same bytes.
+func TestFormatDockerRoundTrip(t *testing.T) {
+	for _, n := range []int64{1, 1023, KiB, 9637888, 64 * MiB, 3 * GiB / 2, 8 * GiB, 5 * TiB} {
+		got, err := ParseSize(FormatDocker(n))
+		if err != nil || got != n {
+			t.Errorf("ParseSize(FormatDocker(%d)=%q) = %d, %v", n, FormatDocker(n), got, err)
+		}
+	}
+}
+
+func checkErr(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case want != "" && err == nil:
+		t.Fatalf("no error, want one containing %q", want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Fatalf("error %q does not contain %q", err, want)
+	}
+}
+
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"65536k", "64m", "2g", "2gb", "1.5g", "1024", "2Gi", "512Mi", "1e3", "-1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseSize(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "invalid") {
+				t.Fatalf("error %q does not say what is invalid", err)
+			}
+			return
+		}
+		if n < 0 {
+			t.Fatalf("ParseSize(%q) = %d < 0", s, n)
+		}
+		// What gpurun writes back must parse to the same size.
+		if back, err := ParseSize(FormatDocker(n)); err != nil || back != n {
+			t.Fatalf("round trip of %d via %q = %d, %v", n, FormatDocker(n), back, err)
+		}
+	})
+}
+
+func FuzzParseQuantity(f *testing.F) {
+	for _, s := range []string{"2Gi", "512Mi", "2G", "1e9", "100m", "0.5", "1.5Gi", "8Ei"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseQuantity(s)
+		if err == nil && n < 0 {
+			t.Fatalf("ParseQuantity(%q) = %d < 0", s, n)
+		}
+	})
+}

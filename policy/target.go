@@ -1,0 +1,82 @@
+package policy
+
+import "fmt"
+
+// Request is what the policy needs to know about a container to size it.
+type Request struct {
+	// MemoryLimit is the container's memory limit in bytes, 0 for none.
+	MemoryLimit int64
+	// HostMemory is the host's total memory in bytes, 0 when unknown.
+	HostMemory int64
+	// GPUs is the container's GPU count, 0 when it cannot be told.
+	GPUs int
+}
+
+// Target returns the /dev/shm size the policy gives a container and a
+// sentence saying how it was reached. The result is never below Min and,
+// where Max is set, never above Max; the memory the container may use caps
+// it, but not below Min.
+func (p *Policy) Target(r Request) (int64, string) {
+	var size int64
+	var why string
+	memory, memWhat := r.MemoryLimit, "memory limit"
+	if memory <= 0 {
+		memory, memWhat = r.HostMemory, "host's memory"
+	}
+	switch {
+	case p.PerGPU > 0 && r.GPUs > 0:
+		size = mulCapped(p.PerGPU, int64(r.GPUs))
+		why = fmt.Sprintf("%s per GPU x %d GPUs = %s", FormatSize(p.PerGPU), r.GPUs, FormatSize(size))
+	case p.Absolute > 0:
+		size = p.Absolute
+		why = fmt.Sprintf("policy size %s", FormatSize(size))
+	case memory > 0:
+		size = int64(float64(memory) * p.Percent / 100)
+		size -= size % KiB // tmpfs sizes are whole pages; keep them readable
+		why = fmt.Sprintf("%s%% of the %s %s = %s", formatPercent(p.Percent), FormatSize(memory), memWhat, FormatSize(size))
+	default:
+		size = p.Min
+		why = "memory unknown, so the policy minimum"
+	}
+	if memory > 0 && size > memory {
+		size = memory
+		why += fmt.Sprintf(", capped at the %s %s", FormatSize(memory), memWhat)
+	}
+	if p.Max > 0 && size > p.Max {
+		size = p.Max
+		why += fmt.Sprintf(", capped at max %s", FormatSize(p.Max))
+	}
+	if size < p.Min {
+		size = p.Min
+		why += fmt.Sprintf(", raised to min %s", FormatSize(p.Min))
+	}
+	return size, why
+}
+
+// CapRequest caps a size asked for by an annotation at AnnotationMax (or Max
+// when AnnotationMax is unset) and says so when it did.
+func (p *Policy) CapRequest(n int64) (int64, string) {
+	limit := p.AnnotationMax
+	if limit == 0 {
+		limit = p.Max
+	}
+	if limit > 0 && n > limit {
+		return limit, fmt.Sprintf(", capped at %s", FormatSize(limit))
+	}
+	return n, ""
+}
+
+func mulCapped(a, b int64) int64 {
+	const maxInt64 = int64(^uint64(0) >> 1)
+	if a != 0 && b > maxInt64/a {
+		return maxInt64
+	}
+	return a * b
+}
+
+func formatPercent(v float64) string {
+	if v == float64(int64(v)) {
+		return fmt.Sprintf("%d", int64(v))
+	}
+	return fmt.Sprintf("%g", v)
+}
