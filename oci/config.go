@@ -1,0 +1,348 @@
+package oci
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpurun/gpurun/policy"
+)
+
+// Config is a bundle's config.json: the typed spec gpurun reads, and the
+// raw document it edits, so that a rewrite keeps every field — also those
+// newer than the runtime-spec module gpurun was built with.
+type Config struct {
+	Spec *specs.Spec
+	raw  map[string]json.RawMessage
+}
+
+// ParseConfig decodes config.json text; name is used in errors, which give
+// the line and column of malformed JSON.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	c := &Config{Spec: new(specs.Spec)}
+	if err := json.Unmarshal(data, &c.raw); err != nil {
+		return nil, fmt.Errorf("parse %s: %s", name, describeJSONError(data, err))
+	}
+	if c.raw == nil {
+		return nil, fmt.Errorf("parse %s: not a JSON object", name)
+	}
+	if err := json.Unmarshal(data, c.Spec); err != nil {
+		return nil, fmt.Errorf("parse %s: %s", name, describeJSONError(data, err))
+	}
+	return c, nil
+}
+
+// LoadConfig reads and decodes a config.json file.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load spec: %w", err)
+	}
+	return ParseConfig(path, data)
+}
+
+func describeJSONError(data []byte, err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		// Offset counts the bytes read, the bad one included.
+		at := syn.Offset
+		if at > 0 && at <= int64(len(data)) && syn.Error() != "unexpected end of JSON input" {
+			at--
+		}
+		line, col := lineCol(data, at)
+		return fmt.Sprintf("malformed JSON at offset %d (line %d, column %d): %v", at, line, col, syn)
+	case errors.As(err, &typ):
+		line, col := lineCol(data, typ.Offset)
+		field := typ.Field
+		if field == "" {
+			field = "(top level)"
+		}
+		return fmt.Sprintf("field %s at offset %d (line %d, column %d): cannot use a JSON %s as %s", field, typ.Offset, line, col, typ.Value, typ.Type)
+	}
+	return err.Error()
+}
+
+func lineCol(data []byte, offset int64) (int, int) {
+	if offset > int64(len(data)) {
+		offset = int64(len(data))
+	}
+	before := data[:offset]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := int(offset) - bytes.LastIndexByte(before, '\n')
+	return line, col
+}
+
+// Apply makes the spec change a plan calls for: set-size rewrites the
+// tmpfs size option, inject adds a tmpfs at /dev/shm, ipc-host drops the
+// private IPC namespace and binds the host's /dev/shm. Remount changes the
+// host, not the spec, and none changes nothing; both return false.
+func (c *Config) Apply(p Plan) (bool, error) {
+	switch p.Action {
+	case ActionNone, ActionRemount:
+		return false, nil
+	case ActionSetSize:
+		return true, c.setSize(p.Shm, p.Size)
+	case ActionInject:
+		return true, c.inject(p.Size)
+	case ActionIPCHost:
+		return true, c.ipcHost(p.Shm)
+	}
+	return false, fmt.Errorf("apply: unknown action %q", p.Action)
+}
+
+// fieldKey returns the key of obj that Go's encoding/json (and so runc)
+// decodes into the field named name: the exact name, else the one key equal
+// to it under case folding. Two folding keys without the exact one make the
+// document ambiguous, and an error.
+func fieldKey(obj map[string]json.RawMessage, name string) (string, error) {
+	if _, ok := obj[name]; ok {
+		return name, nil
+	}
+	found := ""
+	for k := range obj {
+		if strings.EqualFold(k, name) {
+			if found != "" {
+				return "", fmt.Errorf("ambiguous keys %q and %q for field %q", found, k, name)
+			}
+			found = k
+		}
+	}
+	if found == "" {
+		return name, nil
+	}
+	return found, nil
+}
+
+// mounts decodes the raw mounts list, keeping each mount's unknown fields,
+// and returns it with the key it lives under.
+func (c *Config) mounts() ([]map[string]json.RawMessage, string, error) {
+	key, err := fieldKey(c.raw, "mounts")
+	if err != nil {
+		return nil, "", fmt.Errorf("apply: %w", err)
+	}
+	var ms []map[string]json.RawMessage
+	if raw, ok := c.raw[key]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &ms); err != nil {
+			return nil, "", fmt.Errorf("apply: mounts: %w", err)
+		}
+	}
+	if len(ms) != len(c.Spec.Mounts) {
+		return nil, "", fmt.Errorf("apply: mounts: %d in the document, %d decoded", len(ms), len(c.Spec.Mounts))
+	}
+	return ms, key, nil
+}
+
+func (c *Config) setMounts(key string, ms []map[string]json.RawMessage) error {
+	raw, err := marshal(ms)
+	if err != nil {
+		return fmt.Errorf("apply: mounts: %w", err)
+	}
+	c.raw[key] = raw
+	return nil
+}
+
+func (c *Config) setSize(sh Shm, size int64) error {
+	if sh.Index < 0 || sh.Index >= len(c.Spec.Mounts) {
+		return fmt.Errorf("apply set-size: no /dev/shm mount at index %d", sh.Index)
+	}
+	ms, mkey, err := c.mounts()
+	if err != nil {
+		return err
+	}
+	okey, err := fieldKey(ms[sh.Index], "options")
+	if err != nil {
+		return fmt.Errorf("apply set-size: mount %d: %w", sh.Index, err)
+	}
+	opts := slices.Clone(c.Spec.Mounts[sh.Index].Options)
+	opt := policy.MountSizeOption(size, sh.SizeInKiB)
+	if _, i := SizeOption(opts); i >= 0 {
+		opts[i] = opt
+	} else {
+		opts = append(opts, opt)
+	}
+	raw, err := marshal(opts)
+	if err != nil {
+		return err
+	}
+	ms[sh.Index][okey] = raw
+	if err := c.setMounts(mkey, ms); err != nil {
+		return err
+	}
+	c.Spec.Mounts[sh.Index].Options = opts
+	return nil
+}
+
+// ShmMount is the tmpfs engines give a container at /dev/shm, of the given size.
+func ShmMount(size int64) specs.Mount {
+	return specs.Mount{
+		Destination: ShmPath,
+		Type:        "tmpfs",
+		Source:      "shm",
+		Options:     []string{"nosuid", "noexec", "nodev", "mode=1777", policy.MountSizeOption(size, false)},
+	}
+}
+
+func (c *Config) inject(size int64) error {
+	ms, mkey, err := c.mounts()
+	if err != nil {
+		return err
+	}
+	m := ShmMount(size)
+	raw, err := marshal(m)
+	if err != nil {
+		return err
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return err
+	}
+	// After every other mount, so it lands on top of the /dev the spec makes.
+	if err := c.setMounts(mkey, append(ms, obj)); err != nil {
+		return err
+	}
+	c.Spec.Mounts = append(c.Spec.Mounts, m)
+	return nil
+}
+
+func (c *Config) ipcHost(sh Shm) error {
+	hostShm := specs.Mount{Destination: ShmPath, Type: "bind", Source: ShmPath, Options: []string{"rbind", "rprivate", "nosuid", "nodev", "noexec"}}
+	rawMount, err := marshal(hostShm)
+	if err != nil {
+		return err
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(rawMount, &obj); err != nil {
+		return err
+	}
+	// Drop the IPC namespace from linux.namespaces, keeping the rest of linux.
+	lkey, err := fieldKey(c.raw, "linux")
+	if err != nil {
+		return fmt.Errorf("apply ipc-host: %w", err)
+	}
+	var linux map[string]json.RawMessage
+	if err := json.Unmarshal(c.raw[lkey], &linux); err != nil || linux == nil || c.Spec.Linux == nil {
+		return fmt.Errorf("apply ipc-host: linux: no namespaces to change")
+	}
+	nkey, err := fieldKey(linux, "namespaces")
+	if err != nil {
+		return fmt.Errorf("apply ipc-host: linux: %w", err)
+	}
+	var nss []map[string]json.RawMessage
+	if err := json.Unmarshal(linux[nkey], &nss); err != nil {
+		return fmt.Errorf("apply ipc-host: linux.namespaces: %w", err)
+	}
+	if len(nss) != len(c.Spec.Linux.Namespaces) {
+		return fmt.Errorf("apply ipc-host: linux.namespaces: %d in the document, %d decoded", len(nss), len(c.Spec.Linux.Namespaces))
+	}
+	// Keep the entries whose decoded type is not ipc: index by index, the
+	// raw and the decoded lists are the same namespaces.
+	kept := nss[:0]
+	for i, ns := range nss {
+		if c.Spec.Linux.Namespaces[i].Type != specs.IPCNamespace {
+			kept = append(kept, ns)
+		}
+	}
+	var nsRaw, linuxRaw json.RawMessage
+	if nsRaw, err = marshal(kept); err != nil {
+		return err
+	}
+	linux[nkey] = nsRaw
+	if linuxRaw, err = marshal(linux); err != nil {
+		return err
+	}
+	ms, mkey, err := c.mounts()
+	if err != nil {
+		return err
+	}
+	if sh.Index >= 0 && sh.Index < len(ms) {
+		ms[sh.Index] = obj
+		c.Spec.Mounts[sh.Index] = hostShm
+	} else {
+		ms = append(ms, obj)
+		c.Spec.Mounts = append(c.Spec.Mounts, hostShm)
+	}
+	if err := c.setMounts(mkey, ms); err != nil {
+		return err
+	}
+	c.raw[lkey] = linuxRaw
+	c.Spec.Linux.Namespaces = slices.DeleteFunc(c.Spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
+		return ns.Type == specs.IPCNamespace
+	})
+	return nil
+}
+
+// Marshal encodes the config, with every field it was read with.
+func (c *Config) Marshal() ([]byte, error) {
+	return marshal(c.raw)
+}
+
+// marshal encodes JSON without HTML escaping, so strings keep their bytes.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// WriteFile writes the config to path atomically: a temporary file in the
+// same directory, fsync, the original file's mode, rename over path, then
+// fsync of the directory. A reader sees the old file or the new one, never a
+// part.
+func (c *Config) WriteFile(path string) error {
+	data, err := c.Marshal()
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return WriteFileAtomic(path, data, 0o644)
+}
+
+// WriteFileAtomic replaces path with data atomically. An existing file's mode
+// is kept; otherwise mode is used.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
+	if fi, statErr := os.Stat(path); statErr == nil {
+		mode = fi.Mode().Perm()
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".gpurun-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
