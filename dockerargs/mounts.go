@@ -1,0 +1,197 @@
+package dockerargs
+
+import (
+	"encoding/csv"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// MountsDevShm reports whether the arguments mount something at /dev/shm,
+// which replaces the tmpfs docker would make there (and makes --shm-size
+// moot): "-v x:/dev/shm[:opts]" (or an anonymous "-v /dev/shm"),
+// "--mount ...,target=/dev/shm" (also dst= and destination=, any type), or
+// "--tmpfs /dev/shm[:opts]". A mount at /dev itself counts too: dockerd
+// then drops all its own mounts under /dev, /dev/shm included. Container
+// paths are compared after path.Clean, as dockerd does. how is the first
+// such flag in argument order, written "--tmpfs /dev/shm:size=1g".
+//
+// Mounts that arrive through --volumes-from are not visible in the
+// arguments and are not reported.
+func (r *Run) MountsDevShm() (how string, ok bool) {
+	for _, o := range r.Occurrences {
+		var target string
+		switch o.Name {
+		case "volume":
+			target = volumeTarget(o.Value)
+		case "mount":
+			target = mountTarget(o.Value)
+		case "tmpfs":
+			target, _, _ = strings.Cut(o.Value, ":")
+		default:
+			continue
+		}
+		if target == "" {
+			continue
+		}
+		if t := path.Clean(target); t == "/dev/shm" || t == "/dev" {
+			return "--" + o.Name + " " + o.Value, true
+		}
+	}
+	return "", false
+}
+
+// volumeTarget returns the container path of a -v value the way dockerd's
+// Linux parser splits it ("dst", "src:dst", "src:dst:mode"), or "" when
+// dockerd would reject it.
+func volumeTarget(spec string) string {
+	parts := strings.SplitN(spec, ":", 4)
+	switch len(parts) {
+	case 1:
+		return parts[0]
+	case 2, 3:
+		if parts[0] == "" {
+			return ""
+		}
+		return parts[1]
+	}
+	return ""
+}
+
+// mountTarget returns the target of a --mount value, parsed like the docker
+// CLI's opts.MountOpt: one CSV record (so a field may be quoted, with ""
+// for a quote), keys case-insensitive, the last of target=, dst= and
+// destination= wins. It returns "" when the value does not parse.
+func mountTarget(spec string) string {
+	fields, err := csv.NewReader(strings.NewReader(spec)).Read()
+	if err != nil {
+		return ""
+	}
+	var target string
+	for _, field := range fields {
+		key, val, ok := strings.Cut(field, "=")
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(key) {
+		case "target", "dst", "destination":
+			target = val
+		}
+	}
+	return target
+}
+
+// gpuDevicePath matches container device paths of GPUs and accelerators:
+// NVIDIA /dev/nvidia0.., AMD /dev/kfd, DRM /dev/dri and its render nodes,
+// and /dev/accel* (Habana, Intel NPU and other accel devices).
+var gpuDevicePath = regexp.MustCompile(`^/dev/(nvidia[0-9]+|kfd|dri|dri/renderD.*|accel.*)$`)
+
+// GPUDevices returns the --device values that give the container a GPU or
+// accelerator, in order. A device is judged by its path inside the
+// container ("/tmp/nvidia0:/dev/nvidia0" is a GPU): /dev/nvidia<N> (not
+// nvidiactl, nvidia-uvm, nvidia-caps), /dev/kfd, /dev/dri,
+// /dev/dri/renderD*, /dev/accel*. A CDI device name (docker 25+ passes
+// "vendor/class=name" to CDI) counts when its class is "gpu" or "accel"
+// (nvidia.com/gpu=all, amd.com/gpu=0) or its vendor is habana.ai.
+func (r *Run) GPUDevices() []string {
+	var gpus []string
+	for _, d := range r.Devices {
+		if vendor, class, ok := cdiKind(d); ok {
+			if class == "gpu" || class == "accel" || vendor == "habana.ai" {
+				gpus = append(gpus, d)
+			}
+			continue
+		}
+		if dst := deviceTarget(d); dst != "" && gpuDevicePath.MatchString(path.Clean(dst)) {
+			gpus = append(gpus, d)
+		}
+	}
+	return gpus
+}
+
+// deviceTarget returns the container path of a --device value parsed like
+// the docker CLI's parseLinuxDevice ("src", "src:dst", "src:perms",
+// "src:dst:perms"), or "" when docker would reject it.
+func deviceTarget(spec string) string {
+	parts := strings.SplitN(spec, ":", 4)
+	switch len(parts) {
+	case 1:
+		return parts[0]
+	case 2, 3:
+		if validDeviceMode(parts[1]) {
+			return parts[0]
+		}
+		return parts[1]
+	}
+	return ""
+}
+
+// validDeviceMode reports whether mode is a cgroup permission string: one
+// to three of r, w, m, each at most once.
+func validDeviceMode(mode string) bool {
+	if mode == "" {
+		return false
+	}
+	var seen [3]bool
+	for _, c := range mode {
+		i := strings.IndexRune("rwm", c)
+		if i < 0 || seen[i] {
+			return false
+		}
+		seen[i] = true
+	}
+	return true
+}
+
+// cdiKind parses a fully qualified CDI device name "vendor/class=name" as
+// tags.cncf.io/container-device-interface's IsQualifiedName does, which is
+// how the docker CLI tells CDI names from device paths.
+func cdiKind(device string) (vendor, class string, ok bool) {
+	if device == "" || device[0] == '/' {
+		return "", "", false
+	}
+	kind, name, found := strings.Cut(device, "=")
+	if !found || kind == "" || name == "" {
+		return "", "", false
+	}
+	vendor, class, found = strings.Cut(kind, "/")
+	if !found || vendor == "" || class == "" {
+		return "", "", false
+	}
+	if !validCDIVendorOrClass(vendor) || !validCDIVendorOrClass(class) || !validCDIDeviceName(name) {
+		return "", "", false
+	}
+	return vendor, class, true
+}
+
+func isLetter(c byte) bool { return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' }
+
+func isAlnum(c byte) bool { return isLetter(c) || '0' <= c && c <= '9' }
+
+// validCDIVendorOrClass: a letter, then letters, digits, '_', '-', '.',
+// ending with a letter or digit.
+func validCDIVendorOrClass(s string) bool {
+	if !isLetter(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if c := s[i]; !isAlnum(c) && c != '_' && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// validCDIDeviceName: starts and ends with a letter or digit; inside,
+// letters, digits, '_', '-', '.', ':'.
+func validCDIDeviceName(s string) bool {
+	if !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if c := s[i]; !isAlnum(c) && c != '_' && c != '-' && c != '.' && c != ':' {
+			return false
+		}
+	}
+	return true
+}
