@@ -102,17 +102,17 @@ func (r *Run) GPUDevices() []string {
 			}
 			continue
 		}
-		if dst := deviceTarget(d); dst != "" && gpuDevicePath.MatchString(path.Clean(dst)) {
+		if dst := DeviceTarget(d); dst != "" && gpuDevicePath.MatchString(path.Clean(dst)) {
 			gpus = append(gpus, d)
 		}
 	}
 	return gpus
 }
 
-// deviceTarget returns the container path of a --device value parsed like
+// DeviceTarget returns the container path of a --device value parsed like
 // the docker CLI's parseLinuxDevice ("src", "src:dst", "src:perms",
 // "src:dst:perms"), or "" when docker would reject it.
-func deviceTarget(spec string) string {
+func DeviceTarget(spec string) string {
 	parts := strings.SplitN(spec, ":", 4)
 	switch len(parts) {
 	case 1:

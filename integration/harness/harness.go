@@ -244,20 +244,6 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-// isMountPoint reports whether path is itself a mount point.
-func isMountPoint(path string) bool {
-	mps, err := mountPoints(path)
-	if err != nil {
-		return false
-	}
-	for _, mp := range mps {
-		if mp == path {
-			return true
-		}
-	}
-	return false
-}
-
 // unmountAll lazily unmounts everything at or below dir, deepest first,
 // repeating while new mount points show up (stacked mounts).
 func unmountAll(dir string) error {
