@@ -153,6 +153,9 @@ func Decide(in Input) Plan {
 		return act(pl, ActionSetSize, target, why)
 
 	case ShmEngine:
+		if c := pl.Container; c.SandboxID != "" && c.Engine == sh.Engine && sh.OwnerID != c.SandboxID {
+			return leave("/dev/shm binds %s, which belongs to sandbox %s, not this pod's %s; left alone", sh.Source, sh.OwnerID, c.SandboxID)
+		}
 		if p.Mode == policy.ModeMount {
 			return leave("%s; but /dev/shm is the %s host tmpfs %q and mode \"mount\" never remounts on the host", why, sh.Engine, sh.Source)
 		}
@@ -168,11 +171,12 @@ func Decide(in Input) Plan {
 		return act(pl, ActionRemount, target, why+fmt.Sprintf("; grow the %s host tmpfs %s (shared, so every container of the pod or IPC group sees it)", sh.Engine, sh.Source))
 
 	default: // ShmNone
-		if p.Mode == policy.ModeIPCHost && HasPrivateIPC(s) && !requested {
-			pl.Action, pl.Size, pl.Reason = ActionIPCHost, 0, why+"; no /dev/shm in the spec; mode ipc-host: share the host's IPC namespace and /dev/shm"
-			return pl
+		// Docker's --ipc none leaves /dev/shm out on purpose; only mode
+		// "mount", which is about giving containers their own mounts, adds one.
+		if p.Mode != policy.ModeMount {
+			return leave("%s; but the spec mounts nothing at /dev/shm (docker --ipc none does so on purpose); mode \"mount\" would add a tmpfs", why)
 		}
-		return act(pl, ActionInject, target, why+"; the spec mounts nothing at /dev/shm: add a tmpfs")
+		return act(pl, ActionInject, target, why+"; the spec mounts nothing at /dev/shm: add a tmpfs (mode \"mount\")")
 	}
 }
 

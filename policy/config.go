@@ -45,8 +45,9 @@ const (
 	// /dev/shm, as `--ipc=host` does. Containers that share a pod's or a
 	// donor's IPC namespace are sized as in ModeSize instead.
 	ModeIPCHost Mode = "ipc-host"
-	// ModeMount only changes the container's own mounts (rewrite or add a
-	// tmpfs) and never remounts anything on the host.
+	// ModeMount only changes the container's own mounts: rewrite the size
+	// of its tmpfs, or add a tmpfs where the spec has no /dev/shm at all; it
+	// never remounts anything on the host.
 	ModeMount Mode = "mount"
 )
 
@@ -67,7 +68,7 @@ type File struct {
 	// where the count can be told.
 	PerGPU string `toml:"per_gpu" comment:"When set, the target is this size times the container's GPU count where it can be told."`
 	// Mode is "size", "ipc-host" or "mount".
-	Mode string `toml:"mode" comment:"How: \"size\" (size the engine's tmpfs), \"ipc-host\" (share the host's IPC and /dev/shm) or \"mount\" (only the container's own mounts, no host-side remount)."`
+	Mode string `toml:"mode" comment:"How: \"size\" (size the engine's tmpfs), \"ipc-host\" (share the host's IPC and /dev/shm) or \"mount\" (only the container's own mounts: also adds a tmpfs where there is none; never remounts on the host)."`
 	// EnforceMin raises even a user's explicit smaller choice to Min.
 	EnforceMin bool `toml:"enforce_min" comment:"Raise a user's explicit smaller /dev/shm to min too."`
 	// FailClosed makes the shim and hook fail a container start on an

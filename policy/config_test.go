@@ -159,7 +159,7 @@ func TestTarget(t *testing.T) {
 		{"per gpu", mustParse(`per_gpu = "4g"`), Request{HostMemory: 256 * GiB, GPUs: 8}, 32 * GiB, "4GiB per GPU x 8 GPUs"},
 		{"per gpu, count unknown", mustParse(`per_gpu = "4g"`), Request{HostMemory: 16 * GiB}, 8 * GiB, "50% of"},
 		{"per gpu capped by limit", mustParse(`per_gpu = "4g"`), Request{MemoryLimit: 8 * GiB, GPUs: 8}, 8 * GiB, "capped at the 8GiB memory limit"},
-		{"odd host memory rounds to KiB", def, Request{HostMemory: 3*GiB + 1001}, 3*GiB/2 + 0, "50% of"},
+		{"odd host memory rounds down to MiB", def, Request{HostMemory: 3*GiB + 3*MiB}, 3*GiB/2 + MiB, "50% of"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,8 +170,8 @@ func TestTarget(t *testing.T) {
 			if !strings.Contains(why, tt.wantWhy) {
 				t.Errorf("reason %q does not contain %q", why, tt.wantWhy)
 			}
-			if got%KiB != 0 {
-				t.Errorf("size %d is not whole KiB", got)
+			if got%MiB != 0 {
+				t.Errorf("size %d is not whole MiB", got)
 			}
 		})
 	}

@@ -170,9 +170,9 @@ func ParseMountSize(v string, hostMemory int64) (int64, error) {
 	return int64(n) * mult, nil
 }
 
-// FormatSize formats n bytes for people: the largest binary unit that keeps
-// at most two decimals exact enough to read ("64MiB", "1GiB", "1.5GiB",
-// "9637888B" stays in KiB as "9412KiB").
+// FormatSize formats n bytes for people, in the largest binary unit it
+// reaches, with at most two decimals ("64MiB", "1GiB", "1.5GiB",
+// "11.79GiB", "9.19MiB"); exact below 1 KiB ("1000B").
 func FormatSize(n int64) string {
 	if n < 0 {
 		return "-" + FormatSize(-n)
@@ -188,14 +188,7 @@ func FormatSize(n int64) string {
 		if n%u.size == 0 {
 			return strconv.FormatInt(n/u.size, 10) + u.name
 		}
-		v := float64(n) / float64(u.size)
-		// Two decimals when they say it all, else fall to the next unit.
-		if r := math.Round(v * 100); math.Abs(r/100*float64(u.size)-float64(n)) < 1 {
-			return strconv.FormatFloat(r/100, 'f', -1, 64) + u.name
-		}
-	}
-	if n >= KiB && n%KiB == 0 {
-		return strconv.FormatInt(n/KiB, 10) + "KiB"
+		return strconv.FormatFloat(math.Round(float64(n)/float64(u.size)*100)/100, 'f', -1, 64) + u.name
 	}
 	return strconv.FormatInt(n, 10) + "B"
 }

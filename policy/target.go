@@ -32,7 +32,7 @@ func (p *Policy) Target(r Request) (int64, string) {
 		why = fmt.Sprintf("policy size %s", FormatSize(size))
 	case memory > 0:
 		size = int64(float64(memory) * p.Percent / 100)
-		size -= size % KiB // tmpfs sizes are whole pages; keep them readable
+		size -= size % MiB // whole MiB: whole pages, and readable
 		why = fmt.Sprintf("%s%% of the %s %s = %s", formatPercent(p.Percent), FormatSize(memory), memWhat, FormatSize(size))
 	default:
 		size = p.Min
