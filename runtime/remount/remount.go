@@ -1,0 +1,153 @@
+// Package remount grows an engine-made host tmpfs in place (MS_REMOUNT with
+// a new size=), for /dev/shm that a pod's containers or a Docker IPC group
+// share: every container bound to it sees the new size at once, and they
+// keep sharing one tmpfs (NCCL's SHM transport needs the same st_dev).
+package remount
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// hostShm are the host's own shared memory directories, never resized.
+var hostShm = []string{"/dev/shm", "/run/shm"}
+
+// ErrUnsafe is wrapped by every refusal of a path the rules do not allow.
+var ErrUnsafe = errors.New("refused")
+
+// Result says what Grow found and did.
+type Result struct {
+	Before, After int64
+	Changed       bool
+}
+
+// CheckPath applies the rules that do not need the mount table: path is
+// absolute and clean, is not the host's /dev/shm, contains no symbolic link,
+// and lies strictly under one of roots (each taken as it is and with its own
+// symbolic links resolved, since /var/run is often a link to /run).
+func CheckPath(path string, roots []string) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return fmt.Errorf("%w: %q is not a clean absolute path", ErrUnsafe, path)
+	}
+	if slices.Contains(hostShm, path) {
+		return fmt.Errorf("%w: %s is the host's /dev/shm", ErrUnsafe, path)
+	}
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", path, err)
+	}
+	if resolved != path {
+		return fmt.Errorf("%w: %s goes through a symbolic link (to %s)", ErrUnsafe, path, resolved)
+	}
+	for _, hs := range hostShm {
+		if r, err := filepath.EvalSymlinks(hs); err == nil && r == path {
+			return fmt.Errorf("%w: %s is the host's /dev/shm", ErrUnsafe, path)
+		}
+	}
+	for _, root := range roots {
+		candidates := []string{filepath.Clean(root)}
+		if r, err := filepath.EvalSymlinks(root); err == nil && r != candidates[0] {
+			candidates = append(candidates, r)
+		}
+		for _, c := range candidates {
+			if c != "/" && strings.HasPrefix(path, c+"/") {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: %s is not under an engine root (%s)", ErrUnsafe, path, strings.Join(roots, ", "))
+}
+
+// TmpfsMount returns the mount table entry of the tmpfs mounted exactly at
+// path (the last one, if mounts are stacked), or an error.
+func TmpfsMount(path string) (*mountinfo.Info, error) {
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
+	if err != nil {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	if len(mounts) == 0 {
+		return nil, fmt.Errorf("%w: %s is not a mount point", ErrUnsafe, path)
+	}
+	m := mounts[len(mounts)-1]
+	if m.FSType != "tmpfs" {
+		return nil, fmt.Errorf("%w: %s is a %s mount, not a tmpfs", ErrUnsafe, path, m.FSType)
+	}
+	return m, nil
+}
+
+// Size returns the size of the filesystem at path in bytes.
+func Size(path string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return int64(st.Blocks) * int64(st.Bsize), nil
+}
+
+// Grow makes the engine-made tmpfs at path at least size bytes. It checks
+// CheckPath's rules and that path is a tmpfs mount point, never shrinks,
+// and keeps the mount's flags (nosuid, nodev, noexec, ro, atime) as they are.
+func Grow(path string, size int64, roots []string) (Result, error) {
+	var res Result
+	if err := CheckPath(path, roots); err != nil {
+		return res, err
+	}
+	m, err := TmpfsMount(path)
+	if err != nil {
+		return res, err
+	}
+	if res.Before, err = Size(path); err != nil {
+		return res, err
+	}
+	res.After = res.Before
+	if size <= res.Before {
+		return res, nil
+	}
+	flags := uintptr(unix.MS_REMOUNT) | mountFlags(m.Options)
+	if err := unix.Mount("", path, "", flags, "size="+strconv.FormatInt(size, 10)); err != nil {
+		return res, fmt.Errorf("remount %s with size=%d: %w", path, size, err)
+	}
+	if res.After, err = Size(path); err != nil {
+		return res, err
+	}
+	res.Changed = true
+	return res, nil
+}
+
+// mountFlags turns per-mount options from the mount table into the flags a
+// remount must repeat so that it does not drop them.
+func mountFlags(options string) uintptr {
+	var f uintptr
+	for _, o := range strings.Split(options, ",") {
+		switch o {
+		case "ro":
+			f |= unix.MS_RDONLY
+		case "nosuid":
+			f |= unix.MS_NOSUID
+		case "nodev":
+			f |= unix.MS_NODEV
+		case "noexec":
+			f |= unix.MS_NOEXEC
+		case "noatime":
+			f |= unix.MS_NOATIME
+		case "nodiratime":
+			f |= unix.MS_NODIRATIME
+		case "relatime":
+			f |= unix.MS_RELATIME
+		case "strictatime":
+			f |= unix.MS_STRICTATIME
+		case "sync":
+			f |= unix.MS_SYNCHRONOUS
+		case "dirsync":
+			f |= unix.MS_DIRSYNC
+		}
+	}
+	return f
+}

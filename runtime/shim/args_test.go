@@ -1,0 +1,71 @@
+package shim
+
+import "testing"
+
+func TestParseArgs(t *testing.T) {
+	const cwd = "/run/containerd/io.containerd.runtime.v2.task/k8s.io/sandbox"
+	tests := []struct {
+		name string
+		args []string
+		want Invocation
+	}{
+		{"containerd shim v2 create",
+			[]string{"--root", "/run/containerd/runc/k8s.io", "--log", "/b/log.json", "--log-format", "json", "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "abc123"},
+			Invocation{Command: "create", Bundle: "/b", ID: "abc123"}},
+		{"dockerd create",
+			[]string{"--root", "/var/run/docker/runtime-runc/moby", "--log", "/b/log.json", "--log-format", "json", "--systemd-cgroup", "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "deadbeef"},
+			Invocation{Command: "create", Bundle: "/b", ID: "deadbeef"}},
+		{"start", []string{"--root", "/r", "start", "abc"}, Invocation{Command: "start", ID: "abc"}},
+		{"delete --force", []string{"--root", "/r", "delete", "--force", "abc"}, Invocation{Command: "delete", ID: "abc"}},
+		{"run with -b=", []string{"run", "-b=/x/y", "-d", "c1"}, Invocation{Command: "run", Bundle: "/x/y", ID: "c1"}},
+		{"run with --bundle=", []string{"run", "--bundle=/x/y/", "c1"}, Invocation{Command: "run", Bundle: "/x/y", ID: "c1"}},
+		{"create with -b", []string{"create", "-b", "/x", "c1"}, Invocation{Command: "create", Bundle: "/x", ID: "c1"}},
+		{"no bundle: the working directory", []string{"create", "c1"}, Invocation{Command: "create", Bundle: cwd, ID: "c1"}},
+		{"relative bundle", []string{"create", "--bundle", "b", "c1"}, Invocation{Command: "create", Bundle: cwd + "/b", ID: "c1"}},
+		{"a bundle literally named create", []string{"create", "--bundle", "create", "run"}, Invocation{Command: "create", Bundle: cwd + "/create", ID: "run"}},
+		{"a root named create", []string{"--root", "create", "start", "x"}, Invocation{Command: "start", ID: "x"}},
+		{"single-dash global flags (urfave/cli)", []string{"-root", "/r", "-log", "/l", "create", "-bundle", "/b", "id"}, Invocation{Command: "create", Bundle: "/b", ID: "id"}},
+		{"--root=", []string{"--root=/r", "--log-format=json", "create", "--console-socket", "/s.sock", "--bundle", "/b", "id"}, Invocation{Command: "create", Bundle: "/b", ID: "id"}},
+		{"preserve-fds and pidfd-socket", []string{"create", "--preserve-fds", "3", "--pidfd-socket", "/p", "-b", "/b", "--no-pivot", "--no-new-keyring", "id"}, Invocation{Command: "create", Bundle: "/b", ID: "id"}},
+		{"crun's --cgroup-manager and -f", []string{"--cgroup-manager", "systemd", "create", "-f", "cfg.json", "-b", "/b", "id"}, Invocation{Command: "create", Bundle: "/b", ID: "id"}},
+		{"rootless value", []string{"--rootless", "false", "--criu", "/usr/sbin/criu", "run", "id"}, Invocation{Command: "run", Bundle: cwd, ID: "id"}},
+		{"--debug --version", []string{"--debug", "--version"}, Invocation{}},
+		{"nothing", nil, Invocation{}},
+		{"id after --", []string{"create", "-b", "/b", "--", "-weird-id"}, Invocation{Command: "create", Bundle: "/b", ID: "-weird-id"}},
+		{"features", []string{"features"}, Invocation{Command: "features"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ParseArgs(tt.args, cwd); got != tt.want {
+				t.Errorf("ParseArgs(%q) = %+v, want %+v", tt.args, got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseArgs(f *testing.F) {
+	f.Add("--root\x00/r\x00create\x00--bundle\x00/b\x00id")
+	f.Add("run\x00-b=x\x00--\x00id")
+	f.Fuzz(func(t *testing.T, joined string) {
+		args := splitNUL(joined)
+		inv := ParseArgs(args, "/cwd")
+		if (inv.Command == "create" || inv.Command == "run") && inv.Bundle == "" {
+			t.Fatalf("%q: create/run without a bundle", args)
+		}
+		if inv.Command != "create" && inv.Command != "run" && inv.Bundle != "" {
+			t.Fatalf("%q: bundle for %q", args, inv.Command)
+		}
+	})
+}
+
+func splitNUL(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}

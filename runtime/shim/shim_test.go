@@ -1,0 +1,164 @@
+package shim
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+)
+
+const gpuSpec = `{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=all"],"args":["sh"],"cwd":"/"},
+"mounts":[{"destination":"/dev/shm","type":"tmpfs","source":"shm","options":["nosuid","noexec","nodev","mode=1777","size=67108864"]}],
+"linux":{"resources":{"memory":{"limit":8589934592}},"namespaces":[{"type":"ipc"}]},"x-unknown":{"kept":true}}`
+
+type execCall struct {
+	path string
+	argv []string
+}
+
+func newTestShim(t *testing.T, spec, config string, args func(bundle string) []string) (*Shim, string, *[]execCall, *bytes.Buffer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if spec != "" {
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logFile := filepath.Join(dir, "gpurun.log")
+	// A fake low-level runtime on disk, so LookPath finds it.
+	fake := filepath.Join(dir, "fake-runc")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte("runtime = \""+fake+"\"\nlog_file = \""+logFile+"\"\n"+config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var calls []execCall
+	stderr := &bytes.Buffer{}
+	env := map[string]string{policy.ConfigEnv: cfg}
+	s := &Shim{
+		Args:   args(bundle),
+		Cwd:    bundle,
+		Getenv: func(k string) string { return env[k] },
+		Stderr: stderr,
+		Exec: func(path string, argv []string, _ []string) error {
+			calls = append(calls, execCall{path, argv})
+			return nil
+		},
+		Self: "/nonexistent/gpurun-runtime",
+	}
+	return s, bundle, &calls, stderr, logFile
+}
+
+func readShm(t *testing.T, bundle string) (oci.Shm, string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := oci.ParseConfig("config.json", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return oci.ClassifyShm(c.Spec, 0), string(data)
+}
+
+func TestShim(t *testing.T) {
+	createArgs := func(bundle string) []string {
+		return []string{"--root", "/run/runc", "--log", bundle + "/log.json", "--log-format", "json", "create", "--bundle", bundle, "--pid-file", bundle + "/init.pid", "c1"}
+	}
+	tests := []struct {
+		name     string
+		spec     string
+		config   string
+		args     func(string) []string
+		env      map[string]string
+		wantCode int
+		wantExec bool
+		wantSize int64
+		wantLog  string
+		wantErr  string
+	}{
+		{name: "create sizes a GPU container", spec: gpuSpec, args: createArgs, wantExec: true, wantSize: 4 * policy.GiB, wantLog: `"action":"set-size"`},
+		{name: "run too", spec: gpuSpec, args: func(b string) []string { return []string{"run", "-b", b, "-d", "c1"} }, wantExec: true, wantSize: 4 * policy.GiB},
+		{name: "a non-GPU container is untouched", spec: strings.Replace(gpuSpec, "NVIDIA_VISIBLE_DEVICES=all", "A=b", 1), args: createArgs, wantExec: true, wantSize: 64 * policy.MiB, wantLog: `"action":"none"`},
+		{name: "start passes through without reading the bundle", spec: "not json", args: func(string) []string { return []string{"--root", "/r", "start", "c1"} }, wantExec: true},
+		{name: "malformed config.json fails open", spec: "{broken", args: createArgs, wantExec: true, wantLog: "malformed JSON"},
+		{name: "malformed config.json with fail_closed", spec: "{broken", config: "fail_closed = true\n", args: createArgs, wantCode: 1, wantErr: "malformed JSON"},
+		{name: "missing config.json fails open", spec: "", args: createArgs, wantExec: true, wantLog: "no such file"},
+		{name: "a panic in planning fails open", spec: gpuSpec, args: createArgs, env: map[string]string{PanicEnv: "plan"}, wantExec: true, wantSize: 64 * policy.MiB, wantLog: "panic: test hook"},
+		{name: "a panic with fail_closed", spec: gpuSpec, config: "fail_closed = true\n", args: createArgs, env: map[string]string{PanicEnv: "plan"}, wantCode: 1, wantErr: "panic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, bundle, calls, stderr, logFile := newTestShim(t, tt.spec, tt.config, tt.args)
+			base := s.Getenv
+			s.Getenv = func(k string) string {
+				if v, ok := tt.env[k]; ok {
+					return v
+				}
+				return base(k)
+			}
+			code := s.Main()
+			if tt.wantExec {
+				if len(*calls) != 1 {
+					t.Fatalf("exec calls = %v, stderr %s", *calls, stderr)
+				}
+				got := (*calls)[0].argv[1:]
+				if strings.Join(got, "\x00") != strings.Join(s.Args, "\x00") {
+					t.Errorf("argv changed: %q, want %q", got, s.Args)
+				}
+			} else {
+				if len(*calls) != 0 {
+					t.Errorf("exec'd %v, want no exec", *calls)
+				}
+				if code != tt.wantCode {
+					t.Errorf("exit %d, want %d", code, tt.wantCode)
+				}
+			}
+			if tt.wantErr != "" && !strings.Contains(stderr.String(), tt.wantErr) {
+				t.Errorf("stderr %q lacks %q", stderr, tt.wantErr)
+			}
+			if tt.wantExec && stderr.Len() != 0 {
+				t.Errorf("stderr not the runtime's alone: %q", stderr)
+			}
+			if tt.wantSize != 0 {
+				sh, data := readShm(t, bundle)
+				if sh.Size != tt.wantSize {
+					t.Errorf("/dev/shm size %d, want %d", sh.Size, tt.wantSize)
+				}
+				if !strings.Contains(data, `"x-unknown":{"kept":true}`) {
+					t.Errorf("unknown field lost: %s", data)
+				}
+			}
+			if tt.wantLog != "" {
+				logData, _ := os.ReadFile(logFile)
+				if !strings.Contains(string(logData), tt.wantLog) {
+					t.Errorf("log %q lacks %q", logData, tt.wantLog)
+				}
+			}
+		})
+	}
+}
+
+func TestShimRefusesItselfAsLowLevelRuntime(t *testing.T) {
+	s, _, calls, stderr, _ := newTestShim(t, gpuSpec, "", func(string) []string { return []string{"start", "x"} })
+	path, _ := policy.ResolvePath("", s.Getenv)
+	pol, err := policy.Load(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Self = pol.Runtime // as if the config named gpurun-runtime itself
+	if code := s.Main(); code != 1 || len(*calls) != 0 || !strings.Contains(stderr.String(), "is gpurun-runtime itself") {
+		t.Errorf("code %d, calls %v, stderr %q", code, *calls, stderr)
+	}
+}
