@@ -1,0 +1,52 @@
+// Command gpurun gives GPU containers a /dev/shm big enough for real work:
+// `gpurun plan` shows the decision for a bundle's config.json, and later
+// subcommands carry it out through every front door (docker run, compose,
+// the runtime shim, hooks, NRI).
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run dispatches a command line: a docker run (with gpurun's own options
+// before it) goes straight to the launcher with its arguments untouched;
+// everything else goes to the subcommands.
+func run(args []string) int {
+	g := &globals{}
+	root := newRootCmd(g)
+	err := func() error {
+		rest, err := splitGlobals(args, g)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		if dockerArgs, ok := isRunInvocation(root, rest); ok {
+			return runDocker(g, dockerArgs, os.Stdout, os.Stderr)
+		}
+		root.SetArgs(args)
+		return root.Execute()
+	}()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpurun: %v\n", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		return 2
+	}
+	return 0
+}
+
+// exitError carries the exit status a command wants.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }

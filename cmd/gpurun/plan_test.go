@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// execute runs the gpurun root command with args, as main does.
+func execute(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	g := &globals{}
+	root := newRootCmd(g)
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		var ee *exitError
+		code = 2
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		errOut.WriteString(err.Error())
+	}
+	return out.String(), errOut.String(), code
+}
+
+func TestPlanJSON(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	spec := filepath.Join("..", "..", "oci", "testdata", "fixtures", "docker-20.10-gpu-memory-4g.json")
+	stdout, stderr, code := execute(t, "plan", "--spec", spec, "--host-memory", "64g", "--json", "--config", filepath.Join(t.TempDir(), "none.toml"))
+	if code != 2 || !strings.Contains(stderr, "none.toml") {
+		t.Fatalf("a missing --config file: exit %d, %q", code, stderr)
+	}
+	stdout, stderr, code = execute(t, "plan", "--spec", spec, "--host-memory", "64g", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		t.Fatalf("not JSON: %q", stdout)
+	}
+	if dec.More() {
+		t.Errorf("more than one JSON value: %q", stdout)
+	}
+	var keys []string
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if strings.Join(keys, ",") != "action,current_bytes,gpu,gpus,reason,size_bytes" {
+		t.Errorf("keys = %v", keys)
+	}
+	if obj["action"] != "set-size" || obj["size_bytes"] != float64(2<<30) || obj["current_bytes"] != float64(64<<20) || obj["gpu"] != true {
+		t.Errorf("plan = %v", obj)
+	}
+}
+
+func TestPlanHuman(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	spec := filepath.Join("..", "..", "oci", "testdata", "fixtures", "containerd-1.6-cri-container-env-nvidia-all.json")
+	stdout, stderr, code := execute(t, "plan", "--spec", spec, "--host-memory", "16g")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"action:   remount", "-> 8GiB", "engine-host-tmpfs", "gpu:      yes", "containerd-cri container of sandbox"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestPlanBadInput(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bad := write("bad.json", "{\n  \"mounts\": [}\n")
+	good := write("good.json", `{"ociVersion":"1.0.2"}`)
+	badCfg := write("bad.toml", "mode = \"size\"\nshm_size = \"2g\"\n")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"malformed JSON", []string{"plan", "--spec", bad}, bad + ": malformed JSON at offset 15 (line 2, column 14)"},
+		{"no such file", []string{"plan", "--spec", filepath.Join(dir, "missing.json")}, "missing.json: no such file or directory"},
+		{"unknown config key", []string{"--config", badCfg, "plan", "--spec", good}, badCfg + `:2:1: unknown key "shm_size"`},
+		{"no --spec", []string{"plan"}, "--spec is required"},
+		{"bad --host-memory", []string{"plan", "--spec", good, "--host-memory", "lots"}, `--host-memory: invalid size "lots"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, code := execute(t, tt.args...)
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("stderr %q lacks %q", stderr, tt.want)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	stdout, _, code := execute(t, "version")
+	if code != 0 || !strings.HasPrefix(stdout, "gpurun ") {
+		t.Errorf("version: %d %q", code, stdout)
+	}
+}
+
+func TestDispatch(t *testing.T) {
+	root := newRootCmd(&globals{})
+	tests := []struct {
+		args    []string
+		run     bool
+		dry     bool
+		cfg     string
+		dockArg []string
+	}{
+		{[]string{"run", "-it", "img"}, true, false, "", []string{"-it", "img"}},
+		{[]string{"-it", "img", "sh"}, true, false, "", []string{"-it", "img", "sh"}},
+		{[]string{"--dry-run", "img"}, true, true, "", []string{"img"}},
+		{[]string{"--config", "/c.toml", "-v", "run", "--rm", "img"}, true, false, "/c.toml", []string{"--rm", "img"}},
+		{[]string{"--config=/c.toml", "run", "img"}, true, false, "/c.toml", []string{"img"}},
+		{[]string{"plan", "--spec", "x"}, false, false, "", nil},
+		{[]string{"version"}, false, false, "", nil},
+		{[]string{"--help"}, false, false, "", nil},
+		{[]string{"help", "run"}, false, false, "", nil},
+		{[]string{"run", "plan"}, true, false, "", []string{"plan"}}, // an image named plan
+	}
+	for _, tt := range tests {
+		g := &globals{}
+		rest, err := splitGlobals(tt.args, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := isRunInvocation(root, rest)
+		if ok != tt.run || g.dryRun != tt.dry || g.configPath != tt.cfg || strings.Join(got, " ") != strings.Join(tt.dockArg, " ") {
+			t.Errorf("%q: run=%v args=%q dry=%v cfg=%q", tt.args, ok, got, g.dryRun, g.configPath)
+		}
+	}
+	if _, err := splitGlobals([]string{"--config"}, &globals{}); err == nil {
+		t.Error("--config without a value: no error")
+	}
+}
