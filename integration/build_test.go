@@ -32,7 +32,9 @@ type buildError struct {
 	err       error
 }
 
-func (e *buildError) Error() string { return "go build " + e.name + ": " + e.err.Error() + "\n" + e.out }
+func (e *buildError) Error() string {
+	return "go build " + e.name + ": " + e.err.Error() + "\n" + e.out
+}
 
 // bin returns the path of a freshly built gpurun binary.
 func bin(t testing.TB, name string) string {

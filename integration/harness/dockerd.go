@@ -30,8 +30,9 @@ type DockerdOptions struct {
 	DaemonJSON map[string]any
 	// Args are extra dockerd flags.
 	Args []string
-	// Env is added to dockerd's environment (for example a PATH that holds
-	// a runtime shim).
+	// Env is added to the environment of dockerd and of the containerd it
+	// uses, so it reaches the runtimes their shims call (for example a
+	// GPURUN_CONFIG for gpurun-runtime).
 	Env []string
 }
 
@@ -135,7 +136,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		t.Fatalf("harness: write containerd config: %v", err)
 	}
 	begin := time.Now()
-	d.ctd, err = startProcess("containerd (for dockerd)", d.ctdLog, []string{ctdBin, "--config", ctdConf}, os.Environ())
+	d.ctd, err = startProcess("containerd (for dockerd)", d.ctdLog, []string{ctdBin, "--config", ctdConf}, append(os.Environ(), opts.Env...))
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}

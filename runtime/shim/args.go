@@ -18,6 +18,9 @@ type Invocation struct {
 	Bundle string
 	// ID is the container id, "" if none was given.
 	ID string
+	// Log and LogFormat are runc's global --log and --log-format: where an
+	// engine reads a runtime's error from ("json" or "text").
+	Log, LogFormat string
 }
 
 // valueFlags are the runc and crun flags, global or of create and run,
@@ -49,8 +52,18 @@ func ParseArgs(args []string, cwd string) Invocation {
 		if !ok {
 			break
 		}
-		if valueFlags[name] && !hasValue {
+		value := ""
+		if hasValue {
+			_, value, _ = strings.Cut(a, "=")
+		} else if valueFlags[name] && i+1 < len(args) {
 			i++ // the next argument is the value
+			value = args[i]
+		}
+		switch name {
+		case "log":
+			inv.Log = value
+		case "log-format":
+			inv.LogFormat = value
 		}
 	}
 	if i >= len(args) {

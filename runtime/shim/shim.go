@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -77,7 +79,9 @@ func (s *Shim) Main() int {
 		if err := s.prepare(inv, pol, log); err != nil {
 			log.Error("could not size /dev/shm", "id", inv.ID, "bundle", inv.Bundle, "err", err.Error(), "fail_closed", pol.FailClosed)
 			if pol.FailClosed {
-				fmt.Fprintf(s.Stderr, "gpurun-runtime: %v (fail_closed is set in %s)\n", err, path)
+				msg := fmt.Sprintf("gpurun-runtime: %v (fail_closed is set in %s)", err, path)
+				fmt.Fprintln(s.Stderr, msg)
+				reportToEngine(inv, msg)
 				return 1
 			}
 		}
@@ -168,4 +172,25 @@ func openLog(path string) (*slog.Logger, func()) {
 		return slog.New(slog.NewJSONHandler(io.Discard, nil)), func() {}
 	}
 	return slog.New(slog.NewJSONHandler(f, nil)).With("component", "gpurun-runtime", "pid", os.Getpid()), func() { _ = f.Close() }
+}
+
+// reportToEngine writes an error where the engine reads a runtime's errors:
+// runc's --log file, in its --log-format. containerd's shim and dockerd show
+// that message ("OCI runtime create failed: ...").
+func reportToEngine(inv Invocation, msg string) {
+	if inv.Log == "" {
+		return
+	}
+	f, err := os.OpenFile(inv.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	if inv.LogFormat == "json" {
+		line, _ := json.Marshal(map[string]string{"level": "error", "msg": msg, "time": now})
+		_, _ = f.Write(append(line, '\n'))
+		return
+	}
+	_, _ = fmt.Fprintf(f, "time=%q level=error msg=%q\n", now, msg)
 }

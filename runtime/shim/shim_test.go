@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,6 +128,14 @@ func TestShim(t *testing.T) {
 			}
 			if tt.wantErr != "" && !strings.Contains(stderr.String(), tt.wantErr) {
 				t.Errorf("stderr %q lacks %q", stderr, tt.wantErr)
+			}
+			if tt.wantErr != "" {
+				// The engine reads runc's --log file in --log-format json.
+				engineLog, _ := os.ReadFile(filepath.Join(bundle, "log.json"))
+				var rec map[string]string
+				if err := json.Unmarshal(engineLog, &rec); err != nil || rec["level"] != "error" || !strings.Contains(rec["msg"], tt.wantErr) {
+					t.Errorf("engine log %q: want a JSON error naming %q", engineLog, tt.wantErr)
+				}
 			}
 			if tt.wantExec && stderr.Len() != 0 {
 				t.Errorf("stderr not the runtime's alone: %q", stderr)
