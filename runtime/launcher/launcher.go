@@ -12,6 +12,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -87,27 +88,19 @@ func Prepare(ctx context.Context, req Request) Result {
 		return res
 	}
 
+	// Ask the daemon only what the answer depends on: the image's env
+	// first (it can make a container a GPU one); the host's memory and the
+	// daemon's default-shm-size only for a container gpurun would size.
 	var imageEnv []string
-	var mem int64
-	if req.Daemon != nil {
+	daemonUp := req.Daemon != nil
+	if daemonUp {
 		if env, err := req.Daemon.ImageEnv(ctx, run.Image); err == nil {
 			imageEnv = env
 		} else {
 			res.Notes = append(res.Notes, fmt.Sprintf("image %s: environment unknown (%v); deciding from the arguments", run.Image, err))
 		}
-		if f, err := req.Daemon.Facts(ctx); err == nil {
-			mem = f.MemTotal
-		} else {
-			res.Notes = append(res.Notes, fmt.Sprintf("docker daemon unreachable (%v); deciding from the arguments", err))
-		}
 	} else {
 		res.Notes = append(res.Notes, "no docker daemon to ask; deciding from the arguments")
-	}
-	if mem == 0 && req.LocalMemory != nil {
-		if m, err := req.LocalMemory(); err == nil {
-			mem = m
-			res.Notes = append(res.Notes, "using this host's memory for the daemon host's")
-		}
 	}
 	runEnv, err := run.Environment(req.LookupEnv, req.ReadFile)
 	if err != nil {
@@ -118,29 +111,29 @@ func Prepare(ctx context.Context, req Request) Result {
 	}
 	env := dockerargs.MergeEnv(imageEnv, runEnv)
 
-	defaultShm := policy.EngineDefaultShm
-	spec, why, err := Spec(run, env, defaultShm)
+	decide := func(defaultShm, mem int64) (oci.Plan, error) {
+		spec, why, err := Spec(run, env, defaultShm)
+		if err != nil {
+			return oci.Plan{}, err
+		}
+		pl := oci.Decide(oci.Input{Spec: spec, Policy: pol, HostMemory: mem})
+		if why != "" {
+			pl = oci.Plan{Action: oci.ActionNone, GPU: pl.GPU, GPUs: pl.GPUs, Reason: why, Evidence: pl.Evidence}
+		}
+		return pl, nil
+	}
+	pl, err := decide(policy.EngineDefaultShm, 0)
 	if err != nil {
 		res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
 		res.Notes = append(res.Notes, fmt.Sprintf("not changing the command: %v", err))
 		return res
 	}
-	decide := func(s *specs.Spec) oci.Plan {
-		return oci.Decide(oci.Input{Spec: s, Policy: pol, HostMemory: mem})
-	}
-	pl := decide(spec)
-	if why != "" {
-		pl = oci.Plan{Action: oci.ActionNone, GPU: pl.GPU, GPUs: pl.GPUs, Reason: why, Evidence: pl.Evidence}
-	}
-	// Before acting on the engine default, learn the daemon's own default:
-	// a daemon configured with a larger default-shm-size must not shrink.
-	if pl.Action != oci.ActionNone && !run.ShmSizeSet && req.Daemon != nil {
-		if n, err := req.Daemon.DefaultShmSize(ctx, run.Image); err == nil && n != defaultShm {
-			if spec, _, err = Spec(run, env, n); err == nil {
-				pl = decide(spec)
-			}
-		} else if err != nil {
-			res.Notes = append(res.Notes, fmt.Sprintf("daemon default-shm-size unknown (%v); assuming docker's 64MiB", err))
+	if pl.Action != oci.ActionNone || pl.GPU {
+		mem, defaultShm, notes := facts(ctx, req, run, daemonUp)
+		res.Notes = append(res.Notes, notes...)
+		if pl, err = decide(defaultShm, mem); err != nil {
+			res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
+			return res
 		}
 	}
 	res.Plan = pl
@@ -156,6 +149,51 @@ func Prepare(ctx context.Context, req Request) Result {
 	}
 	res.Warnings = warnings(run, env, pol, pl)
 	return res
+}
+
+// facts asks the daemon, concurrently, for its host's memory and — unless
+// the user set --shm-size — its default-shm-size, which gpurun must never
+// undercut. What it cannot learn falls back to this host's memory and
+// Docker's 64 MiB, with a note.
+func facts(ctx context.Context, req Request, run *dockerargs.Run, daemonUp bool) (mem, defaultShm int64, notes []string) {
+	defaultShm = policy.EngineDefaultShm
+	if daemonUp {
+		var wg sync.WaitGroup
+		var factsErr, shmErr error
+		var f Facts
+		var shm int64
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, factsErr = req.Daemon.Facts(ctx)
+		}()
+		if !run.ShmSizeSet {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				shm, shmErr = req.Daemon.DefaultShmSize(ctx, run.Image)
+			}()
+		}
+		wg.Wait()
+		if factsErr == nil {
+			mem = f.MemTotal
+		} else {
+			notes = append(notes, fmt.Sprintf("docker daemon unreachable (%v); deciding from the arguments", factsErr))
+		}
+		switch {
+		case shmErr != nil:
+			notes = append(notes, fmt.Sprintf("daemon default-shm-size unknown (%v); assuming docker's 64MiB", shmErr))
+		case shm > 0:
+			defaultShm = shm
+		}
+	}
+	if mem == 0 && req.LocalMemory != nil {
+		if m, err := req.LocalMemory(); err == nil {
+			mem = m
+			notes = append(notes, "using this host's memory for the daemon host's")
+		}
+	}
+	return mem, defaultShm, notes
 }
 
 // insertFlag adds flag right after "run" — or, when the user gave the same
