@@ -44,6 +44,7 @@ func TestDetectGPU(t *testing.T) {
 			{Destination: "/var/run/nvidia-container-devices/GPU-1", Source: "/dev/null", Type: "bind"},
 			{Destination: "/var/run/nvidia-container-devices/GPU-2", Source: "/dev/null", Type: "bind"},
 		}}, true, 2, "mount /var/run/nvidia-container-devices/GPU-1"},
+		//lint:ignore SA1019 docker run --gpus still writes a prestart hook.
 		{"docker --gpus hook", &specs.Spec{Hooks: &specs.Hooks{Prestart: []specs.Hook{{Path: "/usr/bin/nvidia-container-runtime-hook", Args: []string{"nvidia-container-runtime-hook", "prestart"}}}}}, true, 0, "prestart hook /usr/bin/nvidia-container-runtime-hook"},
 		{"env all and devices count", func() *specs.Spec {
 			s := devs("/dev/nvidia0", "/dev/nvidia1")

@@ -1,0 +1,73 @@
+# gpurun — see README.md. `make test` runs every test; integration tests need
+# root and the engines .ci/run installs (docker.io, containerd, runc, ...).
+GO        ?= go
+PREFIX    ?= /usr/local
+BINDIR    ?= $(PREFIX)/bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS   := -s -w -X github.com/gpurun/gpurun/version.Version=$(VERSION)
+GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
+STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(HOME)/go/bin/staticcheck)
+# Packages whose tests need no daemon and no root.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
+
+.PHONY: all build demo test test-unit test-integration bench lint fuzz install clean
+
+all: build
+
+build: bin/gpurun bin/gpurun-runtime
+
+bin/gpurun: FORCE
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpurun
+
+bin/gpurun-runtime: FORCE
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpurun-runtime
+
+FORCE:
+
+# The quick start: works on a fresh machine, no daemon and no root needed.
+FIXTURES = oci/testdata/fixtures
+demo: bin/gpurun
+	@echo '$$ gpurun plan --spec $(FIXTURES)/docker-20.10-env-nvidia-all.json --host-memory 64g'
+	@bin/gpurun plan --spec $(FIXTURES)/docker-20.10-env-nvidia-all.json --host-memory 64g
+	@echo
+	@echo '$$ gpurun plan --spec $(FIXTURES)/containerd-1.6-cri-container-env-nvidia-all.json --host-memory 64g --json'
+	@bin/gpurun plan --spec $(FIXTURES)/containerd-1.6-cri-container-env-nvidia-all.json --host-memory 64g --json
+	@echo
+	@echo '$$ gpurun --dry-run run --rm --gpus all --memory 16g nvidia/cuda:12.4.1-runtime-ubuntu22.04 python train.py'
+	@DOCKER_HOST=unix:///nonexistent.sock bin/gpurun --dry-run run --rm --gpus all --memory 16g nvidia/cuda:12.4.1-runtime-ubuntu22.04 python train.py
+
+test: test-unit test-integration
+
+test-unit:
+	$(GO) test -count=1 $(UNIT_PKGS)
+
+# Real engines (dockerd, containerd + CRI, runc, podman), each on its own
+# socket and state dir; needs root. The tests build bin/ themselves.
+test-integration: build
+	$(GO) test -count=1 -p 1 -timeout 25m -tags integration ./integration/...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
+	$(GO) test -run '^$$' -bench . -benchtime 20x -tags integration ./integration/...
+
+# A short run of every fuzz target (go test runs one target per invocation).
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) ./policy
+	$(GO) test -run '^$$' -fuzz '^FuzzParseQuantity$$' -fuzztime $(FUZZTIME) ./policy
+	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./oci
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./oci
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./integration/...
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags integration ./integration/...
+
+install: build
+	install -D -m 0755 bin/gpurun $(DESTDIR)$(BINDIR)/gpurun
+	install -D -m 0755 bin/gpurun-runtime $(DESTDIR)$(BINDIR)/gpurun-runtime
+
+clean:
+	rm -rf bin dist
