@@ -1,0 +1,245 @@
+package oci
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpurun/gpurun/policy"
+)
+
+// fixtureDir holds config.json files captured from real engines by
+// hack/capture-fixtures.sh (see its README.md).
+const fixtureDir = "testdata/fixtures"
+
+// fixturePlans says, for each captured spec, what the planner must do under
+// the default policy (match "gpu") and under match "all", on a 64 GiB host
+// with the engine's host tmpfs size unknown (a captured spec outlives its
+// engine). Sizes are MiB.
+var fixturePlans = []struct {
+	file      string
+	kind      ShmKind
+	gpu       bool
+	gpus      int
+	action    Action // default policy
+	sizeMiB   int64
+	allAction Action // match = "all"
+	allMiB    int64
+}{
+	{"docker-20.10-default", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768},
+	{"docker-20.10-ipc-private", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768},
+	{"docker-20.10-memory-2g", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 1024},
+	{"docker-20.10-env-nvidia-all", ShmPrivate, true, 0, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-20.10-env-nvidia-0-1", ShmPrivate, true, 2, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-20.10-env-nvidia-void", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768},
+	{"docker-20.10-device-nvidia0", ShmPrivate, true, 1, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-20.10-gpu-memory-4g", ShmPrivate, true, 0, ActionSetSize, 2048, ActionSetSize, 2048},
+	{"docker-20.10-shm-size-2g", ShmPrivate, false, 0, ActionNone, 2048, ActionNone, 2048},
+	{"docker-20.10-default-shm-size-1g-daemon", ShmPrivate, false, 0, ActionNone, 1024, ActionNone, 1024},
+	{"docker-20.10-ipc-host", ShmHost, false, 0, ActionNone, 0, ActionNone, 0},
+	{"docker-20.10-ipc-none", ShmNone, false, 0, ActionNone, 0, ActionNone, 0},
+	{"docker-20.10-ipc-shareable", ShmEngine, false, 0, ActionNone, 0, ActionRemount, 32768},
+	{"docker-20.10-ipc-container", ShmEngine, false, 0, ActionNone, 0, ActionRemount, 32768},
+	{"docker-20.10-tmpfs-devshm", ShmUser, false, 0, ActionNone, 512, ActionNone, 512},
+	{"docker-20.10-volume-devshm", ShmUser, false, 0, ActionNone, 0, ActionNone, 0},
+	{"docker-20.10-bind-devshm", ShmUser, false, 0, ActionNone, 0, ActionNone, 0},
+	{"containerd-1.6-cri-sandbox", ShmEngine, false, 0, ActionNone, 0, ActionNone, 0},
+	{"containerd-1.6-cri-container", ShmEngine, false, 0, ActionNone, 0, ActionRemount, 32768},
+	{"containerd-1.6-cri-container-env-nvidia-all", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
+	{"containerd-1.6-cri-container-device-nvidia0", ShmEngine, true, 1, ActionRemount, 32768, ActionRemount, 32768},
+	{"containerd-1.6-cri-container-cdi-annotation", ShmEngine, true, 1, ActionRemount, 32768, ActionRemount, 32768},
+	{"containerd-1.6-cri-container-memory-2g", ShmEngine, false, 0, ActionNone, 0, ActionRemount, 1024},
+	{"containerd-1.6-cri-container-shm-hostpath", ShmUser, false, 0, ActionNone, 0, ActionNone, 0},
+	{"containerd-1.6-cri-hostipc-sandbox", ShmHost, false, 0, ActionNone, 0, ActionNone, 0},
+	{"containerd-1.6-cri-hostipc-container", ShmHost, false, 0, ActionNone, 0, ActionNone, 0},
+	{"containerd-2.4-cri-sandbox", ShmEngine, false, 0, ActionNone, 0, ActionNone, 0},
+	{"containerd-2.4-cri-container", ShmEngine, false, 0, ActionNone, 0, ActionRemount, 32768},
+	{"containerd-2.4-cri-container-env-nvidia-all", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
+	{"containerd-2.4-cri-hostipc-sandbox", ShmHost, false, 0, ActionNone, 0, ActionNone, 0},
+	{"containerd-2.4-cri-hostipc-container", ShmHost, false, 0, ActionNone, 0, ActionNone, 0},
+	{"ctr-1.6-default", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768},
+	{"podman-4.3-default", ShmEngine, false, 0, ActionNone, 0, ActionRemount, 32768},
+	{"podman-4.3-env-nvidia-all", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
+	{"podman-4.3-shm-size-2g", ShmEngine, false, 0, ActionNone, 0, ActionRemount, 32768},
+	{"podman-4.3-ipc-host", ShmHost, false, 0, ActionNone, 0, ActionNone, 0},
+}
+
+func loadFixture(t testing.TB, name string) *Config {
+	t.Helper()
+	c, err := LoadConfig(filepath.Join(fixtureDir, name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestFixturePlans(t *testing.T) {
+	all, err := policy.Parse("all.toml", []byte(`match = "all"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fx := range fixturePlans {
+		t.Run(fx.file, func(t *testing.T) {
+			for _, run := range []struct {
+				pol    *policy.Policy
+				action Action
+				mib    int64
+			}{{policy.Default(), fx.action, fx.sizeMiB}, {all, fx.allAction, fx.allMiB}} {
+				c := loadFixture(t, fx.file)
+				pl := Decide(Input{Spec: c.Spec, Policy: run.pol, HostMemory: 64 * policy.GiB})
+				if pl.Shm.Kind != fx.kind {
+					t.Errorf("match %s: /dev/shm is %s, want %s", run.pol.Match, pl.Shm.Kind, fx.kind)
+				}
+				if pl.GPU != fx.gpu || pl.GPUs != fx.gpus {
+					t.Errorf("match %s: gpu %v/%d, want %v/%d (%v)", run.pol.Match, pl.GPU, pl.GPUs, fx.gpu, fx.gpus, pl.Evidence)
+				}
+				if pl.Action != run.action || pl.Size != run.mib*policy.MiB {
+					t.Errorf("match %s: %s %d MiB, want %s %d MiB (%s)", run.pol.Match, pl.Action, pl.Size/policy.MiB, run.action, run.mib, pl.Reason)
+				}
+				// Apply, write, read back: the spec says what the plan said.
+				if _, err := c.Apply(pl); err != nil {
+					t.Fatalf("apply: %v", err)
+				}
+				out, err := c.Marshal()
+				if err != nil {
+					t.Fatal(err)
+				}
+				back, err := ParseConfig("applied.json", out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pl.Action == ActionSetSize {
+					if got := ClassifyShm(back.Spec, 64*policy.GiB).Size; got != pl.Size {
+						t.Errorf("match %s: applied spec says %d, plan %d", run.pol.Match, got, pl.Size)
+					}
+				}
+				assertSameExceptShm(t, loadFixture(t, fx.file), back)
+			}
+		})
+	}
+}
+
+// assertSameExceptShm checks that apply changed nothing but the /dev/shm
+// mount: every other mount and the whole process are byte-for-byte equal.
+func assertSameExceptShm(t *testing.T, before, after *Config) {
+	t.Helper()
+	for k, v := range before.raw {
+		if k == "mounts" {
+			continue
+		}
+		if string(after.raw[k]) != string(v) && !jsonEqual(t, after.raw[k], v) {
+			t.Errorf("field %q changed", k)
+		}
+	}
+	if len(after.Spec.Mounts) != len(before.Spec.Mounts) {
+		t.Fatalf("mount count %d -> %d", len(before.Spec.Mounts), len(after.Spec.Mounts))
+	}
+	for i, m := range before.Spec.Mounts {
+		if m.Destination == ShmPath {
+			continue
+		}
+		if strings.Join(m.Options, ",") != strings.Join(after.Spec.Mounts[i].Options, ",") || m.Source != after.Spec.Mounts[i].Source {
+			t.Errorf("mount %s changed", m.Destination)
+		}
+	}
+}
+
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	ga, gb := generic(t, []byte(`{"v":`+string(a)+`}`)), generic(t, []byte(`{"v":`+string(b)+`}`))
+	return strings.TrimSpace(string(mustMarshal(t, ga))) == strings.TrimSpace(string(mustMarshal(t, gb)))
+}
+
+// Every captured fixture has a row above and a line in the README, so a new
+// capture cannot slip in untested.
+func TestFixturesCovered(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(fixtureDir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures in %s: %v", fixtureDir, err)
+	}
+	readme, err := os.ReadFile(filepath.Join(fixtureDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, fx := range fixturePlans {
+		rows[fx.file] = true
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		if !rows[name] {
+			t.Errorf("fixture %s has no expected plan in fixturePlans", name)
+		}
+		if !strings.Contains(string(readme), name) {
+			t.Errorf("fixture %s is not described in %s/README.md", name, fixtureDir)
+		}
+		delete(rows, name)
+	}
+	for name := range rows {
+		t.Errorf("fixturePlans names %s, which is not in %s", name, fixtureDir)
+	}
+}
+
+// The CRI container's /dev/shm bind names the same sandbox as its
+// annotation; a mismatch (a spec binding another pod's tmpfs) is refused.
+func TestCRISandboxMismatch(t *testing.T) {
+	c := loadFixture(t, "containerd-1.6-cri-container-env-nvidia-all")
+	if got := Decide(Input{Spec: c.Spec, HostMemory: 64 * policy.GiB}); got.Action != ActionRemount || got.Shm.OwnerID != got.Container.SandboxID {
+		t.Fatalf("plan %+v", got)
+	}
+	c.Spec.Annotations[AnnotationCRISandboxID] = "0000000000000000000000000000000000000000000000000000000000000000"
+	got := Decide(Input{Spec: c.Spec, HostMemory: 64 * policy.GiB})
+	if got.Action != ActionNone || !strings.Contains(got.Reason, "belongs to sandbox") {
+		t.Errorf("mismatched sandbox: %+v", got)
+	}
+}
+
+// With the host tmpfs's real size known, an engine tmpfs that someone sized
+// (podman --shm-size 2g) is left alone, and a big enough one is not grown.
+func TestHostTmpfsSizeKnown(t *testing.T) {
+	all, _ := policy.Parse("all.toml", []byte(`match = "all"`))
+	tests := []struct {
+		file   string
+		size   int64
+		action Action
+	}{
+		{"podman-4.3-shm-size-2g", 2 * policy.GiB, ActionNone},
+		{"podman-4.3-default", 64 * policy.MiB, ActionRemount},
+		{"podman-4.3-default", policy.PodmanDefaultShm, ActionRemount}, // podman's own 64000k
+		{"containerd-1.6-cri-container", 64 * policy.MiB, ActionRemount},
+		{"containerd-1.6-cri-container", 48 * policy.GiB, ActionNone},
+	}
+	for _, tt := range tests {
+		c := loadFixture(t, tt.file)
+		pl := Decide(Input{Spec: c.Spec, Policy: all, HostMemory: 64 * policy.GiB,
+			HostTmpfsSize: func(string) (int64, error) { return tt.size, nil }})
+		if pl.Action != tt.action || pl.Current != tt.size {
+			t.Errorf("%s at %d: %s (current %d): %s", tt.file, tt.size, pl.Action, pl.Current, pl.Reason)
+		}
+	}
+}
+
+// BenchmarkPlanApply is the shim's work on one container: parse a real
+// config.json, plan, apply, encode.
+func BenchmarkPlanApply(b *testing.B) {
+	data, err := os.ReadFile(filepath.Join(fixtureDir, "docker-20.10-env-nvidia-all.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pol := policy.Default()
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := ParseConfig("config.json", data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pl := Decide(Input{Spec: c.Spec, Policy: pol, HostMemory: 64 * policy.GiB})
+		if _, err := c.Apply(pl); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Marshal(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
