@@ -135,7 +135,7 @@ func Decide(in Input) Plan {
 		return act(pl, ActionSetSize, p.Min, fmt.Sprintf("enforce_min: the user's tmpfs at /dev/shm is %s, raised to min %s", policy.FormatSize(sh.Size), policy.FormatSize(p.Min)))
 
 	case ShmPrivate:
-		if !requested && sh.Size != policy.EngineDefaultShm && sh.Size != 0 {
+		if !requested && !policy.IsEngineDefaultShm(sh.Size) && sh.Size != 0 {
 			// Not the engines' 64 MiB: someone chose it (--shm-size,
 			// default-shm-size, containers.conf).
 			if p.EnforceMin && sh.Size < p.Min {
@@ -159,7 +159,7 @@ func Decide(in Input) Plan {
 		if p.Mode == policy.ModeMount {
 			return leave("%s; but /dev/shm is the %s host tmpfs %q and mode \"mount\" never remounts on the host", why, sh.Engine, sh.Source)
 		}
-		if pl.Current != 0 && pl.Current != policy.EngineDefaultShm && !requested {
+		if pl.Current != 0 && !policy.IsEngineDefaultShm(pl.Current) && !requested {
 			if !p.EnforceMin || pl.Current >= p.Min {
 				return leave("the shared /dev/shm is already %s (chosen explicitly); left alone", policy.FormatSize(pl.Current))
 			}

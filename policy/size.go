@@ -18,9 +18,18 @@ const (
 	TiB int64 = 1 << 40
 
 	// EngineDefaultShm is the /dev/shm size Docker, containerd (CRI and ctr),
-	// nerdctl, CRI-O and Podman give a container when nobody asks for another.
+	// nerdctl and CRI-O give a container when nobody asks for another.
 	EngineDefaultShm = 64 * MiB
+	// PodmanDefaultShm is Podman's default: its "65536k" is read as
+	// decimal kilobytes (seen in the captured podman 4.3 fixtures).
+	PodmanDefaultShm = 65536 * 1000
 )
+
+// IsEngineDefaultShm reports whether n is a size an engine gives /dev/shm by
+// default, rather than one somebody chose.
+func IsEngineDefaultShm(n int64) bool {
+	return n == EngineDefaultShm || n == PodmanDefaultShm
+}
 
 // ParseSize parses a size the way `docker run --shm-size` and `--memory` do:
 // a number of bytes, optionally fractional, with an optional binary unit
