@@ -34,11 +34,11 @@ func execute(t *testing.T, args ...string) (stdout, stderr string, code int) {
 func TestPlanJSON(t *testing.T) {
 	t.Setenv("GPURUN_CONFIG", "")
 	spec := filepath.Join("..", "..", "oci", "testdata", "fixtures", "docker-20.10-gpu-memory-4g.json")
-	stdout, stderr, code := execute(t, "plan", "--spec", spec, "--host-memory", "64g", "--json", "--config", filepath.Join(t.TempDir(), "none.toml"))
+	_, stderr, code := execute(t, "plan", "--spec", spec, "--host-memory", "64g", "--json", "--config", filepath.Join(t.TempDir(), "none.toml"))
 	if code != 2 || !strings.Contains(stderr, "none.toml") {
 		t.Fatalf("a missing --config file: exit %d, %q", code, stderr)
 	}
-	stdout, stderr, code = execute(t, "plan", "--spec", spec, "--host-memory", "64g", "--json")
+	stdout, stderr, code := execute(t, "plan", "--spec", spec, "--host-memory", "64g", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
