@@ -100,13 +100,11 @@ func (c *Config) Apply(p Plan) (bool, error) {
 }
 
 // fieldKey returns the key of obj that Go's encoding/json (and so runc)
-// decodes into the field named name: the exact name, else the one key equal
-// to it under case folding. Two folding keys without the exact one make the
-// document ambiguous, and an error.
+// decodes into the field named name: keys are matched case-insensitively,
+// and when several spellings are present the last one in the document wins.
+// The decoded map has lost that order, so two spellings are refused as
+// ambiguous rather than guessed.
 func fieldKey(obj map[string]json.RawMessage, name string) (string, error) {
-	if _, ok := obj[name]; ok {
-		return name, nil
-	}
 	found := ""
 	for k := range obj {
 		if strings.EqualFold(k, name) {
