@@ -157,21 +157,43 @@ func (s *Shim) prepare(inv Invocation, pol *policy.Policy, log *slog.Logger) (er
 	return nil
 }
 
-// openLog opens the JSON-lines log file, or discards logs when it cannot.
+// openLog returns a JSON-lines logger writing to path. The file is opened
+// on the first record, so the invocations that log nothing (start, delete,
+// state, ...) never touch it; if it cannot be opened, records are dropped.
 func openLog(path string) (*slog.Logger, func()) {
 	if path == "" {
 		return slog.New(slog.NewJSONHandler(io.Discard, nil)), func() {}
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-	if err != nil && errors.Is(err, os.ErrNotExist) {
-		if mkErr := os.MkdirAll(filepath.Dir(path), 0o755); mkErr == nil {
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	w := &lazyFile{path: path}
+	return slog.New(slog.NewJSONHandler(w, nil)).With("component", "gpurun-runtime", "pid", os.Getpid()), w.close
+}
+
+// lazyFile is an append-only file opened on first write.
+type lazyFile struct {
+	path string
+	f    *os.File
+	err  error
+}
+
+func (l *lazyFile) Write(p []byte) (int, error) {
+	if l.f == nil && l.err == nil {
+		l.f, l.err = os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if errors.Is(l.err, os.ErrNotExist) {
+			if mkErr := os.MkdirAll(filepath.Dir(l.path), 0o755); mkErr == nil {
+				l.f, l.err = os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+			}
 		}
 	}
-	if err != nil {
-		return slog.New(slog.NewJSONHandler(io.Discard, nil)), func() {}
+	if l.err != nil {
+		return len(p), nil // logging must never fail a container start
 	}
-	return slog.New(slog.NewJSONHandler(f, nil)).With("component", "gpurun-runtime", "pid", os.Getpid()), func() { _ = f.Close() }
+	return l.f.Write(p)
+}
+
+func (l *lazyFile) close() {
+	if l.f != nil {
+		_ = l.f.Close()
+	}
 }
 
 // reportToEngine writes an error where the engine reads a runtime's errors:

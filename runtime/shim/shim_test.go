@@ -88,11 +88,12 @@ func TestShim(t *testing.T) {
 		wantSize int64
 		wantLog  string
 		wantErr  string
+		noLog    bool
 	}{
 		{name: "create sizes a GPU container", spec: gpuSpec, args: createArgs, wantExec: true, wantSize: 4 * policy.GiB, wantLog: `"action":"set-size"`},
 		{name: "run too", spec: gpuSpec, args: func(b string) []string { return []string{"run", "-b", b, "-d", "c1"} }, wantExec: true, wantSize: 4 * policy.GiB},
 		{name: "a non-GPU container is untouched", spec: strings.Replace(gpuSpec, "NVIDIA_VISIBLE_DEVICES=all", "A=b", 1), args: createArgs, wantExec: true, wantSize: 64 * policy.MiB, wantLog: `"action":"none"`},
-		{name: "start passes through without reading the bundle", spec: "not json", args: func(string) []string { return []string{"--root", "/r", "start", "c1"} }, wantExec: true},
+		{name: "start passes through without reading the bundle or logging", spec: "not json", args: func(string) []string { return []string{"--root", "/r", "start", "c1"} }, wantExec: true, noLog: true},
 		{name: "malformed config.json fails open", spec: "{broken", args: createArgs, wantExec: true, wantLog: "malformed JSON"},
 		{name: "malformed config.json with fail_closed", spec: "{broken", config: "fail_closed = true\n", args: createArgs, wantCode: 1, wantErr: "malformed JSON"},
 		{name: "missing config.json fails open", spec: "", args: createArgs, wantExec: true, wantLog: "no such file"},
@@ -148,6 +149,9 @@ func TestShim(t *testing.T) {
 				if !strings.Contains(data, `"x-unknown":{"kept":true}`) {
 					t.Errorf("unknown field lost: %s", data)
 				}
+			}
+			if _, err := os.Stat(logFile); tt.noLog && err == nil {
+				t.Errorf("a pass-through invocation created the log file")
 			}
 			if tt.wantLog != "" {
 				logData, _ := os.ReadFile(logFile)
