@@ -3,6 +3,7 @@ module github.com/gpurun/gpurun
 go 1.26.0
 
 require (
+	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/docker/go-units v0.5.0
 	github.com/moby/sys/mountinfo v0.7.3
