@@ -38,8 +38,15 @@ demo: bin/gpurun
 
 test: test-unit test-integration
 
-test-unit:
-	$(GO) test -count=1 $(UNIT_PKGS)
+# containerd 2.x, built from the Go module proxy, loads the version 3/4
+# configs the installer writes (Debian ships 1.6 only).
+CONTAINERD2_VERSION ?= v2.4.2
+CONTAINERD2 ?= $(CURDIR)/.tools/containerd-$(CONTAINERD2_VERSION)/containerd
+$(CONTAINERD2):
+	GOBIN=$(dir $@) CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD2_VERSION)
+
+test-unit: $(CONTAINERD2)
+	GPURUN_TEST_CONTAINERD2=$(CONTAINERD2) $(GO) test -count=1 $(UNIT_PKGS)
 
 # Real engines (dockerd, containerd + CRI, runc, podman), each on its own
 # socket and state dir; needs root. The tests build bin/ themselves.
