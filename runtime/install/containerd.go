@@ -1,0 +1,247 @@
+package install
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/runtime/engineconf"
+)
+
+// DefaultContainerdConfig is containerd's configuration file.
+const DefaultContainerdConfig = "/etc/containerd/config.toml"
+
+// DropInName is the file a drop-in install writes in the drop-in directory.
+const DropInName = "99-gpurun.toml"
+
+// DefaultPodAnnotations are passed from pods to gpurun-runtime: a size a
+// pod asks for, and CDI device requests (GPU evidence).
+var DefaultPodAnnotations = []string{"gpurun.io/*", "cdi.k8s.io/*"}
+
+// Containerd registers gpurun-runtime as a CRI runtime handler.
+type Containerd struct {
+	Options
+	// ConfigPath is config.toml (a node path).
+	ConfigPath string
+	// DropInDir, when set, holds gpurun's tables in DropInDir/99-gpurun.toml
+	// and adds it to the main config's imports, instead of editing the
+	// main config's tables.
+	DropInDir string
+	// SetAsDefault makes gpurun the default runtime handler, so every pod
+	// gets it without a RuntimeClass.
+	SetAsDefault bool
+	// PodAnnotations are passed to the runtime; nil means
+	// DefaultPodAnnotations.
+	PodAnnotations []string
+	// Restart restarts containerd with systemctl (containerd reads its
+	// config only at start; running containers keep running).
+	Restart bool
+}
+
+func (c Containerd) configPath() string {
+	if c.ConfigPath == "" {
+		return c.host(DefaultContainerdConfig)
+	}
+	return c.host(c.ConfigPath)
+}
+
+func (c Containerd) options() engineconf.ContainerdOptions {
+	ann := c.PodAnnotations
+	if ann == nil {
+		ann = DefaultPodAnnotations
+	}
+	return engineconf.ContainerdOptions{Name: RuntimeName, BinaryName: c.RuntimePath, SetAsDefault: c.SetAsDefault, PodAnnotations: ann}
+}
+
+// dropIn returns the drop-in's node path (as containerd's imports name it)
+// and its path here.
+func (c Containerd) dropIn() (node, here string) {
+	node = filepath.Join(c.DropInDir, DropInName)
+	return node, c.host(node)
+}
+
+// Install registers gpurun-runtime. A second install changes nothing.
+func (c Containerd) Install() error {
+	path := c.configPath()
+	before, existed, err := readConfig(path)
+	if err != nil {
+		return err
+	}
+	var after, dropIn, dropBefore []byte
+	var ch engineconf.ContainerdChange
+	dropNode, dropHere := "", ""
+	if c.DropInDir != "" {
+		dropNode, dropHere = c.dropIn()
+		if after, dropIn, ch, err = engineconf.ContainerdDropIn(before, dropNode, c.options()); err != nil {
+			return fmt.Errorf("install into %s: %w", path, err)
+		}
+		if dropBefore, _, err = readConfig(dropHere); err != nil {
+			return err
+		}
+	} else if after, ch, err = engineconf.InstallContainerd(before, c.options()); err != nil {
+		return fmt.Errorf("install into %s: %w", path, err)
+	}
+	dropChanged := dropHere != "" && string(dropBefore) != string(dropIn)
+	var pc *policyChange
+	var polBefore, polAfter []byte
+	if ch.Chain != "" {
+		if pc, polBefore, polAfter, err = c.chain(ch.Chain); err != nil {
+			return err
+		}
+	}
+	if c.DryRun {
+		c.showDiff(path, before, after)
+		if dropHere != "" {
+			c.showDiff(dropHere, dropBefore, dropIn)
+		}
+		if pc != nil {
+			c.showDiff(c.policyPath(), polBefore, polAfter)
+		}
+		return nil
+	}
+	if !ch.Changed && !dropChanged {
+		fmt.Fprintf(c.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
+		return c.restart()
+	}
+	st, err := loadState(c.statePath())
+	if err != nil {
+		return err
+	}
+	rec, hadRecord := st["containerd"][path]
+	if dropChanged {
+		if err := os.MkdirAll(filepath.Dir(dropHere), 0o755); err != nil {
+			return fmt.Errorf("write %s: %w", dropHere, err)
+		}
+		if err := oci.WriteFileAtomic(dropHere, dropIn, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", dropHere)
+	}
+	backup := rec.Backup
+	if ch.Changed {
+		if backup, err = c.writeConfig(path, before, existed, after, rec.Backup); err != nil {
+			return err
+		}
+	}
+	if pc != nil {
+		if err := c.writePolicy(polAfter); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.Out, "%s: runtime = %q (gpurun-runtime hands over to the runtime that was the default)\n", c.policyPath(), ch.Chain)
+	}
+	if !hadRecord || ch.Changed {
+		raw, err := json.Marshal(ch)
+		if err != nil {
+			return err
+		}
+		if st["containerd"] == nil {
+			st["containerd"] = map[string]record{}
+		}
+		st["containerd"][path] = record{Change: raw, DropIn: dropNode, Policy: pc, Backup: backup, InstalledAt: c.now().UTC()}
+		if err := st.save(c.statePath()); err != nil {
+			return err
+		}
+	}
+	what := "registered runtime handler " + RuntimeName
+	if ch.SetDefault {
+		what += " as the default"
+	}
+	fmt.Fprintf(c.Out, "%s: %s (%s, config version %d)", path, what, c.RuntimePath, ch.Version)
+	if backup != "" {
+		fmt.Fprintf(c.Out, "; backup %s", backup)
+	}
+	fmt.Fprintln(c.Out)
+	return c.restart()
+}
+
+// Uninstall undoes what Install recorded for this config.
+func (c Containerd) Uninstall() error {
+	path := c.configPath()
+	before, existed, err := readConfig(path)
+	if err != nil {
+		return err
+	}
+	st, err := loadState(c.statePath())
+	if err != nil {
+		return err
+	}
+	rec, recorded := st["containerd"][path]
+	var ch engineconf.ContainerdChange
+	if recorded {
+		if err := json.Unmarshal(rec.Change, &ch); err != nil {
+			return fmt.Errorf("install state %s: %w", c.statePath(), err)
+		}
+	} else {
+		fmt.Fprintf(c.Out, "%s: no install recorded in %s; removing what gpurun's marker shows\n", path, c.statePath())
+	}
+	if !existed {
+		fmt.Fprintf(c.Out, "%s: does not exist; nothing to do\n", path)
+		return nil
+	}
+	dropNode := rec.DropIn
+	if dropNode == "" && c.DropInDir != "" {
+		dropNode, _ = c.dropIn()
+	}
+	var after []byte
+	var changed bool
+	if dropNode != "" {
+		after, changed, err = engineconf.UninstallContainerdDropIn(before, dropNode, ch)
+	} else {
+		after, changed, err = engineconf.UninstallContainerd(before, c.options(), ch)
+	}
+	if err != nil {
+		return fmt.Errorf("uninstall from %s: %w", path, err)
+	}
+	if c.DryRun {
+		c.showDiff(path, before, after)
+		if dropNode != "" {
+			fmt.Fprintf(c.Out, "would remove %s\n", c.host(dropNode))
+		}
+		return nil
+	}
+	if changed {
+		if err := oci.WriteFileAtomic(path, after, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.Out, "%s: gpurun runtime removed\n", path)
+	} else {
+		fmt.Fprintf(c.Out, "%s: gpurun runtime not registered; nothing to do\n", path)
+	}
+	if dropNode != "" {
+		if err := os.Remove(c.host(dropNode)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", c.host(dropNode), err)
+		}
+	}
+	if err := c.unchain(rec.Policy); err != nil {
+		return err
+	}
+	if recorded {
+		delete(st["containerd"], path)
+		if err := st.save(c.statePath()); err != nil {
+			return err
+		}
+	}
+	return c.restart()
+}
+
+// restart restarts containerd when asked to, else says how.
+func (c Containerd) restart() error {
+	if !c.Restart {
+		fmt.Fprintln(c.Out, "restart containerd to apply: systemctl restart containerd  (running containers keep running)")
+		return nil
+	}
+	if c.HostRoot != "" && c.HostRoot != "/" {
+		return fmt.Errorf("restart containerd: --restart with --host-root is not supported here; restart it on the node")
+	}
+	out, err := exec.Command("systemctl", "restart", "containerd").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("systemctl restart containerd: %w: %s", err, out)
+	}
+	fmt.Fprintln(c.Out, "restarted containerd")
+	return nil
+}

@@ -1,0 +1,270 @@
+// Package install registers gpurun-runtime with a node's engines and takes it
+// out again: it reads an engine's configuration under a host root, edits it
+// with engineconf, writes it atomically with a backup, records what it
+// changed in a state file so uninstall can undo exactly that, points gpurun's
+// own policy at a runtime it must chain (an nvidia runtime that was the
+// default), and reloads or restarts the engine when asked.
+package install
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/engineconf"
+)
+
+// RuntimeName is the name gpurun-runtime is registered under.
+const RuntimeName = "gpurun"
+
+// DefaultStatePath is where install records what it changed.
+const DefaultStatePath = "/var/lib/gpurun/install-state.json"
+
+// Options are common to every engine.
+type Options struct {
+	// HostRoot prefixes every file path on the node ("" or "/": this host;
+	// "/host" in a DaemonSet that mounts the node's root there).
+	HostRoot string
+	// RuntimePath is gpurun-runtime as the engine will exec it (a path on
+	// the node, not under HostRoot).
+	RuntimePath string
+	// StatePath and PolicyPath are node paths (HostRoot is added).
+	StatePath  string
+	PolicyPath string
+	// DryRun prints the diff and changes nothing.
+	DryRun bool
+	// Out receives diffs and what was done.
+	Out io.Writer
+	// Now stamps backups; nil means time.Now.
+	Now func() time.Time
+}
+
+func (o Options) host(p string) string {
+	if o.HostRoot == "" || o.HostRoot == "/" {
+		return p
+	}
+	return filepath.Join(o.HostRoot, p)
+}
+
+func (o Options) statePath() string {
+	if o.StatePath == "" {
+		return o.host(DefaultStatePath)
+	}
+	return o.host(o.StatePath)
+}
+
+func (o Options) policyPath() string {
+	if o.PolicyPath == "" {
+		return o.host(policy.DefaultConfigPath)
+	}
+	return o.host(o.PolicyPath)
+}
+
+func (o Options) now() time.Time {
+	if o.Now != nil {
+		return o.Now()
+	}
+	return time.Now()
+}
+
+// record is what one install changed in one engine config.
+type record struct {
+	// Change is the engine editor's record (DockerChange, ContainerdChange).
+	Change json.RawMessage `json:"change"`
+	// DropIn is the drop-in file a containerd install wrote, if any.
+	DropIn string `json:"drop_in,omitempty"`
+	// Policy is what the install changed in gpurun's policy file.
+	Policy *policyChange `json:"policy,omitempty"`
+	// Backup is the copy of the config taken before the first change.
+	Backup string `json:"backup,omitempty"`
+	// InstalledAt is when.
+	InstalledAt time.Time `json:"installed_at"`
+}
+
+// state is the state file: engine -> config path -> record.
+type state map[string]map[string]record
+
+func loadState(path string) (state, error) {
+	st := state{}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read install state: %w", err)
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("read install state %s: %w", path, err)
+	}
+	return st, nil
+}
+
+func (st state) save(path string) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write install state: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write install state: %w", err)
+	}
+	return oci.WriteFileAtomic(path, append(data, '\n'), 0o644)
+}
+
+// readConfig reads an engine config; a missing file reads as empty.
+func readConfig(path string) ([]byte, bool, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	return data, true, nil
+}
+
+// writeConfig backs up the current file (when it exists and no backup was
+// taken yet) and replaces it atomically, keeping its mode.
+func (o Options) writeConfig(path string, before []byte, existed bool, after []byte, backup string) (string, error) {
+	if existed && backup == "" {
+		backup = fmt.Sprintf("%s.gpurun-%s.bak", path, o.now().UTC().Format("20060102T150405Z"))
+		if err := oci.WriteFileAtomic(backup, before, 0o600); err != nil {
+			return "", fmt.Errorf("back up %s: %w", path, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := oci.WriteFileAtomic(path, after, 0o644); err != nil {
+		return "", err
+	}
+	return backup, nil
+}
+
+// showDiff prints what a change would do.
+func (o Options) showDiff(path string, before, after []byte) {
+	if d := engineconf.UnifiedDiff(path, before, after); d != "" {
+		fmt.Fprint(o.Out, d)
+	} else {
+		fmt.Fprintf(o.Out, "%s: no change\n", path)
+	}
+}
+
+// policyChange is what chaining changed in gpurun's policy file.
+type policyChange struct {
+	Created  bool   `json:"created,omitempty"`
+	HadKey   bool   `json:"had_key,omitempty"`
+	Previous string `json:"previous,omitempty"`
+	Value    string `json:"value"`
+}
+
+// chain makes gpurun-runtime exec runtime (an existing wrapper such as
+// nvidia-container-runtime) by setting `runtime` in the policy file: the
+// key's line is replaced, or added; a missing file is created. The result
+// must still be a valid policy.
+func (o Options) chain(runtime string) (*policyChange, []byte, []byte, error) {
+	path := o.policyPath()
+	before, existed, err := readConfig(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ch := &policyChange{Created: !existed, Value: runtime}
+	line := fmt.Sprintf("runtime = %q # chained by gpurun install: the runtime that was the engine's default", runtime)
+	var after []byte
+	if !existed {
+		after = []byte("# gpurun policy; see `gpurun --help` and docs/\n" + line + "\n")
+	} else {
+		cur, err := policy.Parse(path, before)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		lines := strings.SplitAfter(string(before), "\n")
+		found := false
+		for i, l := range lines {
+			k, _, ok := strings.Cut(strings.TrimSpace(l), "=")
+			if ok && strings.TrimSpace(k) == "runtime" {
+				ch.HadKey, ch.Previous = true, cur.Runtime
+				lines[i] = line + "\n"
+				found = true
+				break
+			}
+		}
+		if !found {
+			// Top-level keys must come before any table; the policy has none,
+			// but be safe and insert at the top after leading comments.
+			at := 0
+			for at < len(lines) && strings.HasPrefix(strings.TrimSpace(lines[at]), "#") {
+				at++
+			}
+			lines = append(lines[:at], append([]string{line + "\n"}, lines[at:]...)...)
+		}
+		after = []byte(strings.Join(lines, ""))
+	}
+	if _, err := policy.Parse(path, after); err != nil {
+		return nil, nil, nil, fmt.Errorf("chain %s: %w", runtime, err)
+	}
+	return ch, before, after, nil
+}
+
+// writePolicy writes the policy file chain prepared.
+func (o Options) writePolicy(data []byte) error {
+	path := o.policyPath()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("chain: %w", err)
+	}
+	if err := oci.WriteFileAtomic(path, data, 0o644); err != nil {
+		return fmt.Errorf("chain: %w", err)
+	}
+	return nil
+}
+
+// unchain undoes chain, if the policy still says what chain wrote.
+func (o Options) unchain(ch *policyChange) error {
+	if ch == nil {
+		return nil
+	}
+	path := o.policyPath()
+	data, existed, err := readConfig(path)
+	if err != nil || !existed {
+		return err
+	}
+	cur, err := policy.Parse(path, data)
+	if err != nil {
+		return err
+	}
+	if cur.Runtime != ch.Value {
+		fmt.Fprintf(o.Out, "%s: runtime is now %q, not the chained %q: left as it is\n", path, cur.Runtime, ch.Value)
+		return nil
+	}
+	if ch.Created {
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove %s: %w", path, err)
+		}
+		fmt.Fprintf(o.Out, "removed %s (created by install)\n", path)
+		return nil
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	for i, l := range lines {
+		k, _, ok := strings.Cut(strings.TrimSpace(l), "=")
+		if ok && strings.TrimSpace(k) == "runtime" {
+			if ch.HadKey {
+				lines[i] = fmt.Sprintf("runtime = %q\n", ch.Previous)
+			} else {
+				lines = append(lines[:i], lines[i+1:]...)
+			}
+			break
+		}
+	}
+	if err := oci.WriteFileAtomic(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "%s: runtime restored\n", path)
+	return nil
+}
