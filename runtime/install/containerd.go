@@ -142,7 +142,11 @@ func (c Containerd) Install() error {
 		if st["containerd"] == nil {
 			st["containerd"] = map[string]record{}
 		}
-		st["containerd"][path] = record{Change: raw, DropIn: dropNode, Policy: pc, Backup: backup, InstalledAt: c.now().UTC()}
+		merged, err := mergeRecord(rec, hadRecord, ch, mergeContainerd, record{Change: raw, DropIn: dropNode, Policy: pc, Backup: backup, InstalledAt: c.now().UTC()})
+		if err != nil {
+			return fmt.Errorf("install state %s: %w", c.statePath(), err)
+		}
+		st["containerd"][path] = merged
 		if err := st.save(c.statePath()); err != nil {
 			return err
 		}

@@ -75,8 +75,7 @@ func (d Docker) Install() error {
 	if err != nil {
 		return err
 	}
-	rec := st["docker"][path]
-	backup, err := d.writeConfig(path, before, existed, after, rec.Backup)
+	backup, err := d.writeConfig(path, before, existed, after, st["docker"][path].Backup)
 	if err != nil {
 		return err
 	}
@@ -93,7 +92,12 @@ func (d Docker) Install() error {
 	if st["docker"] == nil {
 		st["docker"] = map[string]record{}
 	}
-	st["docker"][path] = record{Change: raw, Policy: pc, Backup: backup, InstalledAt: d.now().UTC()}
+	old, hadOld := st["docker"][path]
+	merged, err := mergeRecord(old, hadOld, ch, mergeDocker, record{Change: raw, Policy: pc, Backup: backup, InstalledAt: d.now().UTC()})
+	if err != nil {
+		return fmt.Errorf("install state %s: %w", d.statePath(), err)
+	}
+	st["docker"][path] = merged
 	if err := st.save(d.statePath()); err != nil {
 		return err
 	}
@@ -160,6 +164,11 @@ func (d Docker) Uninstall() error {
 		if err := st.save(d.statePath()); err != nil {
 			return err
 		}
+	}
+	if changed && (ch.CreatedRuntimes || (ch.SetDefault && !ch.PreviousDefaultSet)) {
+		// moby's reload only applies keys present in daemon.json: with
+		// "runtimes" or "default-runtime" gone, a SIGHUP keeps the old ones.
+		fmt.Fprintln(d.Out, "note: dockerd keeps the gpurun runtime loaded until it restarts (a reload does not drop keys that are no longer in daemon.json): systemctl restart docker")
 	}
 	return d.reload(after)
 }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/install"
+)
+
+// installFlags are common to install and uninstall.
+type installFlags struct {
+	hostRoot, runtimePath, statePath, policyPath, config string
+}
+
+func (f *installFlags) register(cmd *cobra.Command, configDefault, what string) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", configDefault, what+" (a path on the node)")
+	fl.StringVar(&f.hostRoot, "host-root", "", `the node's root filesystem, when it is mounted elsewhere (a DaemonSet: "/host")`)
+	fl.StringVar(&f.runtimePath, "runtime-path", "", "gpurun-runtime as the engine will run it (default: next to this gpurun, else /usr/local/bin/gpurun-runtime)")
+	fl.StringVar(&f.statePath, "state", install.DefaultStatePath, "where install records what it changed, for uninstall")
+	fl.StringVar(&f.policyPath, "policy", "", fmt.Sprintf("gpurun's policy file, where a chained runtime is set (default $%s, else %s)", policy.ConfigEnv, policy.DefaultConfigPath))
+}
+
+func (f *installFlags) options(g *globals, out io.Writer) install.Options {
+	rt := f.runtimePath
+	if rt == "" {
+		rt = "/usr/local/bin/gpurun-runtime"
+		if self, err := os.Executable(); err == nil && (f.hostRoot == "" || f.hostRoot == "/") {
+			if sib := filepath.Join(filepath.Dir(self), "gpurun-runtime"); fileExists(sib) {
+				rt = sib
+			}
+		}
+	}
+	pol := f.policyPath
+	if pol == "" {
+		pol, _ = policy.ResolvePath("", os.Getenv)
+	}
+	return install.Options{HostRoot: f.hostRoot, RuntimePath: rt, StatePath: f.statePath, PolicyPath: pol, DryRun: g.dryRun, Out: out}
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir()
+}
+
+func newInstallCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "install docker|containerd",
+		Short: "Register gpurun-runtime with an engine on this node",
+		Long: `Install registers gpurun-runtime as an OCI runtime named "gpurun" in an engine's
+configuration, keeping every other setting, with a backup of the original and
+a record of the change for "gpurun uninstall". A second install changes
+nothing. --dry-run prints the change as a unified diff.
+
+Under install and uninstall, --config names the engine's configuration file;
+gpurun's own policy file is --policy (or $GPURUN_CONFIG).`,
+	}
+	cmd.AddCommand(newInstallDockerCmd(g, false), newInstallContainerdCmd(g, false))
+	return cmd
+}
+
+func newUninstallCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "uninstall docker|containerd",
+		Short: "Take gpurun-runtime out of an engine's configuration again",
+		Long: `Uninstall undoes what "gpurun install" recorded for that configuration file:
+it removes the gpurun runtime, restores the previous default runtime (if it
+still names gpurun), and un-chains gpurun's policy; nothing else changes.`,
+	}
+	cmd.AddCommand(newInstallDockerCmd(g, true), newInstallContainerdCmd(g, true))
+	return cmd
+}
+
+func newInstallDockerCmd(g *globals, uninstall bool) *cobra.Command {
+	var f installFlags
+	var d install.Docker
+	cmd := &cobra.Command{
+		Use:   "docker",
+		Short: "dockerd: runtimes.gpurun in daemon.json",
+		Example: `  gpurun install docker --dry-run
+  gpurun install docker --set-as-default --reload
+  gpurun uninstall docker --reload`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d.Options = f.options(g, cmd.OutOrStdout())
+			d.ConfigPath = f.config
+			run := d.Install
+			if uninstall {
+				run = d.Uninstall
+			}
+			if err := run(); err != nil {
+				return &exitError{1, err}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, install.DefaultDockerConfig, "dockerd's daemon.json")
+	fl := cmd.Flags()
+	if !uninstall {
+		fl.BoolVar(&d.SetAsDefault, "set-as-default", false, `make gpurun dockerd's default-runtime, so plain "docker run" gets it`)
+	}
+	fl.BoolVar(&d.Reload, "reload", false, "send SIGHUP to dockerd, which reloads runtimes without a restart")
+	fl.StringVar(&d.PIDFile, "pid-file", "", `dockerd's pid file for --reload (default: daemon.json "pidfile", else /var/run/docker.pid)`)
+	return cmd
+}
+
+func newInstallContainerdCmd(g *globals, uninstall bool) *cobra.Command {
+	var f installFlags
+	var c install.Containerd
+	cmd := &cobra.Command{
+		Use:   "containerd",
+		Short: "containerd (Kubernetes nodes): a CRI runtime handler named gpurun",
+		Example: `  gpurun install containerd --dry-run
+  gpurun install containerd --set-as-default --restart
+  gpurun install containerd --drop-in /etc/containerd/conf.d --restart
+  gpurun uninstall containerd --restart`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.Options = f.options(g, cmd.OutOrStdout())
+			c.ConfigPath = f.config
+			run := c.Install
+			if uninstall {
+				run = c.Uninstall
+			}
+			if err := run(); err != nil {
+				return &exitError{1, err}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, install.DefaultContainerdConfig, "containerd's config.toml")
+	fl := cmd.Flags()
+	fl.StringVar(&c.DropInDir, "drop-in", "", "write gpurun's tables to DIR/"+install.DropInName+" and import it from the main config")
+	if !uninstall {
+		fl.BoolVar(&c.SetAsDefault, "set-as-default", false, "make gpurun the default runtime handler, so every pod gets it without a RuntimeClass")
+		fl.StringSliceVar(&c.PodAnnotations, "pod-annotations", install.DefaultPodAnnotations, "pod annotations passed to gpurun-runtime")
+	}
+	fl.BoolVar(&c.Restart, "restart", false, "restart containerd (systemctl) so it reads the config; running containers keep running")
+	return cmd
+}
