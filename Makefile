@@ -64,6 +64,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseQuantity$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./oci
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./oci
+	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME) ./runtime/shim
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./dockerargs
+	$(GO) test -run '^$$' -fuzz '^FuzzInstallDocker$$' -fuzztime $(FUZZTIME) ./runtime/engineconf
+	$(GO) test -run '^$$' -fuzz '^FuzzInstallContainerd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./runtime/engineconf
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
