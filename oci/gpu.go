@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -40,11 +41,15 @@ const (
 	nvidiaDevicesDir = "/var/run/nvidia-container-devices"
 )
 
-var (
-	nvidiaDevice = regexp.MustCompile(`^/dev/nvidia[0-9]+$`)
-	renderDevice = regexp.MustCompile(`^/dev/dri/renderD[0-9]+$`)
-	accelDevice  = regexp.MustCompile(`^/dev/accel/?accel[0-9]+$|^/dev/accel[0-9]+$`)
-)
+// gpuDevicePatterns are compiled on first use, not at program start: the
+// runtime shim links this package and must start fast when it only passes
+// a command through.
+var gpuDevicePatterns = sync.OnceValue(func() (p struct{ nvidia, render, accel *regexp.Regexp }) {
+	p.nvidia = regexp.MustCompile(`^/dev/nvidia[0-9]+$`)
+	p.render = regexp.MustCompile(`^/dev/dri/renderD[0-9]+$`)
+	p.accel = regexp.MustCompile(`^/dev/accel/?accel[0-9]+$|^/dev/accel[0-9]+$`)
+	return p
+})
 
 // visibleDevices interprets an NVIDIA_VISIBLE_DEVICES-style value: whether
 // it asks for devices and how many, 0 for "all" or unknown.
@@ -101,15 +106,16 @@ func DetectGPU(s *specs.Spec) GPUInfo {
 		}
 	}
 	if s.Linux != nil {
+		pat := gpuDevicePatterns()
 		for _, d := range s.Linux.Devices {
 			switch {
-			case nvidiaDevice.MatchString(d.Path):
+			case pat.nvidia.MatchString(d.Path):
 				add("dev:nvidia", 1, "device "+d.Path)
 			case d.Path == "/dev/kfd":
 				add("dev:kfd", 0, "device "+d.Path)
-			case renderDevice.MatchString(d.Path):
+			case pat.render.MatchString(d.Path):
 				add("dev:render", 1, "device "+d.Path)
-			case accelDevice.MatchString(d.Path):
+			case pat.accel.MatchString(d.Path):
 				add("dev:accel", 1, "device "+d.Path)
 			}
 		}

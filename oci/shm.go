@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -57,11 +58,14 @@ type Shm struct {
 	OwnerID string
 }
 
-var (
-	dockerShm = regexp.MustCompile(`/containers/([0-9a-f]{12,64})/mounts/shm$`)
-	criShm    = regexp.MustCompile(`/sandboxes/([0-9a-zA-Z_.-]+)/shm$`)
-	crioShm   = regexp.MustCompile(`/overlay-containers/([0-9a-f]{12,64})/userdata/shm$`)
-)
+// engineShmPatterns match the host paths where engines mount a pod's or a
+// shareable container's /dev/shm; compiled on first use (see gpuDevicePatterns).
+var engineShmPatterns = sync.OnceValue(func() (p struct{ docker, cri, crio *regexp.Regexp }) {
+	p.docker = regexp.MustCompile(`/containers/([0-9a-f]{12,64})/mounts/shm$`)
+	p.cri = regexp.MustCompile(`/sandboxes/([0-9a-zA-Z_.-]+)/shm$`)
+	p.crio = regexp.MustCompile(`/overlay-containers/([0-9a-f]{12,64})/userdata/shm$`)
+	return p
+})
 
 // hostShmPaths are the host's own POSIX shared memory directories.
 var hostShmPaths = []string{"/dev/shm", "/run/shm"}
@@ -88,13 +92,14 @@ func SizeOption(options []string) (string, int) {
 // a container's or pod's /dev/shm, and which engine and owner id.
 func EngineHostShm(source string) (engine, owner string, ok bool) {
 	src := path.Clean(source)
-	if m := dockerShm.FindStringSubmatch(src); m != nil {
+	pat := engineShmPatterns()
+	if m := pat.docker.FindStringSubmatch(src); m != nil {
 		return "docker", m[1], true
 	}
-	if m := criShm.FindStringSubmatch(src); m != nil {
+	if m := pat.cri.FindStringSubmatch(src); m != nil {
 		return "containerd-cri", m[1], true
 	}
-	if m := crioShm.FindStringSubmatch(src); m != nil {
+	if m := pat.crio.FindStringSubmatch(src); m != nil {
 		return "cri-o", m[1], true
 	}
 	return "", "", false
