@@ -60,6 +60,36 @@ func TestInstallDocker(t *testing.T) {
 	if got := shm(t, "-e", "NVIDIA_VISIBLE_DEVICES=all"); got != 65536 {
 		t.Errorf("not the default yet, but plain docker run got %d KiB", got)
 	}
+	t.Run("shareable donor and container: peer share one grown tmpfs", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"run", "-d", "--name", "donor", "--runtime", "gpurun", "--network", "none", "--ipc", "shareable", "-e", "NVIDIA_VISIBLE_DEVICES=all", img, "sleep", "600"},
+		} {
+			if _, stderr, err := d.Docker(args...); err != nil {
+				t.Fatalf("%v: %s", err, stderr)
+			}
+		}
+		peer, stderr, err := d.Docker("run", "--rm", "--runtime", "gpurun", "--network", "none", "--ipc", "container:donor", img, "sh", "-c", "df -k /dev/shm; stat -c %d /dev/shm")
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+		donor, stderr, err := d.Docker("exec", "donor", "sh", "-c", "df -k /dev/shm; stat -c %d /dev/shm")
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+		if dfKiB(t, donor) != want || dfKiB(t, peer) != want || lastLine(donor) != lastLine(peer) {
+			t.Errorf("donor %d KiB dev %s, peer %d KiB dev %s; want %d KiB, one st_dev", dfKiB(t, donor), lastLine(donor), dfKiB(t, peer), lastLine(peer), want)
+		}
+		_, _, _ = d.Docker("rm", "-f", "donor")
+	})
+	t.Run("--ipc host leaves the host's /dev/shm alone", func(t *testing.T) {
+		before := hostShmKiB(t)
+		if got := shm(t, "--runtime", "gpurun", "--ipc", "host", "-e", "NVIDIA_VISIBLE_DEVICES=all"); got != before {
+			t.Errorf("/dev/shm %d KiB, want the host's %d", got, before)
+		}
+		if after := hostShmKiB(t); after != before {
+			t.Errorf("host /dev/shm %d -> %d KiB", before, after)
+		}
+	})
 	// Idempotent.
 	configured, _ := os.ReadFile(d.ConfigPath)
 	if out := gpurunInstall(t, append([]string{"install"}, common...)...); !strings.Contains(out, "nothing to do") {

@@ -159,3 +159,19 @@ func TestDispatch(t *testing.T) {
 		t.Error("--config without a value: no error")
 	}
 }
+
+func TestGlobalsFromEnv(t *testing.T) {
+	t.Setenv("GPURUN_DRY_RUN", "1")
+	t.Setenv("GPURUN_VERBOSE", "yes")
+	g := &globals{}
+	rest, err := splitGlobals([]string{"run", "img"}, g)
+	if err != nil || !g.dryRun || !g.verbose || strings.Join(rest, " ") != "run img" {
+		t.Errorf("globals %+v rest %q err %v", g, rest, err)
+	}
+	t.Setenv("GPURUN_DRY_RUN", "0")
+	t.Setenv("GPURUN_VERBOSE", "")
+	g = &globals{}
+	if _, err := splitGlobals([]string{"--dry-run", "img"}, g); err != nil || !g.dryRun || g.verbose {
+		t.Errorf("globals %+v", g)
+	}
+}

@@ -35,7 +35,8 @@ Everything else â€” flags, TTY, signals, exit status, DOCKER_HOST and contexts â
 is docker's own: gpurun replaces itself with docker.
 
 "gpurun IMAGE ..." and "gpurun -it IMAGE ..." mean "gpurun run ...".
-gpurun's own options go before "run": --dry-run, -v, --config.`,
+gpurun's own options go before "run": --dry-run, -v, --config; or in the
+environment: GPURUN_DRY_RUN=1, GPURUN_VERBOSE=1, GPURUN_CONFIG, GPURUN_DOCKER.`,
 		Example: `  gpurun run --rm -it --gpus all nvidia/cuda:12.4.1-runtime-ubuntu22.04 python train.py
   gpurun --dry-run run --rm -e NVIDIA_VISIBLE_DEVICES=all busybox df -k /dev/shm
   GPURUN_DOCKER=/usr/bin/docker gpurun -v run --rm --memory 2g my/trainer`,
@@ -118,6 +119,7 @@ func describe(res launcher.Result) string {
 // command line, so "gpurun --dry-run -it img" and "gpurun -v run img" work.
 // It stops at the first argument that is not one of gpurun's options.
 func splitGlobals(args []string, g *globals) (rest []string, err error) {
+	g.fromEnv(os.Getenv)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -161,4 +163,18 @@ func isRunInvocation(root *cobra.Command, rest []string) (args []string, ok bool
 		}
 	}
 	return rest, true
+}
+
+// fromEnv takes gpurun's own options from GPURUN_DRY_RUN and GPURUN_VERBOSE
+// ("1", "true" or "yes"); flags given on the command line come after.
+func (g *globals) fromEnv(getenv func(string) string) {
+	on := func(k string) bool {
+		switch strings.ToLower(getenv(k)) {
+		case "1", "true", "yes":
+			return true
+		}
+		return false
+	}
+	g.dryRun = g.dryRun || on("GPURUN_DRY_RUN")
+	g.verbose = g.verbose || on("GPURUN_VERBOSE")
 }
