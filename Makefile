@@ -6,7 +6,7 @@ BINDIR    ?= $(PREFIX)/bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -s -w -X github.com/gpurun/gpurun/version.Version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
-STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(HOME)/go/bin/staticcheck)
+STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $$($(GO) env GOPATH)/bin/staticcheck)
 # Packages whose tests need no daemon and no root.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
 
