@@ -43,6 +43,18 @@ func (f *installFlags) options(g *globals, out io.Writer) install.Options {
 	return install.Options{HostRoot: f.hostRoot, RuntimePath: rt, StatePath: f.statePath, PolicyPath: pol, DryRun: g.dryRun, Out: out}
 }
 
+// installOrUninstall runs one of the two and maps a failure to exit status 1.
+func installOrUninstall(uninstall bool, install, remove func() error) error {
+	run := install
+	if uninstall {
+		run = remove
+	}
+	if err := run(); err != nil {
+		return &exitError{1, err}
+	}
+	return nil
+}
+
 func fileExists(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && !fi.IsDir()
@@ -89,14 +101,7 @@ func newInstallDockerCmd(g *globals, uninstall bool) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d.Options = f.options(g, cmd.OutOrStdout())
 			d.ConfigPath = f.config
-			run := d.Install
-			if uninstall {
-				run = d.Uninstall
-			}
-			if err := run(); err != nil {
-				return &exitError{1, err}
-			}
-			return nil
+			return installOrUninstall(uninstall, d.Install, d.Uninstall)
 		},
 	}
 	f.register(cmd, install.DefaultDockerConfig, "dockerd's daemon.json")
@@ -123,14 +128,7 @@ func newInstallContainerdCmd(g *globals, uninstall bool) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.Options = f.options(g, cmd.OutOrStdout())
 			c.ConfigPath = f.config
-			run := c.Install
-			if uninstall {
-				run = c.Uninstall
-			}
-			if err := run(); err != nil {
-				return &exitError{1, err}
-			}
-			return nil
+			return installOrUninstall(uninstall, c.Install, c.Uninstall)
 		},
 	}
 	f.register(cmd, install.DefaultContainerdConfig, "containerd's config.toml")

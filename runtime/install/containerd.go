@@ -170,17 +170,11 @@ func (c Containerd) Uninstall() error {
 	if err != nil {
 		return err
 	}
-	st, err := loadState(c.statePath())
+	st, rec, ch, recorded, err := recordFor[engineconf.ContainerdChange](c.Options, "containerd", path)
 	if err != nil {
 		return err
 	}
-	rec, recorded := st["containerd"][path]
-	var ch engineconf.ContainerdChange
-	if recorded {
-		if err := json.Unmarshal(rec.Change, &ch); err != nil {
-			return fmt.Errorf("install state %s: %w", c.statePath(), err)
-		}
-	} else {
+	if !recorded {
 		fmt.Fprintf(c.Out, "%s: no install recorded in %s; removing what gpurun's marker shows\n", path, c.statePath())
 	}
 	if !existed {
@@ -221,14 +215,8 @@ func (c Containerd) Uninstall() error {
 			return fmt.Errorf("remove %s: %w", c.host(dropNode), err)
 		}
 	}
-	if err := c.unchain(rec.Policy); err != nil {
+	if err := c.forget(st, "containerd", path, rec, recorded); err != nil {
 		return err
-	}
-	if recorded {
-		delete(st["containerd"], path)
-		if err := st.save(c.statePath()); err != nil {
-			return err
-		}
 	}
 	return c.restart()
 }

@@ -124,17 +124,11 @@ func (d Docker) Uninstall() error {
 		fmt.Fprintf(d.Out, "%s: does not exist; nothing to do\n", path)
 		return nil
 	}
-	st, err := loadState(d.statePath())
+	st, rec, ch, recorded, err := recordFor[engineconf.DockerChange](d.Options, "docker", path)
 	if err != nil {
 		return err
 	}
-	rec, recorded := st["docker"][path]
-	var ch engineconf.DockerChange
-	if recorded {
-		if err := json.Unmarshal(rec.Change, &ch); err != nil {
-			return fmt.Errorf("install state %s: %w", d.statePath(), err)
-		}
-	} else {
+	if !recorded {
 		// No record (a lost state file): remove the runtime gpurun's name
 		// stands for, and the default if it names it.
 		ch = engineconf.DockerChange{Changed: true, AddedRuntime: true, SetDefault: true}
@@ -156,14 +150,8 @@ func (d Docker) Uninstall() error {
 	} else {
 		fmt.Fprintf(d.Out, "%s: gpurun runtime not registered; nothing to do\n", path)
 	}
-	if err := d.unchain(rec.Policy); err != nil {
+	if err := d.forget(st, "docker", path, rec, recorded); err != nil {
 		return err
-	}
-	if recorded {
-		delete(st["docker"], path)
-		if err := st.save(d.statePath()); err != nil {
-			return err
-		}
 	}
 	if changed && (ch.CreatedRuntimes || (ch.SetDefault && !ch.PreviousDefaultSet)) {
 		// moby's reload only applies keys present in daemon.json: with

@@ -118,6 +118,33 @@ func (st state) save(path string) error {
 	return oci.WriteFileAtomic(path, append(data, '\n'), 0o644)
 }
 
+// recordFor loads the state file and the record of an earlier install of
+// engine into path, decoding its change into C.
+func recordFor[C any](o Options, engine, path string) (st state, rec record, ch C, recorded bool, err error) {
+	if st, err = loadState(o.statePath()); err != nil {
+		return nil, rec, ch, false, err
+	}
+	rec, recorded = st[engine][path]
+	if recorded {
+		if err = json.Unmarshal(rec.Change, &ch); err != nil {
+			return nil, rec, ch, false, fmt.Errorf("install state %s: %w", o.statePath(), err)
+		}
+	}
+	return st, rec, ch, recorded, nil
+}
+
+// forget ends an uninstall: it un-chains the policy and drops the record.
+func (o Options) forget(st state, engine, path string, rec record, recorded bool) error {
+	if err := o.unchain(rec.Policy); err != nil {
+		return err
+	}
+	if !recorded {
+		return nil
+	}
+	delete(st[engine], path)
+	return st.save(o.statePath())
+}
+
 // readConfig reads an engine config; a missing file reads as empty.
 func readConfig(path string) ([]byte, bool, error) {
 	data, err := os.ReadFile(path)
