@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -303,44 +303,5 @@ func (c *Config) WriteFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return WriteFileAtomic(path, data, 0o644)
-}
-
-// WriteFileAtomic replaces path with data atomically. An existing file's mode
-// is kept; otherwise mode is used.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
-	if fi, statErr := os.Stat(path); statErr == nil {
-		mode = fi.Mode().Perm()
-	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".gpurun-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+	return atomicfile.Write(path, data, 0o644)
 }

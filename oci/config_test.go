@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -226,7 +227,7 @@ func TestWriteFileAtomic(t *testing.T) {
 	}
 	// A directory that cannot be written: an error naming the file, and
 	// the old file untouched.
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "config.json"), []byte("{}"), 0o644); err == nil || !strings.Contains(err.Error(), "missing/config.json") {
+	if err := atomicfile.Write(filepath.Join(dir, "missing", "config.json"), []byte("{}"), 0o644); err == nil || !strings.Contains(err.Error(), "missing/config.json") {
 		t.Errorf("error = %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/runtime/engineconf"
 )
 
@@ -117,7 +117,7 @@ func (c Containerd) Install() error {
 		if err := os.MkdirAll(filepath.Dir(dropHere), 0o755); err != nil {
 			return fmt.Errorf("write %s: %w", dropHere, err)
 		}
-		if err := oci.WriteFileAtomic(dropHere, dropIn, 0o644); err != nil {
+		if err := atomicfile.Write(dropHere, dropIn, 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", dropHere)
@@ -203,7 +203,7 @@ func (c Containerd) Uninstall() error {
 		return nil
 	}
 	if changed {
-		if err := oci.WriteFileAtomic(path, after, 0o644); err != nil {
+		if err := atomicfile.Write(path, after, 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.Out, "%s: gpurun runtime removed\n", path)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/runtime/engineconf"
 )
 
@@ -143,7 +143,7 @@ func (d Docker) Uninstall() error {
 		return nil
 	}
 	if changed {
-		if err := oci.WriteFileAtomic(path, after, 0o644); err != nil {
+		if err := atomicfile.Write(path, after, 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(d.Out, "%s: gpurun runtime removed\n", path)

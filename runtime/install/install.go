@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/engineconf"
 )
@@ -115,7 +115,7 @@ func (st state) save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("write install state: %w", err)
 	}
-	return oci.WriteFileAtomic(path, append(data, '\n'), 0o644)
+	return atomicfile.Write(path, append(data, '\n'), 0o644)
 }
 
 // recordFor loads the state file and the record of an earlier install of
@@ -162,14 +162,14 @@ func readConfig(path string) ([]byte, bool, error) {
 func (o Options) writeConfig(path string, before []byte, existed bool, after []byte, backup string) (string, error) {
 	if existed && backup == "" {
 		backup = fmt.Sprintf("%s.gpurun-%s.bak", path, o.now().UTC().Format("20060102T150405Z"))
-		if err := oci.WriteFileAtomic(backup, before, 0o600); err != nil {
+		if err := atomicfile.Write(backup, before, 0o600); err != nil {
 			return "", fmt.Errorf("back up %s: %w", path, err)
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := oci.WriteFileAtomic(path, after, 0o644); err != nil {
+	if err := atomicfile.Write(path, after, 0o644); err != nil {
 		return "", err
 	}
 	return backup, nil
@@ -246,7 +246,7 @@ func (o Options) writePolicy(data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("chain: %w", err)
 	}
-	if err := oci.WriteFileAtomic(path, data, 0o644); err != nil {
+	if err := atomicfile.Write(path, data, 0o644); err != nil {
 		return fmt.Errorf("chain: %w", err)
 	}
 	return nil
@@ -289,7 +289,7 @@ func (o Options) unchain(ch *policyChange) error {
 			break
 		}
 	}
-	if err := oci.WriteFileAtomic(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
+	if err := atomicfile.Write(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "%s: runtime restored\n", path)
