@@ -7,6 +7,7 @@ package launcher
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"path"
@@ -288,14 +289,19 @@ func Spec(run *dockerargs.Run, env []string, defaultShm int64) (*specs.Spec, str
 // gpusValue returns what --gpus puts in NVIDIA_VISIBLE_DEVICES: "all", a
 // device list, or "" for a count (which devices is the daemon's choice).
 func gpusValue(v string) (string, error) {
-	v = strings.Trim(v, `"'`)
-	if v == "all" {
+	if strings.Trim(v, `"'`) == "all" {
 		return "all", nil
 	}
 	if _, err := strconv.Atoi(v); err == nil {
 		return "", nil
 	}
-	for _, field := range splitCSV(v) {
+	// docker reads --gpus as one CSV record, so `"device=0,1",capabilities=x`
+	// keeps its quoted commas.
+	fields, err := csv.NewReader(strings.NewReader(v)).Read()
+	if err != nil {
+		return "", fmt.Errorf("--gpus %q: %w", v, err)
+	}
+	for _, field := range fields {
 		k, val, _ := strings.Cut(field, "=")
 		switch k {
 		case "device":
@@ -307,26 +313,6 @@ func gpusValue(v string) (string, error) {
 		}
 	}
 	return "", errors.New("no devices named")
-}
-
-// splitCSV splits docker's --gpus CSV, where a quoted field may hold commas
-// ("device=0,1",capabilities=compute).
-func splitCSV(v string) []string {
-	var out []string
-	var b strings.Builder
-	quoted := false
-	for _, r := range v {
-		switch {
-		case r == '"':
-			quoted = !quoted
-		case r == ',' && !quoted:
-			out = append(out, b.String())
-			b.Reset()
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return append(out, b.String())
 }
 
 func joinNonEmpty(a, b string) string {
