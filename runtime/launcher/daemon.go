@@ -89,6 +89,18 @@ type APIDaemon struct {
 // The TLS variables (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) and
 // DOCKER_API_VERSION apply as they do for the CLI.
 func NewAPIDaemon(getenv func(string) string) (*APIDaemon, error) {
+	c, err := NewClient(getenv)
+	if err != nil {
+		return nil, err
+	}
+	return &APIDaemon{c: c}, nil
+}
+
+// NewClient returns a Docker Engine API client for the endpoint the docker
+// CLI would use (see ResolveEndpoint), with API version negotiation. The
+// TLS variables (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) and
+// DOCKER_API_VERSION apply as they do for the CLI.
+func NewClient(getenv func(string) string) (*client.Client, error) {
 	ep, err := ResolveEndpoint(getenv)
 	if err != nil {
 		return nil, err
@@ -102,7 +114,7 @@ func NewAPIDaemon(getenv func(string) string) (*APIDaemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker client for %s: %w", ep.Host, err)
 	}
-	return &APIDaemon{c: c}, nil
+	return c, nil
 }
 
 // Close releases the client's connections.
