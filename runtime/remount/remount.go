@@ -72,14 +72,7 @@ func TmpfsMount(path string) (*mountinfo.Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read mount table: %w", err)
 	}
-	if len(mounts) == 0 {
-		return nil, fmt.Errorf("%w: %s is not a mount point", ErrUnsafe, path)
-	}
-	m := mounts[len(mounts)-1]
-	if m.FSType != "tmpfs" {
-		return nil, fmt.Errorf("%w: %s is a %s mount, not a tmpfs", ErrUnsafe, path, m.FSType)
-	}
-	return m, nil
+	return lastTmpfs(mounts, path)
 }
 
 // Size returns the size of the filesystem at path in bytes.
@@ -118,6 +111,58 @@ func Grow(path string, size int64, roots []string) (Result, error) {
 		return res, err
 	}
 	res.Changed = true
+	return res, nil
+}
+
+// Usage returns the size of the filesystem at path and the bytes in use.
+func Usage(path string) (size, used int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return int64(st.Blocks) * int64(st.Bsize), int64(st.Blocks-st.Bfree) * int64(st.Bsize), nil
+}
+
+// ErrInUse is wrapped when a smaller size would not hold what the tmpfs
+// already holds.
+var ErrInUse = errors.New("in use")
+
+// Set makes the engine-made tmpfs at path size bytes, with Grow's rules.
+// Unlike Grow it may shrink the tmpfs, but never below the bytes it holds.
+func Set(path string, size int64, roots []string) (Result, error) {
+	if err := CheckPath(path, roots); err != nil {
+		return Result{}, err
+	}
+	m, err := TmpfsMount(path)
+	if err != nil {
+		return Result{}, err
+	}
+	return setMounted(path, m, size)
+}
+
+// setMounted remounts the tmpfs m, mounted at path, with size bytes,
+// keeping its flags; it refuses a size below the bytes in use.
+func setMounted(path string, m *mountinfo.Info, size int64) (Result, error) {
+	var res Result
+	before, used, err := Usage(path)
+	if err != nil {
+		return res, err
+	}
+	res.Before, res.After = before, before
+	if size == before {
+		return res, nil
+	}
+	if size < used {
+		return res, fmt.Errorf("%w: %s holds %d bytes, more than %d", ErrInUse, path, used, size)
+	}
+	flags := uintptr(unix.MS_REMOUNT) | mountFlags(m.Options)
+	if err := unix.Mount("", path, "", flags, "size="+strconv.FormatInt(size, 10)); err != nil {
+		return res, fmt.Errorf("remount %s with size=%d: %w", path, size, err)
+	}
+	if res.After, err = Size(path); err != nil {
+		return res, err
+	}
+	res.Changed = res.After != res.Before
 	return res, nil
 }
 
