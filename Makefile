@@ -65,6 +65,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./oci
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./oci
 	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME) ./runtime/shim
+	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./runtime/hook
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./dockerargs
 	$(GO) test -run '^$$' -fuzz '^FuzzInstallDocker$$' -fuzztime $(FUZZTIME) ./runtime/engineconf
 	$(GO) test -run '^$$' -fuzz '^FuzzInstallContainerd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./runtime/engineconf

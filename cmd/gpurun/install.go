@@ -73,6 +73,7 @@ Under install and uninstall, --config names the engine's configuration file;
 gpurun's own policy file is --policy (or $GPURUN_CONFIG).`,
 	}
 	cmd.AddCommand(newInstallDockerCmd(g, false), newInstallContainerdCmd(g, false))
+	cmd.AddCommand(newInstallHooksCmd(g, install.EnginePodman, false), newInstallHooksCmd(g, install.EngineCRIO, false))
 	return cmd
 }
 
@@ -85,6 +86,7 @@ it removes the gpurun runtime, restores the previous default runtime (if it
 still names gpurun), and un-chains gpurun's policy; nothing else changes.`,
 	}
 	cmd.AddCommand(newInstallDockerCmd(g, true), newInstallContainerdCmd(g, true))
+	cmd.AddCommand(newInstallHooksCmd(g, install.EnginePodman, true), newInstallHooksCmd(g, install.EngineCRIO, true))
 	return cmd
 }
 

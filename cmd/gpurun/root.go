@@ -52,6 +52,7 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	pf.BoolVar(&g.dryRun, "dry-run", false, "print what would be run or changed, and why; change nothing")
 	root.AddCommand(newRunCmd(g), newPlanCmd(g), newInstallCmd(g), newUninstallCmd(g), newVersionCmd())
 	root.AddCommand(newResizeCmd(g))
+	root.AddCommand(newHookCmd(g))
 	return root
 }
 

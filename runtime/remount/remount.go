@@ -7,6 +7,7 @@ package remount
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -65,14 +66,17 @@ func CheckPath(path string, roots []string) error {
 	return fmt.Errorf("%w: %s is not under an engine root (%s)", ErrUnsafe, path, strings.Join(roots, ", "))
 }
 
-// TmpfsMount returns the mount table entry of the tmpfs mounted exactly at
-// path (the last one, if mounts are stacked), or an error.
+// TmpfsMount returns the mount table entry of the tmpfs mounted at path —
+// the top one, where mounts are stacked — or an error. The table is the
+// calling thread's (/proc/thread-self), so it is right even if the main
+// thread has been parked in another namespace.
 func TmpfsMount(path string) (*mountinfo.Info, error) {
-	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
+	f, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("read mount table: %w", err)
 	}
-	return lastTmpfs(mounts, path)
+	defer f.Close()
+	return topTmpfsAt(f, path)
 }
 
 // Size returns the size of the filesystem at path in bytes.

@@ -12,13 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/system"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -200,8 +198,6 @@ type Options struct {
 	Policy *policy.Policy
 	// Force allows a size above the policy's max.
 	Force bool
-	// HostShm is the host's /dev/shm, never resized ("/dev/shm" if empty).
-	HostShm string
 }
 
 // Apply makes the target's /dev/shm size bytes. It may shrink it, but never
@@ -220,32 +216,9 @@ func Apply(t Target, size int64, opt Options) (remount.Result, error) {
 	case HostTmpfs:
 		return remount.Set(t.Path, size, roots)
 	case Namespace:
-		hostShm := opt.HostShm
-		if hostShm == "" {
-			hostShm = oci.ShmPath
-		}
-		if same, err := sameFilesystem(filepath.Join("/proc", strconv.Itoa(t.PID), "root", t.Path), hostShm); err != nil {
-			return remount.Result{}, err
-		} else if same {
-			return remount.Result{}, fmt.Errorf("%w: the /dev/shm of container %s is the host's %s", remount.ErrUnsafe, t.Name, hostShm)
-		}
+		// SetInNamespace refuses the host's /dev/shm by device number.
 		return remount.SetInNamespace(t.PID, t.Path, size)
 	default:
 		return remount.Result{}, fmt.Errorf("container %s: unknown /dev/shm kind %q", t.Name, t.Kind)
 	}
-}
-
-// sameFilesystem reports whether a and b are on one filesystem (st_dev).
-func sameFilesystem(a, b string) (bool, error) {
-	var sa, sb unix.Stat_t
-	if err := unix.Stat(a, &sa); err != nil {
-		return false, fmt.Errorf("stat %s: %w", a, err)
-	}
-	if err := unix.Stat(b, &sb); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return false, nil
-		}
-		return false, fmt.Errorf("stat %s: %w", b, err)
-	}
-	return sa.Dev == sb.Dev, nil
 }

@@ -2,7 +2,6 @@ package shim
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/logfile"
 	"github.com/gpurun/gpurun/runtime/remount"
 	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
@@ -62,7 +62,7 @@ func (s *Shim) Main() int {
 		// Without a policy there is no fail_closed to honour: pass through.
 		pol = policy.Default()
 	}
-	log, closeLog := openLog(pol.LogFile)
+	log, closeLog := logfile.Open(pol.LogFile, "gpurun-runtime")
 	defer closeLog()
 	if polErr != nil {
 		log.Error("policy unreadable; passing through unchanged", "err", polErr.Error(), "command", inv.Command, "id", inv.ID)
@@ -155,45 +155,6 @@ func (s *Shim) prepare(inv Invocation, pol *policy.Policy, log *slog.Logger) (er
 	}
 	log.Info("planned /dev/shm", attrs...)
 	return nil
-}
-
-// openLog returns a JSON-lines logger writing to path. The file is opened
-// on the first record, so the invocations that log nothing (start, delete,
-// state, ...) never touch it; if it cannot be opened, records are dropped.
-func openLog(path string) (*slog.Logger, func()) {
-	if path == "" {
-		return slog.New(slog.NewJSONHandler(io.Discard, nil)), func() {}
-	}
-	w := &lazyFile{path: path}
-	return slog.New(slog.NewJSONHandler(w, nil)).With("component", "gpurun-runtime", "pid", os.Getpid()), w.close
-}
-
-// lazyFile is an append-only file opened on first write.
-type lazyFile struct {
-	path string
-	f    *os.File
-	err  error
-}
-
-func (l *lazyFile) Write(p []byte) (int, error) {
-	if l.f == nil && l.err == nil {
-		l.f, l.err = os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-		if errors.Is(l.err, os.ErrNotExist) {
-			if mkErr := os.MkdirAll(filepath.Dir(l.path), 0o755); mkErr == nil {
-				l.f, l.err = os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-			}
-		}
-	}
-	if l.err != nil {
-		return len(p), nil // logging must never fail a container start
-	}
-	return l.f.Write(p)
-}
-
-func (l *lazyFile) close() {
-	if l.f != nil {
-		_ = l.f.Close()
-	}
 }
 
 // reportToEngine writes an error where the engine reads a runtime's errors:

@@ -1,0 +1,548 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/remount"
+	"github.com/gpurun/gpurun/runtime/sysinfo"
+)
+
+// withHook adds `gpurun hook --config CONFIG [--stage STAGE]` to a runc
+// spec under stage; passStage false leaves --stage out, as a hooks.d entry
+// listing several stages would.
+func withHook(gpurun, config, stage string, passStage bool, then func(map[string]any)) func(map[string]any) {
+	return func(spec map[string]any) {
+		args := []string{"gpurun", "hook", "--config", config}
+		if passStage {
+			args = append(args, "--stage", stage)
+		}
+		spec["hooks"] = map[string]any{stage: []any{map[string]any{"path": gpurun, "args": args}}}
+		if then != nil {
+			then(spec)
+		}
+	}
+}
+
+// plannedKiB is what the shared planner gives the bundle's spec under the
+// policy in config on this host, in KiB (df's unit); the plan's action too.
+func plannedKiB(t *testing.T, config, bundle string) (int64, oci.Action) {
+	t.Helper()
+	pol, err := policy.Load(config, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := oci.LoadConfig(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := sysinfo.MemTotal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := oci.Decide(oci.Input{Spec: cfg.Spec, Policy: pol, HostMemory: mem, HostTmpfsSize: sysinfo.TmpfsSize})
+	return pl.Size / 1024, pl.Action
+}
+
+// hookLog returns the hook's log records for container id.
+func hookLog(t *testing.T, path, id string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	data, _ := os.ReadFile(path)
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r map[string]any
+		if json.Unmarshal([]byte(line), &r) == nil && r["component"] == "gpurun-hook" && r["id"] == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestHookRunc runs busybox bundles with `runc run` directly, gpurun hook in
+// their config.json: a GPU container's /dev/shm becomes the planned size in
+// each stage a hook can act in, whether /dev/shm is the container's own
+// 64 MiB tmpfs (grown inside its mount namespace) or a bind of a host tmpfs
+// under an engine root (grown on the host); a container without GPU
+// evidence keeps 64 MiB.
+func TestHookRunc(t *testing.T) {
+	e := newRuncEnv(t, "")
+	gpurun := bin(t, "gpurun")
+	gpuEnv := []string{"NVIDIA_VISIBLE_DEVICES=all"}
+	df := []string{"df", "-k", "/dev/shm"}
+	tests := []struct {
+		name      string
+		stage     string
+		passStage bool
+		env       []string
+		hostShm   bool // /dev/shm binds a host tmpfs under the engine root
+		action    oci.Action
+	}{
+		{"createRuntime, own tmpfs", "createRuntime", true, gpuEnv, false, oci.ActionSetSize},
+		{"prestart, own tmpfs", "prestart", true, gpuEnv, false, oci.ActionSetSize},
+		// Inside the container's namespaces; the state's pid is 1 in its PID
+		// namespace; no --stage, as from a hooks.d entry.
+		{"createContainer, own tmpfs", "createContainer", false, gpuEnv, false, oci.ActionSetSize},
+		{"createContainer named, own tmpfs", "createContainer", true, gpuEnv, false, oci.ActionSetSize},
+		{"createRuntime, host tmpfs", "createRuntime", true, gpuEnv, true, oci.ActionRemount},
+		{"createRuntime, no GPU", "createRuntime", true, nil, false, oci.ActionNone},
+		{"createContainer, no GPU", "createContainer", false, nil, false, oci.ActionNone},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := fmt.Sprintf("hook-%d", i)
+			var edit func(map[string]any)
+			var src string
+			if tt.hostShm {
+				src = filepath.Join(e.dir, "engine", "sandboxes", id, "shm")
+				mountTmpfs(t, src)
+				edit = shmBind(src)
+			}
+			b := e.bundle(t, id, df, tt.env, withHook(gpurun, e.config, tt.stage, tt.passStage, edit))
+			wantKiB, action := plannedKiB(t, e.config, b)
+			if action != tt.action {
+				t.Fatalf("planner says %s for this bundle, the test expects %s", action, tt.action)
+			}
+			if action == oci.ActionNone && wantKiB != 65536 {
+				t.Fatalf("planner keeps %d KiB; the bundle's /dev/shm is 64 MiB", wantKiB)
+			}
+			out, stderr, err := e.run("runc", "run", "--bundle", b, id)
+			if err != nil {
+				t.Fatalf("runc run: %v\n%s\ngpurun log:\n%s", err, stderr, readFile(e.logFile))
+			}
+			if got := dfKiB(t, out); got != wantKiB {
+				t.Errorf("/dev/shm is %d KiB inside, want %d (%s)\ngpurun log:\n%s", got, wantKiB, action, readFile(e.logFile))
+			}
+			if tt.hostShm {
+				var st unix.Statfs_t
+				if err := unix.Statfs(src, &st); err != nil || int64(st.Blocks)*st.Bsize/1024 != wantKiB {
+					t.Errorf("host side of %s is %d KiB (%v), want %d", src, int64(st.Blocks)*st.Bsize/1024, err, wantKiB)
+				}
+			}
+			recs := hookLog(t, e.logFile, id)
+			if len(recs) != 1 || recs[0]["msg"] != "planned /dev/shm" || recs[0]["action"] != string(action) {
+				t.Errorf("hook log for %s: %v", id, recs)
+			}
+			if tt.passStage && len(recs) == 1 && recs[0]["stage"] != tt.stage {
+				t.Errorf("logged stage %v, want %s", recs[0]["stage"], tt.stage)
+			}
+			if action == oci.ActionSetSize && len(recs) == 1 {
+				// Where the tmpfs was found: from the runtime's namespace, the
+				// init's; inside the container (createContainer), the hook's own.
+				where := fmt.Sprint(recs[0]["path"])
+				rootShm := filepath.Join(e.rootfs, "dev", "shm")
+				want := fmt.Sprintf("pid %v: %s", recs[0]["container_pid"], rootShm)
+				if tt.stage == "createContainer" {
+					want = "own namespace: " + rootShm
+				}
+				if where != want {
+					t.Errorf("grown at %q, want %q", where, want)
+				}
+			}
+		})
+	}
+}
+
+// TestHookRuncFaults: a hook that cannot act logs why and exits 0, so the
+// container starts as the engine made it (64 MiB); with fail_closed the
+// hook fails and runc does not start the container.
+func TestHookRuncFaults(t *testing.T) {
+	gpuEnv := []string{"NVIDIA_VISIBLE_DEVICES=all"}
+	df := []string{"df", "-k", "/dev/shm"}
+	type fault struct {
+		name string
+		// make returns the bundle and the policy file the hook is given.
+		make func(t *testing.T, e *runcEnv, gpurun string) (bundle, config string)
+		// log is where the hook's record goes: "" for the test's log_file.
+		log  string
+		text string
+	}
+	faults := []fault{
+		{"config.json malformed when the hook reads it", func(t *testing.T, e *runcEnv, gpurun string) (string, string) {
+			// runc has read config.json before any hook runs; a hook ahead
+			// of gpurun's breaks it for the hook only.
+			breakIt := func(spec map[string]any) {
+				hooks := spec["hooks"].(map[string]any)
+				first := map[string]any{"path": "/bin/sh", "args": []string{"sh", "-c", `printf '{"ociVersion": ' >"$0/config.json"`, filepath.Join(e.dir, "bundles", "malformed")}}
+				hooks["createRuntime"] = append([]any{first}, hooks["createRuntime"].([]any)...)
+			}
+			b := e.bundle(t, "malformed", df, gpuEnv, func(spec map[string]any) {
+				withHook(gpurun, e.config, "createRuntime", true, nil)(spec)
+				breakIt(spec)
+			})
+			return b, e.config
+		}, "", "config.json: malformed JSON"},
+		{"host tmpfs outside the engine roots", func(t *testing.T, e *runcEnv, gpurun string) (string, string) {
+			src := filepath.Join(e.dir, "elsewhere", "sandboxes", "pod9", "shm")
+			mountTmpfs(t, src)
+			return e.bundle(t, "outside", df, gpuEnv, withHook(gpurun, e.config, "createRuntime", true, shmBind(src))), e.config
+		}, "", "not under an engine root"},
+		{"mode mount would add a tmpfs", func(t *testing.T, e *runcEnv, gpurun string) (string, string) {
+			cfg := filepath.Join(e.dir, "mount.toml")
+			body := strings.Replace(readFile(e.config), "log_file", "mode = \"mount\"\nlog_file", 1)
+			if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			noShm := func(spec map[string]any) {
+				var keep []any
+				for _, m := range spec["mounts"].([]any) {
+					if m.(map[string]any)["destination"] != "/dev/shm" {
+						keep = append(keep, m)
+					}
+				}
+				spec["mounts"] = keep
+			}
+			return e.bundle(t, "inject", []string{"true"}, gpuEnv, withHook(gpurun, cfg, "createRuntime", true, noShm)), cfg
+		}, "", "cannot change the container's spec"},
+		{"policy unreadable", func(t *testing.T, e *runcEnv, gpurun string) (string, string) {
+			cfg := filepath.Join(e.dir, "broken.toml")
+			if err := os.WriteFile(cfg, []byte("fail_closed = true\nsize = [\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return e.bundle(t, "nopolicy", df, gpuEnv, withHook(gpurun, cfg, "createRuntime", true, nil)), cfg
+		}, policy.Default().LogFile, "policy unreadable"},
+	}
+	for _, f := range faults {
+		for _, closed := range []bool{false, true} {
+			if closed && f.log != "" {
+				continue // an unreadable policy has no fail_closed to honour
+			}
+			name := f.name + map[bool]string{false: " (fail-open)", true: " (fail_closed)"}[closed]
+			t.Run(name, func(t *testing.T) {
+				extra := ""
+				if closed {
+					extra = "fail_closed = true\n"
+				}
+				e := newRuncEnv(t, extra)
+				gpurun := bin(t, "gpurun")
+				b, _ := f.make(t, e, gpurun)
+				id := filepath.Base(e.dir) + "-" + filepath.Base(b)
+				out, stderr, err := e.run("runc", "run", "--bundle", b, id)
+				logPath := e.logFile
+				if f.log != "" {
+					logPath = f.log
+				}
+				recs := hookLog(t, logPath, id)
+				if len(recs) != 1 || !strings.Contains(fmt.Sprint(recs[0]["err"]), f.text) && !strings.Contains(fmt.Sprint(recs[0]["msg"]), f.text) {
+					t.Errorf("hook log %s for %s: %v, want one record saying %q", logPath, id, recs, f.text)
+				}
+				if closed {
+					if err == nil || !strings.Contains(stderr, "fail_closed") || !strings.Contains(stderr, f.text) {
+						t.Errorf("fail_closed: runc run = %v, stderr %q; want a failed start naming %q", err, stderr, f.text)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("fail-open: the container did not start: %v\n%s", err, stderr)
+				}
+				if strings.Contains(f.name, "mode mount") {
+					return // started, with nothing added
+				}
+				if got := dfKiB(t, out); got != 65536 {
+					t.Errorf("/dev/shm %d KiB, want the untouched 65536", got)
+				}
+			})
+		}
+	}
+}
+
+// nsHolder is a process in a mount namespace of its own.
+type nsHolder struct {
+	pid int
+}
+
+// startNamespace runs script in a new private mount namespace and waits for
+// it to print "ready"; the process (and so the namespace) ends at cleanup,
+// or with the test binary (PR_SET_PDEATHSIG: the starting OS thread stays
+// locked until the process is reaped, since the signal fires when that
+// thread ends — and GrowInNamespace ends the threads it uses).
+func startNamespace(t *testing.T, script string) *nsHolder {
+	t.Helper()
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-ec", script+"\necho ready\nexec sleep 600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends after the process
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			_ = cmd.Wait()
+		}
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		t.Fatalf("unshare: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- true
+				return
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("namespace script failed: %s", stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("namespace script not ready: %s", stderr.String())
+	}
+	return &nsHolder{pid: cmd.Process.Pid}
+}
+
+func mustReadlink(t *testing.T, p string) string {
+	t.Helper()
+	s, err := os.Readlink(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// nsMount returns the mount at path in the namespace of pid (nil if none).
+func nsMount(t *testing.T, pid int, path string) *mountinfo.Info {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ms, err := mountinfo.GetMountsFromReader(f, mountinfo.SingleEntryFilter(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	return ms[0]
+}
+
+// TestGrowInNamespace: remount.GrowInNamespace grows a tmpfs that exists
+// only in another process's mount namespace, keeps its flags, never
+// shrinks it, and refuses the host's /dev/shm, stacked non-tmpfs mounts and
+// paths that are no mount point there.
+func TestGrowInNamespace(t *testing.T) {
+	dir := t.TempDir()
+	shm := filepath.Join(dir, "rootfs", "dev", "shm")
+	hostBind := filepath.Join(dir, "rootfs", "hostshm")
+	stacked := filepath.Join(dir, "rootfs", "stacked")
+	plain := filepath.Join(dir, "rootfs", "plain")
+	for _, d := range []string{shm, hostBind, stacked, plain} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := startNamespace(t, fmt.Sprintf(`
+mount -t tmpfs -o size=64m,nosuid,nodev,noexec shm %[1]s
+mount --bind /dev/shm %[2]s
+mount -t tmpfs -o size=64m tmpfs %[3]s
+mount --bind %[4]s %[3]s`, shm, hostBind, stacked, plain))
+
+	if nsMount(t, os.Getpid(), shm) != nil {
+		t.Fatalf("%s is mounted in the test's own namespace: the namespace is not private", shm)
+	}
+	const grown = 256 << 20
+	res, err := remount.GrowInNamespace(h.pid, shm, grown)
+	if err != nil || !res.Changed || res.Before != 64<<20 || res.After != grown {
+		t.Fatalf("GrowInNamespace = %+v, %v; want 64 MiB -> 256 MiB", res, err)
+	}
+	m := nsMount(t, h.pid, shm)
+	if m == nil || !strings.Contains(m.VFSOptions, fmt.Sprintf("size=%dk", grown/1024)) {
+		t.Fatalf("mount in the namespace after growing: %+v", m)
+	}
+	for _, flag := range []string{"nosuid", "nodev", "noexec"} {
+		if !strings.Contains(","+m.Options+",", ","+flag+",") {
+			t.Errorf("flag %s dropped: %q", flag, m.Options)
+		}
+	}
+	if nsMount(t, os.Getpid(), shm) != nil {
+		t.Error("the remount leaked into the test's namespace")
+	}
+
+	// Never shrinks.
+	res, err = remount.GrowInNamespace(h.pid, shm, 128<<20)
+	if err != nil || res.Changed || res.After != grown {
+		t.Errorf("GrowInNamespace(smaller) = %+v, %v; want no change", res, err)
+	}
+
+	hostBefore := hostShmKiB(t)
+	refusals := []struct{ name, path, text string }{
+		{"the host's /dev/shm, bound", hostBind, "host's /dev/shm"},
+		{"a bind stacked on a tmpfs", stacked, "not a tmpfs"},
+		{"not a mount point", plain, "not a mount point"},
+		{"a path through a link", filepath.Join(dir, "link", "dev", "shm"), "not a mount point"},
+	}
+	if err := os.Symlink(filepath.Join(dir, "rootfs"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range refusals {
+		t.Run(r.name, func(t *testing.T) {
+			res, err := remount.GrowInNamespace(h.pid, r.path, 1<<40)
+			if !errors.Is(err, remount.ErrUnsafe) || !strings.Contains(err.Error(), r.text) || res.Changed {
+				t.Errorf("GrowInNamespace(%s) = %+v, %v; want a refusal saying %q", r.path, res, err, r.text)
+			}
+		})
+	}
+	if got := hostShmKiB(t); got != hostBefore {
+		t.Errorf("the host's /dev/shm changed: %d -> %d KiB", hostBefore, got)
+	}
+	// No thread of ours, the main one included, stayed in that namespace.
+	if main, this := mustReadlink(t, "/proc/self/ns/mnt"), mustReadlink(t, "/proc/thread-self/ns/mnt"); main != this {
+		t.Errorf("the main thread is in mount namespace %s after GrowInNamespace, this thread in %s", main, this)
+	}
+
+	// The caller's own namespace (pid 0), as a createContainer hook uses it,
+	// after the calls above, one of which may have run first on the main thread.
+	own := filepath.Join(dir, "own")
+	mountTmpfs(t, own)
+	res, err = remount.GrowInNamespace(0, own, grown)
+	if err != nil || !res.Changed || res.After != grown {
+		t.Errorf("GrowInNamespace(own namespace) = %+v, %v", res, err)
+	}
+}
+
+// TestHookPodman: Podman from Debian's packages with --hooks-dir at what
+// `gpurun install podman` wrote: a GPU container (env only) sees the planned
+// size, a non-GPU one keeps Podman's default; uninstall removes the entry.
+func TestHookPodman(t *testing.T) {
+	p := harness.NewPodman(t)
+	img := p.BusyboxImage()
+	gpurun := bin(t, "gpurun")
+	dir := t.TempDir()
+	hooksDir := filepath.Join(dir, "hooks.d")
+	state := filepath.Join(dir, "install-state.json")
+	config := filepath.Join(dir, "config.toml")
+	logFile := filepath.Join(dir, "gpurun.log")
+	// Podman's /dev/shm is a tmpfs it mounts under its graph root.
+	body := fmt.Sprintf("log_file = %q\nengine_roots = [%q]\n", logFile, p.Root)
+	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	install := exec.Command(gpurun, "install", "podman", "--hooks-dir", hooksDir, "--policy", config, "--state", state, "--hook-path", gpurun)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("gpurun install podman: %v\n%s", err, out)
+	}
+	entry := filepath.Join(hooksDir, engineconf.HookFileName)
+	data, err := os.ReadFile(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := engineconf.ValidateHookJSON(entry, data); err != nil || !engineconf.IsGPURunHook(data) {
+		t.Fatalf("hooks.d entry: %v\n%s", err, data)
+	}
+
+	pol, err := policy.Load(config, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := sysinfo.MemTotal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No memory limit: the policy's share of the host's memory.
+	target, _ := pol.Target(policy.Request{HostMemory: mem})
+	// containers.conf's default shm_size "65536k", which Podman reads as
+	// 65,536,000 bytes (see oci/testdata/fixtures/README.md).
+	const podmanDefaultKiB = 65536000 / 1024
+
+	tests := []struct {
+		name string
+		env  []string
+		want int64
+	}{
+		{"GPU container by env", []string{"-e", "NVIDIA_VISIBLE_DEVICES=all"}, target / 1024},
+		{"no GPU", nil, podmanDefaultKiB},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--hooks-dir", hooksDir}, tt.env...)
+			args = append(args, img, "df", "-k", "/dev/shm")
+			out, stderr, err := p.Run(args...)
+			if err != nil {
+				t.Fatalf("%v\n%s\ngpurun log:\n%s", err, stderr, readFile(logFile))
+			}
+			if got := dfKiB(t, out); got != tt.want {
+				t.Errorf("/dev/shm %d KiB, want %d\ngpurun log:\n%s", got, tt.want, readFile(logFile))
+			}
+		})
+	}
+	if log := readFile(logFile); strings.Count(log, `"component":"gpurun-hook"`) != len(tests) || strings.Contains(log, `"level":"ERROR"`) {
+		t.Errorf("want one clean hook record per container:\n%s", log)
+	}
+
+	uninstall := exec.Command(gpurun, "uninstall", "podman", "--hooks-dir", hooksDir, "--state", state)
+	if out, err := uninstall.CombinedOutput(); err != nil {
+		t.Fatalf("gpurun uninstall podman: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(entry); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("uninstall left %s: %v", entry, err)
+	}
+}
+
+// BenchmarkHookRunc: `runc run` of a busybox bundle without GPU evidence
+// (the hook decides "none": the cost every container pays for a hooks.d
+// entry with "when": {"always": true}) with gpurun hook at createRuntime,
+// versus the same bundle without the hook, alternated; reported as a ratio.
+func BenchmarkHookRunc(b *testing.B) {
+	e := newRuncEnv(b, "")
+	gpurun := bin(b, "gpurun")
+	plain := e.bundle(b, "plain", []string{"true"}, nil, nil)
+	hooked := e.bundle(b, "hooked", []string{"true"}, nil, withHook(gpurun, e.config, "createRuntime", true, nil))
+	n := 0
+	run := func(bundle string) time.Duration {
+		n++
+		id := fmt.Sprintf("%s-bench-%d", filepath.Base(e.dir), n)
+		start := time.Now()
+		if _, stderr, err := e.run("runc", "run", "--bundle", bundle, id); err != nil {
+			b.Fatalf("runc run: %v %s", err, stderr)
+		}
+		return time.Since(start)
+	}
+	run(plain)
+	run(hooked)
+	var plainTotal, hookTotal time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		plainTotal += run(plain)
+		hookTotal += run(hooked)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(plainTotal.Microseconds())/float64(b.N)/1000, "runc-ms/run")
+	b.ReportMetric(float64(hookTotal.Microseconds())/float64(b.N)/1000, "hooked-ms/run")
+	b.ReportMetric(float64(hookTotal)/float64(plainTotal), "ratio")
+}

@@ -1,0 +1,445 @@
+package install
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/engineconf"
+)
+
+// HookFileName is the name of gpurun's hook definition in a hooks.d
+// directory.
+const HookFileName = engineconf.HookFileName
+
+// The engines that take gpurun's OCI hook from a hooks.d directory.
+const (
+	EnginePodman = "podman"
+	EngineCRIO   = "crio"
+)
+
+// Default hooks.d directories. Podman, as root and without --hooks-dir,
+// reads /usr/share/containers/oci/hooks.d and then /etc/containers/oci/hooks.d
+// (the administrator's); CRI-O reads only the directories of its hooks_dir,
+// which is /usr/share/containers/oci/hooks.d unless configured.
+const (
+	DefaultPodmanHooksDir = engineconf.HooksDirEtc
+	DefaultCRIOHooksDir   = engineconf.HooksDirShare
+)
+
+// PodmanGraphRoot is where root Podman keeps containers' userdata, its
+// /dev/shm tmpfs included, unless storage.conf moves it.
+const PodmanGraphRoot = "/var/lib/containers/storage"
+
+// CRIORunRoot is where CRI-O keeps a pod's /dev/shm tmpfs (the sandbox's
+// userdata/shm), unless storage.conf moves it.
+const CRIORunRoot = "/run/containers/storage"
+
+// HookChange is what an install of the hook wrote: the install state's
+// record of it, so that uninstall removes exactly that.
+type HookChange struct {
+	// HookFile is the hooks.d entry (a node path) and SHA256 its content.
+	HookFile string `json:"hook_file"`
+	SHA256   string `json:"sha256"`
+	// Replaced is a backup of a different file of the same name that the
+	// install replaced; uninstall puts it back.
+	Replaced string `json:"replaced,omitempty"`
+	// DropIn is the CRI-O drop-in (a node path) and DropInSHA256 its
+	// content, when the install allowed the shm annotation.
+	DropIn       string `json:"drop_in,omitempty"`
+	DropInSHA256 string `json:"drop_in_sha256,omitempty"`
+}
+
+// Hooks installs gpurun's OCI hook for Podman or CRI-O: a hooks.d entry
+// that runs `gpurun hook` at createRuntime for every container (the hook
+// decides), and for CRI-O, when asked, a drop-in that lets pods size their
+// /dev/shm with CRI-O's annotation. Options.RuntimePath is not used.
+type Hooks struct {
+	Options
+	// Engine is EnginePodman or EngineCRIO.
+	Engine string
+	// HooksDir is the hooks.d directory (a node path); "" means the
+	// engine's default (and, for Uninstall, every directory recorded).
+	HooksDir string
+	// GPURunPath is gpurun as the runtime will exec it (a node path).
+	GPURunPath string
+	// PassPolicy passes Options.PolicyPath to the hook as --config.
+	PassPolicy bool
+	// ShmAnnotation, for CRI-O, is the annotation the drop-in allows
+	// (engineconf.CRIOShmAnnotation or CRIOShmAnnotationV1); "" for none.
+	ShmAnnotation string
+	// DropInDir is CRI-O's drop-in directory (a node path); "" means
+	// engineconf.CRIODropInDir.
+	DropInDir string
+}
+
+func (h Hooks) validate() error {
+	switch h.Engine {
+	case EnginePodman:
+		if h.ShmAnnotation != "" {
+			return fmt.Errorf("--allow-shm-annotation is for CRI-O; Podman sizes /dev/shm with --shm-size or containers.conf shm_size")
+		}
+	case EngineCRIO:
+	default:
+		return fmt.Errorf("engine %q: want %q or %q", h.Engine, EnginePodman, EngineCRIO)
+	}
+	if h.HooksDir != "" && !filepath.IsAbs(h.HooksDir) {
+		return fmt.Errorf("--hooks-dir %q: want an absolute path on the node", h.HooksDir)
+	}
+	if h.DropInDir != "" && !filepath.IsAbs(h.DropInDir) {
+		return fmt.Errorf("CRI-O drop-in directory %q: want an absolute path on the node", h.DropInDir)
+	}
+	return nil
+}
+
+// hookFile returns the hooks.d entry's node path.
+func (h Hooks) hookFile() string {
+	dir := h.HooksDir
+	if dir == "" {
+		dir = DefaultPodmanHooksDir
+		if h.Engine == EngineCRIO {
+			dir = DefaultCRIOHooksDir
+		}
+	}
+	return filepath.Join(filepath.Clean(dir), HookFileName)
+}
+
+func (h Hooks) dropIn() string {
+	dir := h.DropInDir
+	if dir == "" {
+		dir = engineconf.CRIODropInDir
+	}
+	return filepath.Join(filepath.Clean(dir), engineconf.CRIODropInName)
+}
+
+func (h Hooks) hookOptions() engineconf.HookOptions {
+	o := engineconf.HookOptions{Path: h.GPURunPath}
+	if h.PassPolicy {
+		o.PolicyPath = h.PolicyPath
+	}
+	return o
+}
+
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// Install writes the hooks.d entry (and the CRI-O drop-in), backing up a
+// different file of the same name, and records what it wrote. A second
+// install changes nothing; one with other options rewrites gpurun's files.
+// With DryRun it prints the diffs and changes nothing.
+func (h Hooks) Install() error {
+	if err := h.validate(); err != nil {
+		return err
+	}
+	want, err := engineconf.HookJSON(h.hookOptions())
+	if err != nil {
+		return err
+	}
+	if err := h.checkExecutable(); err != nil {
+		return err
+	}
+	node := h.hookFile()
+	here := h.host(node)
+	before, existed, err := readConfig(here)
+	if err != nil {
+		return err
+	}
+	var dropNode, dropHere string
+	var dropWant, dropBefore []byte
+	if h.ShmAnnotation != "" {
+		dropNode = h.dropIn()
+		dropHere = h.host(dropNode)
+		if dropWant, err = engineconf.CRIOShmDropIn(h.ShmAnnotation); err != nil {
+			return err
+		}
+		if dropBefore, _, err = readConfig(dropHere); err != nil {
+			return err
+		}
+	}
+	if h.DryRun {
+		h.showDiff(here, before, want)
+		if dropHere != "" {
+			h.showDiff(dropHere, dropBefore, dropWant)
+		}
+		h.warnings()
+		return nil
+	}
+	st, err := loadState(h.statePath())
+	if err != nil {
+		return err
+	}
+	rec, hadRecord := st[h.Engine][here]
+	var old HookChange
+	if hadRecord {
+		if err := json.Unmarshal(rec.Change, &old); err != nil {
+			return fmt.Errorf("install state %s: %w", h.statePath(), err)
+		}
+	}
+	ch := HookChange{HookFile: node, SHA256: digest(want), Replaced: old.Replaced}
+	if dropNode != "" {
+		ch.DropIn, ch.DropInSHA256 = dropNode, digest(dropWant)
+	}
+	// A different file of this name that no install of gpurun wrote is
+	// someone else's: keep a copy, which uninstall puts back.
+	if existed && string(before) != string(want) && ch.Replaced == "" && !h.ours(st, here, before) {
+		ch.Replaced = fmt.Sprintf("%s.gpurun-%s.bak", here, h.now().UTC().Format("20060102T150405Z"))
+		if err := atomicfile.Write(ch.Replaced, before, 0o600); err != nil {
+			return fmt.Errorf("back up %s: %w", here, err)
+		}
+	}
+	changed := false
+	if string(before) != string(want) || !existed {
+		if err := writeFile(here, want); err != nil {
+			return err
+		}
+		changed = true
+		fmt.Fprintf(h.Out, "%s: gpurun hook installed for %s (%s hook at %s, every container; the hook decides)", here, h.Engine, h.GPURunPath, engineconf.HookStage)
+		if ch.Replaced != "" && ch.Replaced != old.Replaced {
+			fmt.Fprintf(h.Out, "; the previous file is kept as %s", ch.Replaced)
+		}
+		fmt.Fprintln(h.Out)
+	}
+	if dropHere != "" && string(dropBefore) != string(dropWant) {
+		if err := writeFile(dropHere, dropWant); err != nil {
+			return err
+		}
+		changed = true
+		fmt.Fprintf(h.Out, "%s: pods may set %s; restart CRI-O to apply: systemctl restart crio\n", dropHere, h.ShmAnnotation)
+	}
+	if old.DropIn != "" && old.DropIn != ch.DropIn {
+		// A re-install without the annotation takes the old drop-in out.
+		if err := h.removeOwned(old.DropIn, old.DropInSHA256); err != nil {
+			return err
+		}
+		changed = true
+	}
+	if !changed {
+		fmt.Fprintf(h.Out, "%s: gpurun hook already installed for %s; nothing to do\n", here, h.Engine)
+	}
+	if !hadRecord || changed || old != ch {
+		raw, err := json.Marshal(ch)
+		if err != nil {
+			return err
+		}
+		if st[h.Engine] == nil {
+			st[h.Engine] = map[string]record{}
+		}
+		installed := h.now().UTC()
+		if hadRecord {
+			installed = rec.InstalledAt
+		}
+		st[h.Engine][here] = record{Change: raw, DropIn: dropNode, Backup: ch.Replaced, InstalledAt: installed}
+		if err := st.save(h.statePath()); err != nil {
+			return err
+		}
+	}
+	h.warnings()
+	return nil
+}
+
+// Uninstall removes what Install recorded for this engine: the hooks.d
+// entry (putting back a file it replaced) unless the other engine's install
+// still uses the same file, and the CRI-O drop-in. Without HooksDir it
+// removes every entry recorded for the engine. An entry nobody recorded is
+// removed only if it runs `gpurun hook`.
+func (h Hooks) Uninstall() error {
+	if err := h.validate(); err != nil {
+		return err
+	}
+	st, err := loadState(h.statePath())
+	if err != nil {
+		return err
+	}
+	var paths []string
+	if h.HooksDir == "" {
+		for p := range st[h.Engine] {
+			paths = append(paths, p)
+		}
+		sort.Strings(paths)
+	}
+	if len(paths) == 0 {
+		paths = []string{h.host(h.hookFile())}
+	}
+	for _, here := range paths {
+		if err := h.uninstallOne(st, here); err != nil {
+			return err
+		}
+	}
+	if h.DryRun {
+		return nil
+	}
+	if len(st[h.Engine]) == 0 {
+		delete(st, h.Engine)
+	}
+	return st.save(h.statePath())
+}
+
+func (h Hooks) uninstallOne(st state, here string) error {
+	rec, recorded := st[h.Engine][here]
+	var ch HookChange
+	if recorded {
+		if err := json.Unmarshal(rec.Change, &ch); err != nil {
+			return fmt.Errorf("install state %s: %w", h.statePath(), err)
+		}
+	} else {
+		fmt.Fprintf(h.Out, "%s: no install for %s recorded in %s\n", here, h.Engine, h.statePath())
+	}
+	data, existed, err := readConfig(here)
+	if err != nil {
+		return err
+	}
+	sharedWith := ""
+	for _, other := range []string{EnginePodman, EngineCRIO} {
+		if _, ok := st[other][here]; ok && other != h.Engine {
+			sharedWith = other
+		}
+	}
+	switch {
+	case !existed:
+		fmt.Fprintf(h.Out, "%s: does not exist; nothing to remove\n", here)
+	case sharedWith != "":
+		fmt.Fprintf(h.Out, "%s: kept: the %s install uses it too\n", here, sharedWith)
+	case !engineconf.IsGPURunHook(data) && (!recorded || digest(data) != ch.SHA256):
+		fmt.Fprintf(h.Out, "%s: does not run gpurun hook (changed since install?); left as it is\n", here)
+	case h.DryRun:
+		if ch.Replaced != "" {
+			fmt.Fprintf(h.Out, "would put back %s from %s\n", here, ch.Replaced)
+		} else {
+			fmt.Fprintf(h.Out, "would remove %s\n", here)
+		}
+	case ch.Replaced != "":
+		prev, err := os.ReadFile(ch.Replaced)
+		if err != nil {
+			return fmt.Errorf("put back %s: %w", here, err)
+		}
+		if err := atomicfile.Write(here, prev, 0o644); err != nil {
+			return err
+		}
+		if err := os.Remove(ch.Replaced); err != nil {
+			return fmt.Errorf("remove %s: %w", ch.Replaced, err)
+		}
+		fmt.Fprintf(h.Out, "%s: gpurun hook removed; the previous file is back\n", here)
+	default:
+		if err := os.Remove(here); err != nil {
+			return fmt.Errorf("remove %s: %w", here, err)
+		}
+		fmt.Fprintf(h.Out, "%s: gpurun hook removed\n", here)
+	}
+	if ch.DropIn != "" {
+		if h.DryRun {
+			fmt.Fprintf(h.Out, "would remove %s\n", h.host(ch.DropIn))
+		} else if err := h.removeOwned(ch.DropIn, ch.DropInSHA256); err != nil {
+			return err
+		}
+	}
+	if !h.DryRun && recorded {
+		delete(st[h.Engine], here)
+	}
+	return nil
+}
+
+// removeOwned removes a file gpurun wrote (a node path), unless someone
+// changed it since: then it says so and leaves it.
+func (h Hooks) removeOwned(node, sum string) error {
+	here := h.host(node)
+	data, existed, err := readConfig(here)
+	if err != nil || !existed {
+		return err
+	}
+	if digest(data) != sum {
+		fmt.Fprintf(h.Out, "%s: changed since gpurun wrote it; left as it is\n", here)
+		return nil
+	}
+	if err := os.Remove(here); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", here, err)
+	}
+	fmt.Fprintf(h.Out, "%s: removed; restart CRI-O to apply: systemctl restart crio\n", here)
+	return nil
+}
+
+// ours reports whether the hooks.d file at here was written by an install
+// of gpurun (for any engine), or runs gpurun hook.
+func (h Hooks) ours(st state, here string, data []byte) bool {
+	for _, e := range []string{EnginePodman, EngineCRIO} {
+		if _, ok := st[e][here]; ok {
+			return true
+		}
+	}
+	return engineconf.IsGPURunHook(data)
+}
+
+// checkExecutable refuses a hook path that is not an executable file on the
+// node: Podman and CRI-O refuse to load a hooks.d directory with an entry
+// whose path is missing, which would stop every container start.
+func (h Hooks) checkExecutable() error {
+	p := h.host(h.GPURunPath)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("hook path: %w (pass gpurun's path on the node with --hook-path)", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("hook path %s: not an executable file", p)
+	}
+	return nil
+}
+
+// warnings says what would keep the hook from working on this node: the
+// policy's engine_roots must cover the directory where the engine mounts a
+// container's /dev/shm, or the hook refuses to grow it.
+func (h Hooks) warnings() {
+	path := h.policyPath()
+	pol, err := policy.Load(path, false)
+	if err != nil {
+		fmt.Fprintf(h.Out, "warning: %v: the hook will leave every container as it is until the policy loads\n", err)
+		return
+	}
+	root := PodmanGraphRoot
+	if h.Engine == EngineCRIO {
+		root = CRIORunRoot
+	}
+	if !underAny(root, pol.EngineRoots) {
+		fmt.Fprintf(h.Out, "warning: engine_roots in %s (%s) does not cover %s, where %s mounts /dev/shm: add it, or the hook refuses to grow it\n",
+			path, strings.Join(pol.EngineRoots, ", "), root, h.Engine)
+	}
+}
+
+// underAny reports whether dir is one of roots or below one, allowing for
+// /var/run being /run.
+func underAny(dir string, roots []string) bool {
+	alias := func(p string) []string {
+		p = filepath.Clean(p)
+		out := []string{p}
+		if rest, ok := strings.CutPrefix(p, "/var/run"); ok && (rest == "" || rest[0] == '/') {
+			out = append(out, "/run"+rest)
+		}
+		return out
+	}
+	for _, d := range alias(dir) {
+		for _, r := range roots {
+			if slices.ContainsFunc(alias(r), func(r string) bool { return r != "/" && (d == r || strings.HasPrefix(d, r+"/")) }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeFile writes data atomically, creating the directory.
+func writeFile(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return atomicfile.Write(path, data, 0o644)
+}

@@ -1,0 +1,299 @@
+package install
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpurun/gpurun/runtime/engineconf"
+)
+
+// hookRoot is a node root with gpurun installed at /usr/local/bin/gpurun.
+func hookRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	bin := filepath.Join(root, "usr/local/bin/gpurun")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func hooksFor(root, engine string, out *bytes.Buffer) Hooks {
+	return Hooks{Options: opts(root, out), Engine: engine, GPURunPath: "/usr/local/bin/gpurun"}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// stateOf returns the engines and paths recorded in the state file.
+func stateOf(t *testing.T, root string) map[string]map[string]record {
+	t.Helper()
+	st, err := loadState(filepath.Join(root, "var/lib/gpurun/state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestHooksInstallRoundTrip(t *testing.T) {
+	tests := []struct {
+		name     string
+		engine   string
+		dir      string // --hooks-dir, "" for the default
+		policy   bool
+		ann      string
+		wantFile string // relative to the root
+		wantDrop string
+	}{
+		{"podman, default dir", EnginePodman, "", false, "", "etc/containers/oci/hooks.d/gpurun.json", ""},
+		{"podman, own dir, policy", EnginePodman, "/srv/hooks", true, "", "srv/hooks/gpurun.json", ""},
+		{"crio, default dir", EngineCRIO, "", false, "", "usr/share/containers/oci/hooks.d/gpurun.json", ""},
+		{"crio with the shm annotation", EngineCRIO, "", false, engineconf.CRIOShmAnnotation, "usr/share/containers/oci/hooks.d/gpurun.json", "etc/crio/crio.conf.d/99-gpurun.conf"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := hookRoot(t)
+			var out bytes.Buffer
+			h := hooksFor(root, tt.engine, &out)
+			h.HooksDir, h.PassPolicy, h.ShmAnnotation = tt.dir, tt.policy, tt.ann
+			file := filepath.Join(root, tt.wantFile)
+			wantJSON, err := engineconf.HookJSON(h.hookOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.policy != (strings.Contains(string(wantJSON), `"--config"`) && strings.Contains(string(wantJSON), `"`+h.PolicyPath+`"`)) {
+				t.Fatalf("policy passed %v, want %v: %s", !tt.policy, tt.policy, wantJSON)
+			}
+
+			dry := h
+			dry.DryRun = true
+			if err := dry.Install(); err != nil {
+				t.Fatal(err)
+			}
+			if exists(file) || exists(filepath.Join(root, "var/lib/gpurun/state.json")) || !strings.Contains(out.String(), `+  "version": "1.0.0",`) {
+				t.Fatalf("dry run wrote, or printed no diff:\n%s", out.String())
+			}
+
+			if err := h.Install(); err != nil {
+				t.Fatal(err)
+			}
+			if got := read(t, file); got != string(wantJSON) {
+				t.Errorf("%s =\n%s\nwant\n%s", tt.wantFile, got, wantJSON)
+			}
+			if tt.wantDrop != "" {
+				wantDrop, _ := engineconf.CRIOShmDropIn(tt.ann)
+				if got := read(t, filepath.Join(root, tt.wantDrop)); got != string(wantDrop) {
+					t.Errorf("drop-in =\n%s", got)
+				}
+			}
+			rec, ok := stateOf(t, root)[tt.engine][file]
+			if !ok {
+				t.Fatalf("no record for %s in %v", file, stateOf(t, root))
+			}
+			var ch HookChange
+			if err := json.Unmarshal(rec.Change, &ch); err != nil || ch.HookFile != "/"+tt.wantFile || ch.SHA256 != digest(wantJSON) {
+				t.Errorf("recorded %+v, %v", ch, err)
+			}
+
+			// Idempotent.
+			out.Reset()
+			stBefore := read(t, filepath.Join(root, "var/lib/gpurun/state.json"))
+			if err := h.Install(); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "nothing to do") || read(t, filepath.Join(root, "var/lib/gpurun/state.json")) != stBefore {
+				t.Errorf("second install changed something:\n%s", out.String())
+			}
+
+			// Uninstall removes exactly it.
+			out.Reset()
+			un := h
+			un.ShmAnnotation = ""
+			if err := un.Uninstall(); err != nil {
+				t.Fatal(err)
+			}
+			if exists(file) || (tt.wantDrop != "" && exists(filepath.Join(root, tt.wantDrop))) {
+				t.Errorf("uninstall left files:\n%s", out.String())
+			}
+			if st := stateOf(t, root); len(st[tt.engine]) != 0 {
+				t.Errorf("state after uninstall: %v", st)
+			}
+			if !exists(filepath.Join(root, "usr/local/bin/gpurun")) {
+				t.Error("uninstall removed gpurun itself")
+			}
+		})
+	}
+}
+
+func TestHooksSharedDirectory(t *testing.T) {
+	root := hookRoot(t)
+	var out bytes.Buffer
+	podman := hooksFor(root, EnginePodman, &out)
+	crio := hooksFor(root, EngineCRIO, &out)
+	podman.HooksDir, crio.HooksDir = "/etc/containers/oci/hooks.d", "/etc/containers/oci/hooks.d"
+	file := filepath.Join(root, "etc/containers/oci/hooks.d/gpurun.json")
+	for _, h := range []Hooks{podman, crio} {
+		if err := h.Install(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := podman.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(file) || !strings.Contains(out.String(), "the crio install uses it too") {
+		t.Fatalf("uninstalling podman removed CRI-O's hook:\n%s", out.String())
+	}
+	if err := crio.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(file) {
+		t.Fatal("the last uninstall kept the hook")
+	}
+}
+
+func TestHooksReplacedFileComesBack(t *testing.T) {
+	root := hookRoot(t)
+	var out bytes.Buffer
+	h := hooksFor(root, EnginePodman, &out)
+	file := filepath.Join(root, "etc/containers/oci/hooks.d/gpurun.json")
+	const theirs = `{"version":"1.0.0","hook":{"path":"/opt/other/gpurun-hook"},"when":{"always":true},"stages":["prestart"]}` + "\n"
+	write(t, file, theirs)
+	if err := h.Install(); err != nil {
+		t.Fatal(err)
+	}
+	if read(t, file) == theirs || !strings.Contains(out.String(), "the previous file is kept as") {
+		t.Fatalf("install did not replace and back up:\n%s", out.String())
+	}
+	// A second install keeps the one backup.
+	if err := h.Install(); err != nil {
+		t.Fatal(err)
+	}
+	baks, _ := filepath.Glob(file + ".gpurun-*.bak")
+	if len(baks) != 1 {
+		t.Fatalf("backups %v", baks)
+	}
+	if err := h.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if read(t, file) != theirs {
+		t.Errorf("uninstall did not put the previous file back:\n%s", out.String())
+	}
+	if baks, _ := filepath.Glob(file + ".gpurun-*.bak"); len(baks) != 0 {
+		t.Errorf("backup left: %v", baks)
+	}
+}
+
+func TestHooksUninstallLeavesForeignFiles(t *testing.T) {
+	root := hookRoot(t)
+	var out bytes.Buffer
+	h := hooksFor(root, EnginePodman, &out)
+	file := filepath.Join(root, "etc/containers/oci/hooks.d/gpurun.json")
+	const theirs = `{"version":"1.0.0","hook":{"path":"/usr/bin/something"},"when":{"always":true},"stages":["prestart"]}`
+	write(t, file, theirs)
+	if err := h.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if read(t, file) != theirs || !strings.Contains(out.String(), "left as it is") {
+		t.Errorf("uninstall without a record touched a foreign file:\n%s", out.String())
+	}
+	// Without a record, gpurun's own entry (a lost state file) is removed.
+	own, _ := engineconf.HookJSON(h.hookOptions())
+	write(t, file, string(own))
+	if err := h.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(file) {
+		t.Error("gpurun's own unrecorded entry was kept")
+	}
+}
+
+func TestHooksChangedDropInIsLeft(t *testing.T) {
+	root := hookRoot(t)
+	var out bytes.Buffer
+	h := hooksFor(root, EngineCRIO, &out)
+	h.ShmAnnotation = engineconf.CRIOShmAnnotationV1
+	if err := h.Install(); err != nil {
+		t.Fatal(err)
+	}
+	drop := filepath.Join(root, "etc/crio/crio.conf.d/99-gpurun.conf")
+	write(t, drop, read(t, drop)+"# edited by hand\n")
+	if err := h.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(drop) || !strings.Contains(out.String(), "changed since gpurun wrote it") {
+		t.Errorf("an edited drop-in was removed:\n%s", out.String())
+	}
+	if exists(filepath.Join(root, "usr/share/containers/oci/hooks.d/gpurun.json")) {
+		t.Error("hook kept")
+	}
+}
+
+func TestHooksRefusals(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*Hooks)
+		err  string
+	}{
+		{"missing gpurun", func(h *Hooks) { h.GPURunPath = "/usr/bin/gpurun" }, "--hook-path"},
+		{"relative gpurun", func(h *Hooks) { h.GPURunPath = "gpurun" }, "clean absolute path"},
+		{"unknown engine", func(h *Hooks) { h.Engine = "docker" }, `engine "docker"`},
+		{"annotation for podman", func(h *Hooks) { h.ShmAnnotation = engineconf.CRIOShmAnnotation }, "for CRI-O"},
+		{"unknown annotation", func(h *Hooks) { h.Engine, h.ShmAnnotation = EngineCRIO, "io.kubernetes.cri-o.Devices" }, "want"},
+		{"relative hooks dir", func(h *Hooks) { h.HooksDir = "hooks.d" }, "--hooks-dir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := hookRoot(t)
+			var out bytes.Buffer
+			h := hooksFor(root, EnginePodman, &out)
+			tt.edit(&h)
+			err := h.Install()
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("Install = %v, want an error with %q", err, tt.err)
+			}
+			files, _ := filepath.Glob(filepath.Join(root, "etc/containers/oci/hooks.d/*"))
+			more, _ := filepath.Glob(filepath.Join(root, "usr/share/containers/oci/hooks.d/*"))
+			if len(files)+len(more) != 0 || exists(filepath.Join(root, "var/lib/gpurun/state.json")) {
+				t.Errorf("a refused install wrote %v %v", files, more)
+			}
+		})
+	}
+}
+
+func TestHooksWarnsAboutEngineRoots(t *testing.T) {
+	tests := []struct {
+		engine, policy string
+		warn           bool
+	}{
+		{EnginePodman, "", true}, // the default engine_roots lack Podman's graph root
+		{EnginePodman, "engine_roots = [\"/var/lib/containers\"]\n", false},
+		{EngineCRIO, "", false}, // /run/containers/storage is a default
+		{EngineCRIO, "engine_roots = [\"/var/run/containers/storage\"]\n", false},
+		{EngineCRIO, "engine_roots = [\"/var/lib/docker\"]\n", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.engine+" "+tt.policy, func(t *testing.T) {
+			root := hookRoot(t)
+			if tt.policy != "" {
+				write(t, filepath.Join(root, "etc/gpurun/config.toml"), tt.policy)
+			}
+			var out bytes.Buffer
+			h := hooksFor(root, tt.engine, &out)
+			if err := h.Install(); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(out.String(), "warning: engine_roots"); got != tt.warn {
+				t.Errorf("warning %v, want %v:\n%s", got, tt.warn, out.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,65 @@
+package logfile
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestOpen(t *testing.T) {
+	tests := []struct {
+		name    string
+		path    func(dir string) string
+		records int
+		want    bool // a file with the records exists afterwards
+	}{
+		{"records are appended as JSON lines, directory created", func(d string) string { return filepath.Join(d, "sub", "gpurun.log") }, 2, true},
+		{"no record, no file", func(d string) string { return filepath.Join(d, "gpurun.log") }, 0, false},
+		{"unopenable path drops records", func(d string) string { return filepath.Join(d, "file", "gpurun.log") }, 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			path := tt.path(dir)
+			log, closeLog := Open(path, "test-component")
+			for i := 0; i < tt.records; i++ {
+				log.Info("record", "i", i)
+			}
+			closeLog()
+			data, err := os.ReadFile(path)
+			if !tt.want {
+				if err == nil {
+					t.Fatalf("%s exists: %q", path, data)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			if len(lines) != tt.records {
+				t.Fatalf("%d lines, want %d: %q", len(lines), tt.records, data)
+			}
+			for i, l := range lines {
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(l), &rec); err != nil {
+					t.Fatalf("line %d is not JSON: %v", i, err)
+				}
+				if rec["component"] != "test-component" || rec["msg"] != "record" || rec["pid"] != float64(os.Getpid()) {
+					t.Errorf("line %d = %v", i, rec)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenEmptyPathDiscards(t *testing.T) {
+	log, closeLog := Open("", "x")
+	log.Error("dropped")
+	closeLog()
+}
