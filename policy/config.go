@@ -105,6 +105,7 @@ func DefaultFile() File {
 		EngineRoots: []string{
 			"/var/lib/docker", "/var/run/docker", "/run/docker",
 			"/run/containerd", "/run/k3s/containerd", "/run/containers/storage",
+			"/var/lib/containers/storage", // Podman and CRI-O bind userdata/shm from the graph root
 		},
 		ComposeDefault: "8gb",
 	}
