@@ -39,19 +39,22 @@ demo: bin/gpurun
 test: test-unit test-integration
 
 # containerd 2.x, built from the Go module proxy, loads the version 3/4
-# configs the installer writes (Debian ships 1.6 only).
+# configs the installer writes (Debian ships 1.6 only); with its own ctr and
+# runc shim it also runs the NRI plugin's integration tests.
 CONTAINERD2_VERSION ?= v2.4.2
-CONTAINERD2 ?= $(CURDIR)/.tools/containerd-$(CONTAINERD2_VERSION)/containerd
-$(CONTAINERD2):
-	GOBIN=$(dir $@) CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/containerd@$(CONTAINERD2_VERSION)
+CONTAINERD2_BIN ?= $(CURDIR)/.tools/containerd-$(CONTAINERD2_VERSION)
+CONTAINERD2 ?= $(CONTAINERD2_BIN)/containerd
+CONTAINERD2_TOOLS = $(CONTAINERD2_BIN)/containerd $(CONTAINERD2_BIN)/ctr $(CONTAINERD2_BIN)/containerd-shim-runc-v2
+$(CONTAINERD2_TOOLS):
+	GOBIN=$(@D) CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/$(@F)@$(CONTAINERD2_VERSION)
 
 test-unit: $(CONTAINERD2)
 	GPURUN_TEST_CONTAINERD2=$(CONTAINERD2) $(GO) test -count=1 $(UNIT_PKGS)
 
 # Real engines (dockerd, containerd + CRI, runc, podman), each on its own
 # socket and state dir; needs root. The tests build bin/ themselves.
-test-integration: build
-	$(GO) test -count=1 -p 1 -timeout 25m -tags integration ./integration/...
+test-integration: build $(CONTAINERD2_TOOLS)
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) $(GO) test -count=1 -p 1 -timeout 25m -tags integration ./integration/...
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)

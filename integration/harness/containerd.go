@@ -78,6 +78,7 @@ type Containerd struct {
 
 	t       testing.TB
 	bin     string
+	ctr     string // the ctr that imports images (of the same release as bin)
 	logPath string
 	env     []string
 	conn    *grpc.ClientConn
@@ -121,12 +122,20 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
 	requireRoot(t)
 	bin := requireBinary(t, "containerd", "containerd")
-	requireBinary(t, "ctr", "containerd")
+	ctr := requireBinary(t, "ctr", "containerd")
 	requireBinary(t, "containerd-shim-runc-v2", "containerd")
 	requireBinary(t, "runc", "runc")
 	staticBusybox(t)
+	return launchContainerd(t, "c", bin, ctr, opts.Env, func(dir string) (string, error) { return ContainerdConfig(dir, opts), nil })
+}
 
-	dir := makeDir(t, "c")
+// launchContainerd starts the containerd binary bin, as StartContainerd
+// describes, in a fresh directory /tmp/<DirPrefix><kind>-NNNN with the
+// config that setup returns (setup may also prepare files below the
+// directory); env is added to its environment.
+func launchContainerd(t testing.TB, kind, bin, ctr string, env []string, setup func(dir string) (string, error)) *Containerd {
+	t.Helper()
+	dir := makeDir(t, kind)
 	c := &Containerd{
 		Dir:          dir,
 		Address:      filepath.Join(dir, "containerd.sock"),
@@ -138,8 +147,9 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 		PauseImage:   PauseRef,
 		t:            t,
 		bin:          bin,
+		ctr:          ctr,
 		logPath:      filepath.Join(dir, "containerd.log"),
-		env:          append(os.Environ(), opts.Env...),
+		env:          append(os.Environ(), env...),
 		shared:       &containerdShared{pods: map[string]*runtimeapi.PodSandboxConfig{}},
 	}
 	c.State = filepath.Join(c.StateDir, "io.containerd.grpc.v1.cri")
@@ -150,7 +160,11 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 			t.Fatalf("harness: %v", err)
 		}
 	}
-	if err := os.WriteFile(c.ConfigPath, []byte(ContainerdConfig(c.Dir, opts)), 0o644); err != nil {
+	config, err := setup(c.Dir)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	if err := os.WriteFile(c.ConfigPath, []byte(config), 0o644); err != nil {
 		t.Fatalf("harness: write containerd config: %v", err)
 	}
 
@@ -352,11 +366,14 @@ func (c *Containerd) ImportImage(tarPath string) {
 func (c *Containerd) TryImportImage(tarPath string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, _, err := runCmd(ctx, c.env, "ctr", "-a", c.Address, "-n", CRINamespace, "images", "import", tarPath)
+	out, _, err := runCmd(ctx, c.env, c.ctr, "-a", c.Address, "-n", CRINamespace, "images", "import", tarPath)
 	if err != nil {
 		return fmt.Errorf("import %s: %w", tarPath, err)
 	}
 	names := importedNames(out)
+	if len(names) == 0 {
+		names = archiveTags(tarPath) // ctr 2.x reports its imports differently
+	}
 	if len(names) == 0 {
 		return fmt.Errorf("import %s: ctr reported no image: %q", tarPath, out)
 	}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpurun/gpurun/runtime/nri"
+)
+
+// TestNRIFlags: bad flags are refused with the flag's name, before anything
+// connects.
+func TestNRIFlags(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nri", "--index", "7"}, "--index"},
+		{[]string{"nri", "--name", "gpu run"}, "--name"},
+		{[]string{"--dry-run", "nri"}, "--dry-run"},
+		{[]string{"nri", "extra"}, "unknown command"},
+		{[]string{"--config", filepath.Join(t.TempDir(), "none.toml"), "nri"}, "none.toml"},
+	} {
+		_, stderr, code := execute(t, tt.args...)
+		if code != 2 {
+			t.Errorf("gpurun %q: exit %d, want 2", tt.args, code)
+		}
+		if !strings.Contains(stderr, tt.want) {
+			t.Errorf("gpurun %q: stderr %q, want it to name %s", tt.args, stderr, tt.want)
+		}
+	}
+}
+
+// TestNRISystemdUnit: the systemd unit's command line is one gpurun
+// accepts, and names the defaults' socket, index and name.
+func TestNRISystemdUnit(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "gpurun-nri.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exec []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			exec = strings.Fields(v)
+		}
+	}
+	if len(exec) < 2 || filepath.Base(exec[0]) != "gpurun" {
+		t.Fatalf("ExecStart %q: want gpurun", exec)
+	}
+	root := newRootCmd(&globals{})
+	cmd, rest, err := root.Find(exec[1:])
+	if err != nil || cmd.Name() != "nri" {
+		t.Fatalf("ExecStart %q runs %v (%v), want gpurun nri", exec, cmd.Name(), err)
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatalf("ExecStart %q: %v", exec, err)
+	}
+	for flag, want := range map[string]string{"socket": nri.DefaultSocket, "index": nri.DefaultIndex, "name": nri.DefaultName} {
+		if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
+			t.Errorf("ExecStart --%s %q, want %q", flag, got, want)
+		}
+	}
+}
+
+// TestRootWithoutArguments: gpurun without arguments shows the help, unless
+// a runtime launched it as an NRI plugin (then a bad connection is an error).
+func TestRootWithoutArguments(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", filepath.Join(t.TempDir(), "absent.toml"))
+	t.Setenv("NRI_PLUGIN_SOCKET", "")
+	stdout, _, code := execute(t)
+	if code != 0 || !strings.Contains(stdout, "Usage:") {
+		t.Errorf("gpurun: exit %d, stdout %q; want the help", code, stdout)
+	}
+	// A launched plugin logs to the policy's log_file: keep it here.
+	dir := t.TempDir()
+	config, logFile := filepath.Join(dir, "config.toml"), filepath.Join(dir, "gpurun.log")
+	if err := os.WriteFile(config, []byte("log_file = \""+logFile+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NRI_PLUGIN_SOCKET", "not-a-descriptor")
+	t.Setenv("NRI_PLUGIN_NAME", "gpurun")
+	t.Setenv("NRI_PLUGIN_IDX", "10")
+	_, stderr, code := execute(t, "--config", config)
+	if code == 0 || !strings.Contains(stderr, "NRI_PLUGIN_SOCKET") {
+		t.Errorf("launched with a bad socket: exit %d, stderr %q; want an error about NRI_PLUGIN_SOCKET", code, stderr)
+	}
+	logged, _ := os.ReadFile(logFile)
+	if !strings.Contains(string(logged), `"launched_by_runtime":true`) || !strings.Contains(string(logged), "NRI_PLUGIN_SOCKET") {
+		t.Errorf("log %s: %q, want the start and the error", logFile, logged)
+	}
+}
