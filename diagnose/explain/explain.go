@@ -1,0 +1,158 @@
+// Package explain reads a job's log and names the /dev/shm failures in it:
+// PyTorch DataLoader workers killed by SIGBUS, PyTorch shared tensors that
+// did not fit, NCCL segments that could not be created, Python
+// multiprocessing locks without room, and the vaguer messages (a worker
+// that "exited unexpectedly", a `_queue.Empty`, an `ncclSystemError`) that
+// only mean /dev/shm when the lines around them say so.
+//
+// Every signature lives in one table ([Signatures]); each comes with the
+// cause, how much /dev/shm the message implies when it says, and the fix,
+// sized by gpurun's policy.
+//
+// Logs are read as a stream, a line at a time, so a log of any size works
+// in constant memory. CRLF line ends, carriage-return progress bars (tqdm),
+// ANSI colour codes, gzip-compressed input, lines wrapped at a terminal's
+// width and Python exception names split over several logger records are
+// all handled.
+package explain
+
+import (
+	"bufio"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/gpurun/gpurun/policy"
+)
+
+// Confidence says how surely a signature means a /dev/shm problem.
+type Confidence string
+
+// The values of Confidence, surest first.
+const (
+	// Certain: the message itself says /dev/shm (or shared memory) ran out.
+	Certain Confidence = "certain"
+	// Likely: the message is about shared memory, or the lines around it
+	// tie it to /dev/shm, but it has other causes too.
+	Likely Confidence = "likely"
+	// Possible: the message is a common symptom of a full /dev/shm and of
+	// other failures alike.
+	Possible Confidence = "possible"
+)
+
+func (c Confidence) rank() int {
+	switch c {
+	case Certain:
+		return 0
+	case Likely:
+		return 1
+	}
+	return 2
+}
+
+// Kind says what fixes a signature's problem.
+type Kind string
+
+// The values of Kind.
+const (
+	// KindSize: /dev/shm is too small; give it more room.
+	KindSize Kind = "shm-size"
+	// KindPermission: /dev/shm is not writable by the job.
+	KindPermission Kind = "shm-permission"
+)
+
+// LineRef is one line of the log that a finding rests on.
+type LineRef struct {
+	// N is the line number, counting from 1 (lines end at "\n").
+	N int `json:"line"`
+	// Text is the line without colour codes, shortened around the match
+	// when long.
+	Text string `json:"text"`
+}
+
+// Finding is one signature found in a log.
+type Finding struct {
+	// Signature is the ID of the signature, e.g. "nccl-shm-segment".
+	Signature  string     `json:"signature"`
+	Title      string     `json:"title"`
+	Confidence Confidence `json:"confidence"`
+	Kind       Kind       `json:"kind"`
+	// Lines are the first matched lines (at most MaxLines); Count is how
+	// many matches there were in all.
+	Lines []LineRef `json:"lines"`
+	Count int       `json:"count"`
+	// Cause says what happened.
+	Cause string `json:"cause"`
+	// ImpliedBytes is the largest size the messages name (an NCCL
+	// segment, say), 0 when they name none; Implied says it in words, or
+	// says that the messages do not tell.
+	ImpliedBytes int64  `json:"implied_bytes,omitempty"`
+	Implied      string `json:"implied"`
+	// Fix says what to change for this finding; Report.Fix has the
+	// commands.
+	Fix string `json:"fix"`
+}
+
+// Report is what Scan found in one log.
+type Report struct {
+	// Source names the log ("-" for standard input).
+	Source string `json:"source"`
+	// Lines counts the log's lines.
+	Lines int `json:"lines"`
+	// Findings are ordered surest first, then by first line.
+	Findings []Finding `json:"findings"`
+	// Fix is set when a finding calls for one.
+	Fix *Fix `json:"fix,omitempty"`
+}
+
+// Found reports whether any signature matched.
+func (r *Report) Found() bool { return len(r.Findings) > 0 }
+
+// Options configures Scan.
+type Options struct {
+	// Source names the log in the report.
+	Source string
+	// Policy sizes the fix; nil means gpurun's built-in policy.
+	Policy *policy.Policy
+	// Memory is the memory the job's container may use, in bytes, to size
+	// the fix as gpurun would; 0 when unknown (the policy minimum).
+	Memory int64
+}
+
+// MaxLines is how many matched lines a finding keeps.
+const MaxLines = 20
+
+// Scan reads a log to its end and reports the /dev/shm failure signatures
+// in it. Gzip-compressed input is decompressed. The error is for input that
+// cannot be read; a log with no signature gives a report without findings.
+func Scan(r io.Reader, o Options) (*Report, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var in io.Reader = br
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: gzip: %w", o.Source, err)
+		}
+		defer gz.Close()
+		in = gz
+	}
+	s := newScanner(table())
+	if err := s.run(in); err != nil {
+		return nil, fmt.Errorf("read %s: %w", o.Source, err)
+	}
+	rep := &Report{Source: o.Source, Lines: s.lines, Findings: s.findings()}
+	sort.SliceStable(rep.Findings, func(i, j int) bool {
+		a, b := rep.Findings[i], rep.Findings[j]
+		if a.Confidence.rank() != b.Confidence.rank() {
+			return a.Confidence.rank() < b.Confidence.rank()
+		}
+		return a.Lines[0].N < b.Lines[0].N
+	})
+	pol := o.Policy
+	if pol == nil {
+		pol = policy.Default()
+	}
+	rep.Fix = suggest(pol, o.Memory, rep.Findings)
+	return rep, nil
+}

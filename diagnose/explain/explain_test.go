@@ -1,0 +1,532 @@
+package explain
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/gpurun/gpurun/policy"
+)
+
+// realLogs are logs users met, each with where it comes from and the
+// signatures it must produce (none for the unrelated ones). The seeds are
+// the field reports this project started from (../shared/seeds); the
+// others are excerpts of the logs quoted in public issue threads, kept as
+// they were posted.
+var realLogs = []struct {
+	file   string
+	source string
+	want   []string
+}{
+	// Field reports.
+	{"seeds/000_63683d17172823c2.txt", "field report: Kubernetes YOLOX training, DataLoader Bus error", []string{"torch-dataloader-bus-error"}},
+	{"seeds/001_6dd595c8187618c4.txt", "field report: k8s migration, _queue.Empty split over logger records, then the NCCL segment", []string{"torch-dataloader-queue-empty", "nccl-shm-segment"}},
+	// The vLLM report's error was a screenshot: its text names no message.
+	{"seeds/002_ee527772e0d3717b.txt", "field report: vLLM on k8s, error only in a screenshot", nil},
+	{"seeds/003_1d408d110a70d382.txt", "field report: H100 DataLoader, mojibake around the English error", []string{"torch-dataloader-bus-error", "torch-dataloader-worker-exited"}},
+	{"seeds/004_f26eeb4e2d02604a.txt", "field report: DeepSpeed, NCCL log flattened onto one line", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
+
+	// DataLoader.
+	{"logs/pipedream-28.log", "https://github.com/msr-fiddle/pipedream/issues/28", []string{"torch-dataloader-bus-error"}},
+	{"logs/stcn-132.log", "https://github.com/hkchengrex/STCN/issues/132", []string{"torch-dataloader-bus-error"}},
+	{"logs/fastai-docker-containers-21.log", "https://github.com/fastai/docker-containers/issues/21", []string{"torch-dataloader-bus-error"}},
+	{"logs/horovod-2255.log", "https://github.com/horovod/horovod/issues/2255", []string{"torch-dataloader-bus-error"}},
+	{"logs/latent-pose-reenactment-21.log", "https://github.com/shrubb/latent-pose-reenactment/issues/21", []string{"torch-dataloader-bus-error"}},
+	{"logs/nnunet-2162.log", "https://github.com/MIC-DKFZ/nnUNet/issues/2162", []string{"torch-shm-file"}},
+	{"logs/nnunet-294.log", "https://github.com/MIC-DKFZ/nnUNet/issues/294", []string{"torch-shm-file"}},
+	{"logs/dls-example-26.log", "https://github.com/huaweicloud/dls-example/issues/26", []string{"torch-shm-file"}},
+	{"logs/mc-gan-19.log", "https://github.com/azadis/MC-GAN/issues/19", []string{"torch-dataloader-queue-empty", "torch-dataloader-worker-exited"}},
+	{"logs/paddleocr-10557.log", "https://github.com/PaddlePaddle/PaddleOCR/issues/10557", []string{"torch-dataloader-queue-empty", "torch-dataloader-worker-exited"}},
+	{"logs/detectron2-384.log", "https://github.com/facebookresearch/detectron2/issues/384", []string{"torch-dataloader-worker-exited"}},
+
+	// NCCL.
+	{"logs/nccl-525.log", "https://github.com/NVIDIA/nccl/issues/525", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
+	{"logs/nccl-342.log", "https://github.com/NVIDIA/nccl/issues/342", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
+	{"logs/nccl-290.log", "https://github.com/NVIDIA/nccl/issues/290", []string{"nccl-posix-fallocate"}},
+	{"logs/nccl-tests-166.log", "https://github.com/NVIDIA/nccl-tests/issues/166", []string{"nccl-shm-extend", "nccl-shm-segment"}},
+	{"logs/pytorch-ci-infra-490.log", "https://github.com/pytorch/ci-infra/pull/490", []string{"nccl-shm-extend", "nccl-shm-segment"}},
+	{"logs/torchtitan-853.log", "https://github.com/pytorch/torchtitan/issues/853", []string{"nccl-shm-segment", "nccl-error-near-shm"}},
+	{"logs/video-diffusion-speedrun-2.log", "https://github.com/fal-ai-community/video-diffusion-speedrun/issues/2", []string{"nccl-shm-segment"}},
+	{"logs/nccl-328.log", "https://github.com/NVIDIA/nccl/issues/328", []string{"nccl-shm-permission"}},
+
+	// Python multiprocessing and plain files in /dev/shm.
+	{"logs/cpython-93253.log", "https://github.com/python/cpython/issues/93253", []string{"python-semlock-enospc"}},
+	{"logs/shippable-support-3681.log", "https://github.com/Shippable/support/issues/3681", []string{"python-semlock-enospc"}},
+	{"logs/vits-fast-fine-tuning-397.log", "https://github.com/Plachtaa/VITS-fast-fine-tuning/issues/397", []string{"python-semlock-enospc"}},
+	{"logs/iclibfuzzer-1.log", "https://github.com/csienslab/icLibFuzzer/issues/1", []string{"shm-path-enospc"}},
+
+	// Unrelated, or shm-adjacent but not a full /dev/shm: nothing.
+	{"logs/nccl-1518.log", "https://github.com/NVIDIA/nccl/issues/1518 (Cuda failure, plenty of room)", nil},
+	{"logs/nccl-1466.log", "https://github.com/NVIDIA/nccl/issues/1466 (NCCL error without its debug lines)", nil},
+	{"logs/ast-112.log", "https://github.com/YuanGongND/ast/issues/112 (worker raised, exit code 1)", nil},
+	{"logs/momentum-gs-24.log", "https://github.com/Jixuan-Fan/Momentum-GS/issues/24 (_queue.Empty of a thread queue)", nil},
+	{"logs/mgfn-35.log", "https://github.com/carolchenyx/MGFN./issues/35 (CUDA out of memory)", nil},
+	{"logs/ttnet-31.log", "https://github.com/maudzung/TTNet-Real-time-Analysis-System-for-Table-Tennis-Pytorch/issues/31 (CUDA out of memory)", nil},
+	{"logs/extremenet-9.log", "https://github.com/xingyizhou/ExtremeNet/issues/9 (ImportError)", nil},
+	{"logs/moby-41391.log", "https://github.com/moby/moby/issues/41391 (dockerd log)", nil},
+	{"logs/hpedockerplugin-360.log", "https://github.com/hpe-storage/python-hpedockerplugin/issues/360 (out of mount slots, not of /dev/shm)", nil},
+	{"logs/coreos-bugs-2427.log", "https://github.com/coreos/bugs/issues/2427 (df listing of shm mounts)", nil},
+	{"logs/authentik-18151.log", "https://github.com/goauthentik/authentik/issues/18151 (PostgreSQL lock table 'out of shared memory')", nil},
+	{"logs/trunk-recorder-880.log", "https://github.com/TrunkRecorder/trunk-recorder/issues/880 (System V shmmni)", nil},
+}
+
+func scanFile(t *testing.T, path string, o Options) *Report {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if o.Source == "" {
+		o.Source = path
+	}
+	r, err := Scan(f, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func ids(r *Report) []string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, f.Signature)
+	}
+	return out
+}
+
+func TestRealLogs(t *testing.T) {
+	for _, tt := range realLogs {
+		t.Run(tt.file, func(t *testing.T) {
+			r := scanFile(t, filepath.Join("testdata", tt.file), Options{})
+			got := ids(r)
+			slices.Sort(got)
+			want := slices.Clone(tt.want)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				var b strings.Builder
+				_ = WriteText(&b, r)
+				t.Errorf("%s (%s):\ngot  %q\nwant %q\n%s", tt.file, tt.source, got, want, b.String())
+			}
+			if r.Found() != (r.Fix != nil) {
+				t.Errorf("findings %v but fix %+v", got, r.Fix)
+			}
+		})
+	}
+}
+
+// Every signature has a real log among the test cases, and every file in
+// testdata is one of them (with its source).
+func TestEverySignatureHasARealLog(t *testing.T) {
+	covered := map[string]bool{}
+	for _, tt := range realLogs {
+		for _, id := range tt.want {
+			covered[id] = true
+		}
+	}
+	seen := map[string]bool{}
+	for _, sig := range Signatures() {
+		if seen[sig.ID] {
+			t.Errorf("signature %s twice in the table", sig.ID)
+		}
+		seen[sig.ID] = true
+		if !covered[sig.ID] {
+			t.Errorf("signature %s has no real log among the test cases", sig.ID)
+		}
+		if sig.Cause == "" || sig.Fix == "" || sig.Title == "" || len(sig.Keywords) == 0 || len(sig.Patterns) == 0 {
+			t.Errorf("signature %s lacks a title, cause, fix, keyword or pattern", sig.ID)
+		}
+		if sig.Implied == "" && sig.NoSize == "" {
+			t.Errorf("signature %s says nothing about size", sig.ID)
+		}
+		for _, k := range append(append(slices.Clone(sig.Keywords), sig.AfterKeywords...), sig.UnlessKeywords...) {
+			if k != strings.ToLower(k) {
+				t.Errorf("signature %s: keyword %q is not lower case", sig.ID, k)
+			}
+		}
+	}
+	listed := map[string]bool{}
+	for _, tt := range realLogs {
+		listed[tt.file] = true
+		if tt.source == "" {
+			t.Errorf("%s has no source", tt.file)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join("testdata", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range realLogs {
+		if !strings.Contains(string(readme), "| `"+tt.file+"` | "+tt.source+" |") {
+			t.Errorf("testdata/README.md does not list %s with its source %s", tt.file, tt.source)
+		}
+	}
+	for _, dir := range []string{"seeds", "logs"} {
+		ents, err := os.ReadDir(filepath.Join("testdata", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if !listed[dir+"/"+e.Name()] {
+				t.Errorf("testdata/%s/%s is not in realLogs", dir, e.Name())
+			}
+		}
+	}
+}
+
+// The keywords are a shortcut, never a filter: a keyword must occur in
+// every line a signature's patterns match in the real logs.
+func TestKeywordsCoverMatches(t *testing.T) {
+	sigs := Signatures()
+	for _, tt := range realLogs {
+		data, err := os.ReadFile(filepath.Join("testdata", tt.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			for _, sig := range sigs {
+				for _, re := range sig.Patterns {
+					if re.MatchString(line) && !slices.ContainsFunc(sig.Keywords, func(k string) bool { return strings.Contains(strings.ToLower(line), k) }) {
+						t.Errorf("%s: %s matches %q but no keyword %q does", tt.file, sig.ID, line, sig.Keywords)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestDocsHaveASectionPerSignature(t *testing.T) {
+	data, err := os.ReadFile("../../docs/troubleshooting.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	if !strings.Contains(doc, "gpurun explain") {
+		t.Error("docs/troubleshooting.md does not show gpurun explain")
+	}
+	for _, sig := range Signatures() {
+		if !strings.Contains(doc, "<a id=\""+sig.ID+"\"></a>") {
+			t.Errorf("docs/troubleshooting.md has no section <a id=%q></a>", sig.ID)
+		}
+	}
+}
+
+func scanString(t *testing.T, log string, o Options) *Report {
+	t.Helper()
+	r, err := Scan(strings.NewReader(log), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func finding(t *testing.T, r *Report, id string) Finding {
+	t.Helper()
+	for _, f := range r.Findings {
+		if f.Signature == id {
+			return f
+		}
+	}
+	t.Fatalf("no %s finding in %q", id, ids(r))
+	return Finding{}
+}
+
+const busError = "RuntimeError: DataLoader worker (pid 229) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit."
+
+// What logs look like on the way to explain: CRLF, colours, progress bars
+// redrawn with \r, gzip, very long lines, wrapped lines, split records.
+func TestLogForms(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	fmt.Fprintf(zw, "epoch 1\n%s\n", busError)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 3*maxLine/2) + " " + busError + strings.Repeat("y", 1000)
+	tests := []struct {
+		name     string
+		log      string
+		wantID   string
+		wantLine int
+	}{
+		{"plain", "a\nb\n" + busError + "\n", "torch-dataloader-bus-error", 3},
+		{"CRLF", "a\r\nb\r\n" + busError + "\r\n", "torch-dataloader-bus-error", 3},
+		{"no final newline", "a\n" + busError, "torch-dataloader-bus-error", 2},
+		{"ANSI colours", "a\n\x1b[1;31mRuntimeError\x1b[0m: DataLoader worker (pid 1) is killed by signal: \x1b[33mBus error\x1b[0m.\n", "torch-dataloader-bus-error", 2},
+		{"OSC title and link", "\x1b]0;train\x07\x1b]8;;http://x\x1b\\" + busError + "\n", "torch-dataloader-bus-error", 1},
+		{"tqdm progress bar with \\r", "Epoch 1:  10%|█         | 10/100\rEpoch 1:  11%|█         | 11/100\r" + busError + "\n", "torch-dataloader-bus-error", 1},
+		{"gzip", gz.String(), "torch-dataloader-bus-error", 2},
+		{"line longer than a piece", "a\n" + long + "\nb\n", "torch-dataloader-bus-error", 2},
+		{"wrapped at the terminal's width", "RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus\nerror. It is possible\n", "torch-dataloader-bus-error", 1},
+		{"exception name split over logger records",
+			"t 10:59:01[app]-ERROR-  File \"/usr/lib/python3.7/multiprocessing/managers.py\", line 834, in _callmethod\n" +
+				"t 10:59:01[app]-ERROR-raise convert_to_error(kind, result)\n" +
+				"t 10:59:02[app]-ERROR-_queue\nt 10:59:02[app]-ERROR-.\nt 10:59:03[app]-ERROR-Empty\n",
+			"torch-dataloader-queue-empty", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := scanString(t, tt.log, Options{})
+			f := finding(t, r, tt.wantID)
+			if f.Lines[0].N != tt.wantLine {
+				t.Errorf("first line %d, want %d", f.Lines[0].N, tt.wantLine)
+			}
+			for _, l := range f.Lines {
+				if strings.ContainsRune(l.Text, 0x1b) || len(l.Text) > maxText+2*len("…") {
+					t.Errorf("line text %q: escape codes or longer than %d", l.Text, maxText)
+				}
+			}
+		})
+	}
+}
+
+// Conditions: After (a DataLoader frame before _queue.Empty), Unless (the
+// reason NCCL gave is not space), Near (an NCCL error with shm lines
+// around it, before or after), Generic (yields to a specific match).
+func TestConditions(t *testing.T) {
+	frame := `  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1, in _try_get_data` + "\n"
+	filler := strings.Repeat("INFO step\n", 50)
+	seg := "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-X (size 9637888)\n"
+	sysErr := "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8\nncclSystemError: System call (socket, malloc, munmap, etc) failed.\n"
+	tests := []struct {
+		name string
+		log  string
+		want []string
+	}{
+		{"queue.Empty after a DataLoader frame", frame + "_queue.Empty\n", []string{"torch-dataloader-queue-empty"}},
+		{"queue.Empty long after it", frame + filler + "_queue.Empty\n", nil},
+		{"queue.Empty alone", "_queue.Empty\n", nil},
+		{"segment after a Cuda failure", "NCCL WARN Cuda failure 'invalid argument'\n" + seg, nil},
+		{"segment well after a Cuda failure", "NCCL WARN Cuda failure 'invalid argument'\n" + filler + seg, []string{"nccl-shm-segment"}},
+		{"NCCL error before its shm lines", sysErr + seg, []string{"nccl-error-near-shm", "nccl-shm-segment"}},
+		{"NCCL error after its shm lines", seg + sysErr, []string{"nccl-error-near-shm", "nccl-shm-segment"}},
+		{"NCCL error far from shm lines", seg + filler + sysErr, []string{"nccl-shm-segment"}},
+		{"NCCL error alone", sysErr, nil},
+		{"generic ENOSPC yields", "misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-A to 9637892 bytes, error: No space left on device (28)\n", []string{"nccl-shm-extend"}},
+		{"generic ENOSPC alone", "OSError: [Errno 28] No space left on device: '/dev/shm/cache.bin'\n", []string{"shm-path-enospc"}},
+		{"dockerd out of mount slots", "Error response from daemon: mounting shm tmpfs: no space left on device /dev/shm\n", nil},
+		{"worker exit code", "RuntimeError: DataLoader worker (pid 1) exited unexpectedly with exit code 1.\n", nil},
+		{"semaphore without its frame", "OSError: [Errno 28] No space left on device\n", nil},
+		{"sentence not wrapped", "It was fine until the data loader hit a Bus.\nerror is what it said: DataLoader worker (pid 1) is killed by signal\n", nil},
+		{"prose out of shared memory", "ERROR:  out of shared memory\nHINT:  You might need to increase max_locks_per_transaction.\n", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ids(scanString(t, tt.log, Options{}))
+			slices.Sort(got)
+			want := slices.Clone(tt.want)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("got %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// The size a message names, and the errno.
+func TestImplied(t *testing.T) {
+	r := scanString(t, "NCCL WARN Error while creating shared memory segment nccl-shm-recv-1 (size 9637888)\n"+
+		"NCCL WARN Error while creating shared memory segment nccl-shm-recv-2 (size 4460544)\n", Options{})
+	f := finding(t, r, "nccl-shm-segment")
+	if f.ImpliedBytes != 9637888 || !strings.Contains(f.Implied, policy.FormatSize(9637888)+" (9637888 bytes) per segment") {
+		t.Errorf("implied %d %q", f.ImpliedBytes, f.Implied)
+	}
+	if f.Count != 2 || len(f.Lines) != 2 || f.Lines[1].N != 2 {
+		t.Errorf("count %d lines %+v", f.Count, f.Lines)
+	}
+	r = scanString(t, "RuntimeError: unable to write to file </torch_8289_606636967_0>: No space left on device (28)\n", Options{})
+	f = finding(t, r, "torch-shm-file")
+	if f.ImpliedBytes != 0 || !strings.Contains(f.Implied, "errno 28 (ENOSPC") {
+		t.Errorf("implied %d %q", f.ImpliedBytes, f.Implied)
+	}
+	r = scanString(t, "RuntimeError: unable to allocate shared memory(shm) for file </torch_1140157_3143461634_13983>: Success (0)\n", Options{})
+	if f = finding(t, r, "torch-shm-file"); !strings.Contains(f.Implied, "errno 0") {
+		t.Errorf("implied %q", f.Implied)
+	}
+}
+
+// The fix is the policy's size, never below what the log names.
+func TestFix(t *testing.T) {
+	pol := policy.Default()
+	small, err := policy.Parse("small.toml", []byte("min = \"4m\"\nsize = \"4m\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nccl := "NCCL WARN Error while creating shared memory segment x (size 9637888)\n"
+	tests := []struct {
+		name   string
+		pol    *policy.Policy
+		memory int64
+		log    string
+	}{
+		{"default policy, memory unknown", pol, 0, busError},
+		{"default policy, 16g container", pol, 16 * policy.GiB, busError},
+		{"policy below the named segment", small, 0, nccl},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := scanString(t, tt.log, Options{Policy: tt.pol, Memory: tt.memory})
+			want, _ := tt.pol.Target(policy.Request{MemoryLimit: tt.memory})
+			for _, f := range r.Findings {
+				if f.ImpliedBytes > want {
+					want = (f.ImpliedBytes + policy.MiB - 1) / policy.MiB * policy.MiB
+				}
+			}
+			fx := r.Fix
+			if fx == nil || fx.SizeBytes != want || fx.Size != policy.FormatDocker(want) {
+				t.Fatalf("fix %+v, want size %d", fx, want)
+			}
+			var steps []string
+			for _, s := range fx.Steps {
+				steps = append(steps, s.Where+": "+s.How)
+			}
+			all := strings.Join(steps, "\n")
+			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", fx.Size), "sizeLimit: " + quantity(want), "gpurun run", "gpurun resize CONTAINER " + fx.Size} {
+				if !strings.Contains(all, s) {
+					t.Errorf("steps lack %q:\n%s", s, all)
+				}
+			}
+		})
+	}
+	r := scanString(t, "node08:1:2 [0] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied\n", Options{})
+	if r.Fix == nil || r.Fix.SizeBytes != 0 || len(r.Fix.Steps) != 1 || !strings.Contains(r.Fix.Steps[0].How, "1777") {
+		t.Errorf("permission fix %+v", r.Fix)
+	}
+}
+
+func TestQuantity(t *testing.T) {
+	for n, want := range map[int64]string{policy.GiB: "1Gi", 8 * policy.GiB: "8Gi", 512 * policy.MiB: "512Mi", 12 * policy.KiB: "12Ki", 1000: "1000"} {
+		if got := quantity(n); got != want {
+			t.Errorf("quantity(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestNothingFound(t *testing.T) {
+	r := scanString(t, "hello\nworld\n", Options{Source: "job.log"})
+	if r.Found() || r.Fix != nil || r.Lines != 2 {
+		t.Errorf("report %+v", r)
+	}
+	var b strings.Builder
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "nothing in job.log (2 lines) matched") {
+		t.Errorf("text %q", b.String())
+	}
+	if r := scanString(t, "", Options{}); r.Found() || r.Lines != 0 {
+		t.Errorf("empty log: %+v", r)
+	}
+}
+
+func TestUnreadable(t *testing.T) {
+	boom := errors.New("disk on fire")
+	_, err := Scan(iotest.TimeoutReader(strings.NewReader("a\nb\n")), Options{Source: "x.log"})
+	if !errors.Is(err, iotest.ErrTimeout) || !strings.Contains(err.Error(), "x.log") {
+		t.Errorf("err = %v", err)
+	}
+	_, err = Scan(iotest.ErrReader(boom), Options{Source: "y.log"})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "read y.log") {
+		t.Errorf("err = %v", err)
+	}
+	_, err = Scan(strings.NewReader("\x1f\x8bnot gzip at all"), Options{Source: "z.gz"})
+	if err == nil || !strings.Contains(err.Error(), "z.gz") {
+		t.Errorf("bad gzip: err = %v", err)
+	}
+}
+
+// The text report shows each finding's lines, cause, size and fix, then
+// the commands; JSON carries the same.
+func TestReportOutput(t *testing.T) {
+	r := scanFile(t, "testdata/logs/nccl-525.log", Options{Source: "nccl.log"})
+	var b strings.Builder
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	for _, want := range []string{
+		"gpurun explain: 2 /dev/shm findings in nccl.log (3 lines)",
+		"line 1: [3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+		"line 3: [3] include/shm.h:48 NCCL WARN Error while creating shared memory segment",
+		"shm:   " + policy.FormatSize(9637888) + " (9637888 bytes) per segment",
+		"Fix: give /dev/shm " + r.Fix.Size,
+		"docker run --shm-size=" + r.Fix.Size,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Findings) != 2 || back.Findings[0].Signature != "nccl-posix-fallocate" || back.Findings[1].ImpliedBytes != 9637888 || back.Fix.SizeBytes != r.Fix.SizeBytes {
+		t.Errorf("JSON round trip: %s", data)
+	}
+}
+
+// Matches are capped at MaxLines kept lines, and counted in full.
+func TestManyMatches(t *testing.T) {
+	n := 3 * MaxLines
+	r := scanString(t, strings.Repeat(busError+"\n", n), Options{})
+	f := finding(t, r, "torch-dataloader-bus-error")
+	if f.Count != n || len(f.Lines) != MaxLines {
+		t.Errorf("count %d, %d lines kept", f.Count, len(f.Lines))
+	}
+	var b strings.Builder
+	_ = WriteText(&b, r)
+	if !strings.Contains(b.String(), fmt.Sprintf("... and %d more matches", n-shownLines)) {
+		t.Errorf("text:\n%s", b.String())
+	}
+}
+
+func TestStripANSI(t *testing.T) {
+	for in, want := range map[string]string{
+		"\x1b[31mred\x1b[0m":                "red",
+		"a\x1b[2Kb":                         "ab",
+		"\x1b]0;title\x07text":              "text",
+		"\x1b]8;;u\x1b\\link\x1b]8;;\x1b\\": "link",
+		"x\x1b(By":                          "xy",
+		"trailing\x1b":                      "trailing",
+		"\x1b[":                             "",
+	} {
+		if got := string(stripANSI([]byte(in))); got != want {
+			t.Errorf("stripANSI(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// BenchmarkScan reads a 100,000-line training log (NCCL INFO lines and
+// progress output, the failure at its end).
+func BenchmarkScan(b *testing.B) {
+	var sb strings.Builder
+	for i := range 100000 {
+		if i%3 == 0 {
+			fmt.Fprintf(&sb, "node-%d:9223:9776 [0] NCCL INFO Channel %02d : 0[100000] -> 1[200000] via direct shared memory\n", i%7, i%32)
+		} else {
+			fmt.Fprintf(&sb, "\x1b[32mEpoch %d\x1b[0m:  %d%%|█████     | %d/100000 [00:10<00:20, 8.14it/s, loss=0.%d]\n", i/1000, i%100, i, i)
+		}
+	}
+	sb.WriteString("[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n")
+	log := sb.String()
+	b.SetBytes(int64(len(log)))
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := Scan(strings.NewReader(log), Options{})
+		if err != nil || len(r.Findings) != 1 {
+			b.Fatalf("%v %v", err, r)
+		}
+	}
+}

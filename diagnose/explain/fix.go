@@ -1,0 +1,85 @@
+package explain
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/gpurun/gpurun/policy"
+)
+
+// Fix is what to change, with the size gpurun's policy gives.
+type Fix struct {
+	// SizeBytes is the /dev/shm size to give; Size says it in Docker's
+	// units ("1g"); Why says how the policy reached it. All three are
+	// empty when no finding is about the size.
+	SizeBytes int64  `json:"size_bytes,omitempty"`
+	Size      string `json:"size,omitempty"`
+	Why       string `json:"why,omitempty"`
+	// Steps say how, for each way a container starts.
+	Steps []Step `json:"steps"`
+}
+
+// Step is one way to apply a fix.
+type Step struct {
+	// Where is the front door: "gpurun", "docker run", "compose", ...
+	Where string `json:"where"`
+	How   string `json:"how"`
+}
+
+// suggest returns the fix for findings: the policy's size for a container
+// with memory bytes (0: unknown), at least the largest size a finding
+// names, and the ways to apply it. Nil when nothing was found.
+func suggest(pol *policy.Policy, memory int64, findings []Finding) *Fix {
+	var sized, perm bool
+	var implied int64
+	for _, f := range findings {
+		switch f.Kind {
+		case KindSize:
+			sized = true
+			implied = max(implied, f.ImpliedBytes)
+		case KindPermission:
+			perm = true
+		}
+	}
+	if !sized && !perm {
+		return nil
+	}
+	fix := &Fix{}
+	if sized {
+		size, why := pol.Target(policy.Request{MemoryLimit: memory})
+		if memory <= 0 && pol.Absolute == 0 {
+			why += "; gpurun run gives each GPU container a size from the memory it may use"
+		}
+		if implied > size {
+			size = (implied + policy.MiB - 1) / policy.MiB * policy.MiB
+			why += fmt.Sprintf(", raised to hold the %s the log names", policy.FormatSize(implied))
+		}
+		docker := policy.FormatDocker(size)
+		fix.SizeBytes, fix.Size, fix.Why = size, docker, why
+		fix.Steps = append(fix.Steps,
+			Step{"gpurun", "gpurun run <your docker run arguments>   (gives every GPU container the policy's /dev/shm)"},
+			Step{"docker run", "docker run --shm-size=" + docker + " ..."},
+			Step{"compose", fmt.Sprintf("shm_size: %q   (in the service)", docker)},
+			Step{"kubernetes", "gpurun install containerd on the node (gpurun-runtime grows each GPU pod's /dev/shm), " +
+				"or mount an emptyDir {medium: Memory, sizeLimit: " + quantity(size) + "} at /dev/shm"},
+			Step{"running container", "sudo gpurun resize CONTAINER " + docker + "   (now, without a restart)"},
+		)
+	}
+	if perm {
+		fix.Steps = append(fix.Steps, Step{"permissions", "chmod 1777 /dev/shm in the container, or fix the mode of what is mounted there"})
+	}
+	return fix
+}
+
+// quantity formats n bytes as a Kubernetes quantity ("1Gi", "512Mi").
+func quantity(n int64) string {
+	switch {
+	case n > 0 && n%policy.GiB == 0:
+		return strconv.FormatInt(n/policy.GiB, 10) + "Gi"
+	case n > 0 && n%policy.MiB == 0:
+		return strconv.FormatInt(n/policy.MiB, 10) + "Mi"
+	case n > 0 && n%policy.KiB == 0:
+		return strconv.FormatInt(n/policy.KiB, 10) + "Ki"
+	}
+	return strconv.FormatInt(n, 10)
+}
