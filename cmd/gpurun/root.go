@@ -56,6 +56,7 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	root.AddCommand(newNRICmd(g))
 	root.RunE = nriWhenLaunched(g) // a runtime launching gpurun as a pre-installed NRI plugin passes no arguments
 	root.AddCommand(newExplainCmd(g), newShmProbeCmd())
+	root.AddCommand(newDoctorCmd(g))
 	return root
 }
 

@@ -1,0 +1,274 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/docker/docker/api/types/system"
+
+	"github.com/gpurun/gpurun/policy"
+)
+
+// daemonJSON is the part of dockerd's daemon.json doctor reads.
+type daemonJSON struct {
+	DefaultShmSize string `json:"default-shm-size"`
+	DefaultRuntime string `json:"default-runtime"`
+	PIDFile        string `json:"pidfile"`
+	Runtimes       map[string]struct {
+		Path        string   `json:"path"`
+		RuntimeArgs []string `json:"runtimeArgs"`
+		RuntimeType string   `json:"runtimeType"`
+	} `json:"runtimes"`
+}
+
+// readDaemonJSON reads daemon.json at a path under the System's root; a
+// missing file is not an error (exists false).
+func readDaemonJSON(sys *System, nodePath string) (cfg daemonJSON, exists bool, err error) {
+	data, err := sys.readFile(nodePath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return cfg, false, nil
+	}
+	if err != nil {
+		return cfg, true, fmt.Errorf("read %s: %w", nodePath, err)
+	}
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	if len(bytes.TrimSpace(data)) == 0 {
+		return cfg, true, nil
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return cfg, true, jsonError(nodePath, data, err)
+	}
+	return cfg, true, nil
+}
+
+// jsonError names the file, line and column of a JSON decoding error.
+func jsonError(name string, data []byte, err error) error {
+	var off int64 = -1
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		// Offset counts the bytes read, the bad one included.
+		off = se.Offset
+		if off > 0 && off <= int64(len(data)) && se.Error() != "unexpected end of JSON input" {
+			off--
+		}
+	case errors.As(err, &te):
+		off = te.Offset
+	}
+	if off < 0 {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	line, col := 1, 1
+	for _, b := range data[:min(int(off), len(data))] {
+		if b == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return fmt.Errorf("%s:%d:%d: %w", name, line, col, err)
+}
+
+func (d daemonJSON) runtimePaths() map[string]string {
+	out := map[string]string{}
+	for n, rt := range d.Runtimes {
+		out[n] = rt.Path
+	}
+	return out
+}
+
+func liveRuntimePaths(info system.Info) map[string]string {
+	out := map[string]string{}
+	for n, rt := range info.Runtimes {
+		out[n] = rt.Path
+	}
+	return out
+}
+
+func sortedNames(m map[string]string) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// dockerChecks looks at dockerd: its daemon.json and, when it answers,
+// what it loaded.
+func dockerChecks(ctx context.Context, sys *System, o HostOptions, pol *policy.Policy) installed {
+	cfgPath := o.DockerConfig
+	if cfgPath == "" {
+		cfgPath = DefaultDockerConfig
+	}
+	cfg, exists, cfgErr := readDaemonJSON(sys, cfgPath)
+	var info system.Info
+	infoErr := o.DockerErr
+	if o.Docker != nil {
+		info, infoErr = o.Docker.Info(ctx)
+	} else if infoErr == nil {
+		infoErr = errors.New("no Docker client")
+	}
+	live := infoErr == nil
+	var out installed
+	if !exists && !live && !sys.exists("/var/run/docker.sock") && !sys.exists("/run/docker.sock") {
+		out.checks = append(out.checks, Check{Name: "docker", Status: OK,
+			Detail: fmt.Sprintf("no Docker here: no %s and no daemon answering at %s", cfgPath, o.DockerHost)})
+		return out
+	}
+
+	// daemon.json
+	cc := Check{Name: "docker.config", Status: OK}
+	switch {
+	case cfgErr != nil:
+		cc.Status = Problem
+		cc.Detail = fmt.Sprintf("%v: dockerd does not start with a daemon.json it cannot read", cfgErr)
+		cc.Fix = "correct the file, then: systemctl restart docker"
+	case !exists:
+		cc.Detail = fmt.Sprintf("no %s: Docker's defaults (runtime runc, /dev/shm 64MiB)", cfgPath)
+	default:
+		def := cfg.DefaultRuntime
+		if def == "" {
+			def = "runc (not set)"
+		}
+		rts := sortedNames(cfg.runtimePaths())
+		if rts == "" {
+			rts = "none"
+		}
+		cc.Detail = fmt.Sprintf("%s: default-runtime %s; runtimes: %s", cfgPath, def, rts)
+	}
+	out.checks = append(out.checks, cc)
+
+	// The daemon.
+	dc := Check{Name: "docker.daemon", Status: OK}
+	if live {
+		dc.Detail = fmt.Sprintf("dockerd %s at %s: default runtime %s; runtimes: %s", info.ServerVersion, o.DockerHost, info.DefaultRuntime, sortedNames(liveRuntimePaths(info)))
+		dc.Data = map[string]any{"version": info.ServerVersion, "default_runtime": info.DefaultRuntime}
+	} else {
+		dc.Status = Warn
+		dc.Detail = fmt.Sprintf("cannot reach dockerd at %s (%v): what it loaded is unknown; checked %s only", o.DockerHost, infoErr, cfgPath)
+	}
+	out.checks = append(out.checks, dc)
+
+	// gpurun-runtime in dockerd.
+	out.checks = append(out.checks, dockerRuntimeCheck(sys, cfg, cfgPath, cfgErr == nil, info, live, &out))
+
+	// default-shm-size.
+	sc := Check{Name: "docker.default-shm-size", Status: OK}
+	switch {
+	case cfgErr != nil:
+		sc.Status = Error
+		sc.Detail = "unknown: daemon.json cannot be read"
+	case cfg.DefaultShmSize == "":
+		sc.Detail = "not set: containers without --shm-size get Docker's 64MiB"
+		sc.Data = map[string]any{"size_bytes": policy.EngineDefaultShm}
+	default:
+		n, err := policy.ParseSize(cfg.DefaultShmSize)
+		switch {
+		case err != nil:
+			sc.Status = Problem
+			sc.Detail = fmt.Sprintf("%s: default-shm-size %q: %v", cfgPath, cfg.DefaultShmSize, err)
+			sc.Fix = `write it in Docker's units ("2g", "512m")`
+		case n < pol.Min && !pol.EnforceMin:
+			sc.Status = Warn
+			sc.Data = map[string]any{"size_bytes": n}
+			sc.Detail = fmt.Sprintf("%s: every container without --shm-size gets %s, below the policy minimum %s; gpurun-runtime takes a size other than 64MiB as chosen and leaves it", cfgPath, policy.FormatSize(n), policy.FormatSize(pol.Min))
+			sc.Fix = fmt.Sprintf(`raise "default-shm-size" to at least %q, or remove it and let gpurun size GPU containers`, policy.FormatDocker(pol.Min))
+		default:
+			sc.Data = map[string]any{"size_bytes": n}
+			sc.Detail = fmt.Sprintf("%s: every container without --shm-size gets %s", cfgPath, policy.FormatSize(n))
+		}
+	}
+	out.checks = append(out.checks, sc)
+	return out
+}
+
+func dockerRuntimeCheck(sys *System, cfg daemonJSON, cfgPath string, cfgOK bool, info system.Info, live bool, out *installed) Check {
+	c := Check{Name: "docker.runtime", Status: OK}
+	fileRT := cfg.runtimePaths()
+	fileName, filePath := findRuntime(fileRT)
+	liveName, livePath := "", ""
+	if live {
+		liveName, livePath = findRuntime(liveRuntimePaths(info))
+	}
+	name := fileName
+	if name == "" {
+		name = liveName
+	}
+	out.name = name
+	out.nvidia = nvidiaRuntime(fileRT)
+	fileDefault := name != "" && cfg.DefaultRuntime == name
+	liveDefault := live && name != "" && info.DefaultRuntime == name
+	out.isDefault = fileDefault || liveDefault
+	c.Data = map[string]any{"registered": fileName != "", "default": fileDefault, "loaded": liveName != "", "loaded_default": liveDefault, "path": filePath}
+	pidFile := cfg.PIDFile
+	if pidFile == "" {
+		pidFile = "/var/run/docker.pid"
+	}
+	reload := fmt.Sprintf("reload dockerd: kill -HUP $(cat %s)  (or: systemctl reload docker)", pidFile)
+
+	if name == "" {
+		c.Status = Warn
+		c.Detail = "gpurun-runtime is not registered with dockerd: GPU containers started with plain docker run get the daemon's default /dev/shm"
+		c.Fix = "sudo gpurun install docker --set-as-default --reload   (or start GPU containers with gpurun run)"
+		return c
+	}
+	var problems []string
+	if fileName != "" {
+		if _, err := sys.resolveBinary(filePath); err != nil {
+			problems = append(problems, fmt.Sprintf("runtimes.%s.path in %s: %v, so containers started with it fail", fileName, cfgPath, err))
+		}
+	}
+	if live && cfgOK {
+		switch {
+		case fileName != "" && liveName == "":
+			problems = append(problems, fmt.Sprintf("%s registers runtime %s, but the running dockerd has not loaded it", cfgPath, fileName))
+		case fileDefault && !liveDefault:
+			problems = append(problems, fmt.Sprintf("%s makes %s the default runtime, but the running dockerd's default is %s", cfgPath, name, info.DefaultRuntime))
+		}
+	}
+	if len(problems) > 0 {
+		c.Status = Problem
+		c.Detail = strings.Join(problems, "; ")
+		c.Fix = reload
+		if fileName != "" {
+			if _, err := sys.resolveBinary(filePath); err != nil {
+				c.Fix = "install gpurun-runtime there, or register it where it is: sudo gpurun install docker --runtime-path PATH --reload"
+			}
+		}
+		return c
+	}
+	where := filePath
+	if where == "" {
+		where = livePath
+	}
+	switch {
+	case fileName == "" && liveName != "":
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("the running dockerd still has runtime %s (%s), but %s no longer registers it: it goes at dockerd's next restart", liveName, livePath, cfgPath)
+		c.Fix = "sudo gpurun install docker --reload to keep it, or systemctl restart docker to drop it"
+	case out.isDefault:
+		c.Detail = fmt.Sprintf("registered as runtime %s (%s) and dockerd's default: every container goes through it", name, where)
+	default:
+		c.Detail = fmt.Sprintf("registered as runtime %s (%s), not the default: containers started with --runtime %s get the policy's /dev/shm; plain docker run does not (sudo gpurun install docker --set-as-default --reload would)", name, where, name)
+	}
+	if path.Base(where) != runtimeBinary && where != "" {
+		c.Detail += fmt.Sprintf("; its binary is %s, not %s", path.Base(where), runtimeBinary)
+	}
+	return c
+}
+
+// fileExists reports whether a regular file exists under the root.
+func (s *System) fileExists(p string) bool {
+	fi, err := os.Stat(s.path(p))
+	return err == nil && !fi.IsDir()
+}
