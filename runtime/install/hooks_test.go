@@ -274,7 +274,8 @@ func TestHooksWarnsAboutEngineRoots(t *testing.T) {
 		engine, policy string
 		warn           bool
 	}{
-		{EnginePodman, "", true}, // the default engine_roots lack Podman's graph root
+		{EnginePodman, "", false}, // the default engine_roots hold Podman's graph root
+		{EnginePodman, "engine_roots = [\"/var/lib/docker\"]\n", true},
 		{EnginePodman, "engine_roots = [\"/var/lib/containers\"]\n", false},
 		{EngineCRIO, "", false}, // /run/containers/storage is a default
 		{EngineCRIO, "engine_roots = [\"/var/run/containers/storage\"]\n", false},
