@@ -85,5 +85,23 @@ install: build
 	install -D -m 0755 bin/gpurun $(DESTDIR)$(BINDIR)/gpurun
 	install -D -m 0755 bin/gpurun-runtime $(DESTDIR)$(BINDIR)/gpurun-runtime
 
+# The Kubernetes DaemonSets' image (deploy/image/Dockerfile, FROM scratch):
+# static binaries for each of IMAGE_ARCHS in bin/image/linux-<arch>/, then
+# one docker build for this machine's architecture. For a multi-arch image
+# run `make image-context IMAGE_ARCHS="amd64 arm64"` and docker buildx build
+# --platform linux/amd64,linux/arm64 over bin/image (see the Dockerfile).
+.PHONY: image image-context
+IMAGE       ?= ghcr.io/gpurun/gpurun:$(VERSION)
+IMAGE_ARCH  ?= $(shell $(GO) env GOARCH)
+IMAGE_ARCHS ?= $(IMAGE_ARCH)
+image-context:
+	rm -rf bin/image
+	set -e; for arch in $(IMAGE_ARCHS); do for cmd in gpurun gpurun-runtime; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o bin/image/linux-$$arch/$$cmd ./cmd/$$cmd; \
+	done; done
+
+image: image-context
+	docker build --build-arg TARGETARCH=$(IMAGE_ARCH) --build-arg VERSION=$(VERSION) -t $(IMAGE) -f deploy/image/Dockerfile bin/image
+
 clean:
 	rm -rf bin dist

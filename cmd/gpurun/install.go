@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // installFlags are common to install and uninstall.
@@ -125,7 +126,8 @@ func newInstallContainerdCmd(g *globals, uninstall bool) *cobra.Command {
 		Example: `  gpurun install containerd --dry-run
   gpurun install containerd --set-as-default --restart
   gpurun install containerd --drop-in /etc/containerd/conf.d --restart
-  gpurun uninstall containerd --restart`,
+  gpurun uninstall containerd --restart
+  gpurun install containerd --host-root /host --restart=systemd   # from a privileged hostPID pod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.Options = f.options(g, cmd.OutOrStdout())
@@ -140,6 +142,16 @@ func newInstallContainerdCmd(g *globals, uninstall bool) *cobra.Command {
 		fl.BoolVar(&c.SetAsDefault, "set-as-default", false, "make gpurun the default runtime handler, so every pod gets it without a RuntimeClass")
 		fl.StringSliceVar(&c.PodAnnotations, "pod-annotations", install.DefaultPodAnnotations, "pod annotations passed to gpurun-runtime")
 	}
-	fl.BoolVar(&c.Restart, "restart", false, "restart containerd (systemctl) so it reads the config; running containers keep running")
+	var restartMode string
+	fl.StringVar(&restartMode, "restart", string(restart.None), "make containerd read the config: "+restart.Modes+`; --restart alone is systemd (with --host-root: the node's systemd through PID 1); running containers keep running`)
+	fl.Lookup("restart").NoOptDefVal = string(restart.Systemd)
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		mode, err := restart.ParseMode(restartMode)
+		if err != nil {
+			return &exitError{2, fmt.Errorf("--restart: %w", err)}
+		}
+		c.Restart = mode
+		return nil
+	}
 	return cmd
 }

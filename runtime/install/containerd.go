@@ -1,16 +1,17 @@
 package install
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 
 	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // DefaultContainerdConfig is containerd's configuration file.
@@ -38,9 +39,12 @@ type Containerd struct {
 	// PodAnnotations are passed to the runtime; nil means
 	// DefaultPodAnnotations.
 	PodAnnotations []string
-	// Restart restarts containerd with systemctl (containerd reads its
-	// config only at start; running containers keep running).
-	Restart bool
+	// Restart says how containerd is restarted after the change
+	// (containerd reads its config only at start; running containers keep
+	// running): "" or restart.None prints the command, restart.Systemd asks
+	// the node's systemd (through PID 1 under a HostRoot), restart.Signal
+	// stops containerd for its supervisor to start again.
+	Restart restart.Mode
 }
 
 func (c Containerd) configPath() string {
@@ -221,19 +225,12 @@ func (c Containerd) Uninstall() error {
 	return c.restart()
 }
 
-// restart restarts containerd when asked to, else says how.
+// restart restarts containerd as asked, else says how.
 func (c Containerd) restart() error {
-	if !c.Restart {
-		fmt.Fprintln(c.Out, "restart containerd to apply: systemctl restart containerd  (running containers keep running)")
-		return nil
+	node := c.ConfigPath
+	if node == "" {
+		node = DefaultContainerdConfig
 	}
-	if c.HostRoot != "" && c.HostRoot != "/" {
-		return fmt.Errorf("restart containerd: --restart with --host-root is not supported here; restart it on the node")
-	}
-	out, err := exec.Command("systemctl", "restart", "containerd").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("systemctl restart containerd: %w: %s", err, out)
-	}
-	fmt.Fprintln(c.Out, "restarted containerd")
-	return nil
+	r := restart.Containerd{HostRoot: c.HostRoot, Mode: c.Restart, ConfigPath: node, Out: c.Out}
+	return r.Restart(context.Background())
 }

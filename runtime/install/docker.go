@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // DefaultDockerConfig is dockerd's configuration file.
@@ -171,6 +172,13 @@ func (d Docker) reload(config []byte) error {
 	if !d.Reload {
 		fmt.Fprintf(d.Out, "reload dockerd to apply: kill -HUP $(cat %s)  (or: systemctl reload docker)\n", pidFile)
 		return nil
+	}
+	if d.HostRoot != "" && d.HostRoot != "/" {
+		// The pid file's pid is the node's: signal it only from the node's
+		// PID namespace (a pod with hostPID).
+		if err := restart.SamePIDNamespace(d.HostRoot); err != nil {
+			return fmt.Errorf("reload dockerd: %w", err)
+		}
 	}
 	data, err := os.ReadFile(pidFile)
 	if err != nil {

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/runtime/nodeagent"
+	"github.com/gpurun/gpurun/runtime/restart"
+)
+
+// nodeFlags are the node agent's settings, common to its subcommands.
+type nodeFlags struct {
+	agent   nodeagent.Agent
+	restart string
+}
+
+func (f *nodeFlags) register(cmd *cobra.Command, installing bool) {
+	fl := cmd.Flags()
+	a := &f.agent
+	fl.StringVar(&a.HostRoot, "host-root", "", `the node's root filesystem, where it is mounted (a DaemonSet: "/host"; default: this host)`)
+	fl.StringVar(&a.BinDir, "bin-dir", nodeagent.DefaultBinDir, "node directory for gpurun and gpurun-runtime")
+	fl.StringVar(&a.PolicyPath, "policy", policy.DefaultConfigPath, "the node's policy file, which gpurun-runtime reads")
+	fl.StringVar(&a.ContainerdConfig, "containerd-config", install.DefaultContainerdConfig, "containerd's config.toml on the node")
+	fl.StringVar(&a.DropInDir, "drop-in", "", "write gpurun's tables to DIR/"+install.DropInName+" on the node and import it from the main config")
+	fl.StringVar(&a.InstallState, "install-state", install.DefaultStatePath, `where "gpurun install" records its change, on the node`)
+	fl.StringVar(&a.StatePath, "state", nodeagent.DefaultStatePath, "where the agent records what it installed, on the node")
+	fl.StringVar(&f.restart, "restart", string(restart.None), "how containerd is made to read its config: "+restart.Modes+" (see gpurun node --help)")
+	if installing {
+		fl.StringVar(&a.SourceDir, "from", "", "directory holding the gpurun and gpurun-runtime to copy (default: this gpurun's directory)")
+		fl.StringVar(&a.PolicySource, "policy-source", "", "keep the node's policy file equal to this file (the DaemonSet's ConfigMap)")
+		fl.BoolVar(&a.SetAsDefault, "set-as-default", false, "make gpurun containerd's default runtime handler, so every pod gets it without a RuntimeClass")
+		fl.StringSliceVar(&a.PodAnnotations, "pod-annotations", install.DefaultPodAnnotations, "pod annotations passed to gpurun-runtime")
+	}
+}
+
+// agent returns the configured agent, logging to stderr.
+func (f *nodeFlags) agentFor(g *globals) (*nodeagent.Agent, error) {
+	if g.dryRun {
+		return nil, &exitError{2, errors.New("gpurun node has no --dry-run: see the change with gpurun --dry-run install containerd --host-root DIR")}
+	}
+	mode, err := restart.ParseMode(f.restart)
+	if err != nil {
+		return nil, &exitError{2, fmt.Errorf("--restart: %w", err)}
+	}
+	a := f.agent
+	a.Restart = mode
+	if a.SourceDir == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, &exitError{2, fmt.Errorf("--from: cannot find this gpurun: %w", err)}
+		}
+		a.SourceDir = filepath.Dir(self)
+	}
+	a.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return &a, nil
+}
+
+// signalContext ends when the process gets SIGTERM or SIGINT.
+func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+}
+
+func newNodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Set gpurun up on the Kubernetes node this runs on (the DaemonSet's entrypoint)",
+		Long: `The node commands run in gpurun's DaemonSet pod (privileged, hostPID, the
+node's / mounted at /host; see deploy/kubernetes) or directly on a node.
+
+"node install" copies gpurun and gpurun-runtime from the image onto the node
+(--bin-dir, atomically; a file it replaces is kept and put back on
+uninstall), keeps the node's policy file equal to --policy-source (except a
+runtime that "gpurun install" chained), registers gpurun-runtime as
+containerd's runtime handler "gpurun" (as "gpurun install containerd"
+does), and restarts containerd if it has not read that configuration yet and
+--restart allows. Everything is recorded on the node (--state).
+
+"node run" does the same, then stays up and logs the node's state whenever it
+changes; with --uninstall-on-exit it uninstalls when the pod stops.
+"node uninstall" undoes exactly what the record says; gpurun-runtime stays
+while running containers or containerd may still call it, and a later
+uninstall finishes. "node status" prints the state and exits 0 only when
+gpurun is in effect: the DaemonSet's readiness probe.
+
+--restart (containerd reads its config only at start; running containers keep
+running across a restart):
+  none     restart nothing; the pod stays not ready until containerd restarts
+  systemd  the node's systemd restarts containerd.service: nsenter into PID 1's
+           mount namespace and systemctl restart, with the node's own tools
+  signal   SIGTERM to the containerd reading the config; its supervisor
+           (systemd's Restart=always) starts it again, and gpurun waits for it.
+           containerd has no reload signal (SIGHUP would kill it); where
+           nothing supervises containerd, the node is left without it.`,
+		Example: `  # In the DaemonSet
+  gpurun node run --host-root /host --restart=systemd --uninstall-on-exit --policy-source /etc/gpurun-source/config.toml
+  gpurun node status --host-root /host
+
+  # On a node, by hand
+  sudo gpurun node install --restart=systemd --set-as-default
+  sudo gpurun node uninstall --restart=systemd`,
+	}
+	cmd.AddCommand(newNodeInstallCmd(g), newNodeRunCmd(g), newNodeUninstallCmd(g), newNodeStatusCmd(g))
+	return cmd
+}
+
+func newNodeInstallCmd(g *globals) *cobra.Command {
+	var f nodeFlags
+	cmd := &cobra.Command{
+		Use:   "install",
+		Short: "Copy the binaries onto the node, register the runtime handler, restart containerd as --restart says",
+		Example: `  gpurun node install --host-root /host --restart=systemd
+  gpurun node install --host-root /host --set-as-default --policy-source /etc/gpurun-source/config.toml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := f.agentFor(g)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			if err := a.Install(ctx); err != nil {
+				return &exitError{1, err}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, true)
+	return cmd
+}
+
+func newNodeRunCmd(g *globals) *cobra.Command {
+	var (
+		f        nodeFlags
+		interval time.Duration
+		onExit   bool
+	)
+	cmd := &cobra.Command{
+		Use:     "run",
+		Short:   "Install, then stay up reporting the node's state (the DaemonSet's container)",
+		Example: `  gpurun node run --host-root /host --restart=systemd --uninstall-on-exit`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := f.agentFor(g)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			if err := a.Run(ctx, nodeagent.RunOptions{Interval: interval, UninstallOnExit: onExit}); err != nil {
+				return &exitError{1, err}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, true)
+	cmd.Flags().DurationVar(&interval, "interval", nodeagent.DefaultInterval, "how often to check the node")
+	cmd.Flags().BoolVar(&onExit, "uninstall-on-exit", false, "uninstall when stopped (SIGTERM): deleting the DaemonSet takes gpurun off the nodes")
+	return cmd
+}
+
+func newNodeUninstallCmd(g *globals) *cobra.Command {
+	var f nodeFlags
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Undo what gpurun node install recorded on the node",
+		Example: `  gpurun node uninstall --host-root /host --restart=systemd
+  sudo gpurun node uninstall --restart=systemd   # on the node`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := f.agentFor(g)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			if err := a.Uninstall(ctx); err != nil {
+				return &exitError{1, err}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, false)
+	return cmd
+}
+
+func newNodeStatusCmd(g *globals) *cobra.Command {
+	var (
+		f      nodeFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Print the node's state; exit 0 only when gpurun is in effect (readiness probe)",
+		Example: `  gpurun node status --host-root /host
+  kubectl -n gpurun-system exec ds/gpurun-node -- gpurun node status --host-root /host --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := f.agentFor(g)
+			if err != nil {
+				return err
+			}
+			st := a.Status()
+			out := cmd.OutOrStdout()
+			if asJSON {
+				data, err := json.MarshalIndent(st, "", "  ")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, string(data))
+			} else if st.Ready {
+				fmt.Fprintln(out, "ready: "+st.Reason)
+			} else {
+				fmt.Fprintln(out, "not ready: "+st.Reason)
+			}
+			if !st.Ready {
+				return &exitError{1, errors.New("not ready")}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, false)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON")
+	return cmd
+}

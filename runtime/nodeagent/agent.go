@@ -1,0 +1,469 @@
+// Package nodeagent sets gpurun up on the Kubernetes node it runs on, from a
+// privileged DaemonSet pod that mounts the node's root at a host root
+// ("/host"): it copies gpurun-runtime and gpurun from the image onto the
+// node (atomically, backing up files it replaces), keeps the node's policy
+// file in step with a source file (the DaemonSet's ConfigMap), registers
+// gpurun-runtime as containerd's runtime handler with runtime/install, and
+// restarts containerd as its restart mode says (runtime/restart). It
+// records all of that on the node, reports whether containerd runs with it,
+// and uninstalls exactly what it installed: the config restored byte for
+// byte, its files removed or their previous versions put back, the
+// directories it created removed when empty. gpurun-runtime stays while a
+// running container's shim or containerd itself may still call it.
+package nodeagent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/runtime/restart"
+	"github.com/gpurun/gpurun/version"
+)
+
+// Defaults (node paths).
+const (
+	// DefaultBinDir is where the binaries go on the node.
+	DefaultBinDir = "/usr/local/bin"
+	// DefaultStatePath is the agent's record of what it installed.
+	DefaultStatePath = "/var/lib/gpurun/node-agent.json"
+)
+
+// The binaries the agent copies, by their names in the image and on the
+// node.
+const (
+	RuntimeBinary = "gpurun-runtime"
+	CLIBinary     = "gpurun"
+)
+
+// backupSuffix is added to a file the agent replaces.
+const backupSuffix = ".gpurun-node.bak"
+
+// Agent installs gpurun on one node. Paths are node paths unless said
+// otherwise; HostRoot is added to reach them.
+type Agent struct {
+	// HostRoot is where the node's root is mounted ("" or "/": this host).
+	HostRoot string
+	// SourceDir holds gpurun and gpurun-runtime to copy (a path here: the
+	// image's directory).
+	SourceDir string
+	// BinDir is where they go ("" means DefaultBinDir).
+	BinDir string
+	// PolicyPath is the node's policy file ("" means policy.DefaultConfigPath).
+	PolicyPath string
+	// PolicySource, when set, is the policy file (a path here, the
+	// ConfigMap's) the node's policy file is kept equal to, except for a
+	// `runtime` line gpurun install chained when the source sets none.
+	PolicySource string
+	// ContainerdConfig is containerd's config.toml ("" means
+	// install.DefaultContainerdConfig).
+	ContainerdConfig string
+	// DropInDir puts gpurun's tables in a drop-in there.
+	DropInDir string
+	// SetAsDefault makes gpurun containerd's default runtime handler.
+	SetAsDefault bool
+	// PodAnnotations are passed to gpurun-runtime (nil: install's default).
+	PodAnnotations []string
+	// InstallState is gpurun install's state file ("" means
+	// install.DefaultStatePath).
+	InstallState string
+	// StatePath is the agent's record ("" means DefaultStatePath).
+	StatePath string
+	// Restart is how containerd is restarted when it has not read the
+	// configuration yet.
+	Restart restart.Mode
+	// Log receives what the agent does (nil: discarded).
+	Log *slog.Logger
+	// Now stamps records (nil: time.Now).
+	Now func() time.Time
+}
+
+func (a *Agent) host(p string) string {
+	if a.HostRoot == "" || a.HostRoot == "/" {
+		return p
+	}
+	return filepath.Join(a.HostRoot, p)
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func (a *Agent) binDir() string       { return or(a.BinDir, DefaultBinDir) }
+func (a *Agent) statePath() string    { return or(a.StatePath, DefaultStatePath) }
+func (a *Agent) policyPath() string   { return or(a.PolicyPath, policy.DefaultConfigPath) }
+func (a *Agent) configPath() string   { return or(a.ContainerdConfig, install.DefaultContainerdConfig) }
+func (a *Agent) installState() string { return or(a.InstallState, install.DefaultStatePath) }
+
+func (a *Agent) log() *slog.Logger {
+	if a.Log == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return a.Log
+}
+
+func (a *Agent) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// check validates the agent's settings.
+func (a *Agent) check() error {
+	if _, err := restart.ParseMode(string(a.Restart)); err != nil {
+		return err
+	}
+	for _, p := range []struct{ flag, path string }{
+		{"--bin-dir", a.binDir()}, {"--policy", a.policyPath()}, {"--containerd-config", a.configPath()},
+		{"--install-state", a.installState()}, {"--state", a.statePath()},
+	} {
+		if !filepath.IsAbs(p.path) {
+			return fmt.Errorf("%s %q: want an absolute path on the node", p.flag, p.path)
+		}
+	}
+	if a.DropInDir != "" && !filepath.IsAbs(a.DropInDir) {
+		return fmt.Errorf("--drop-in %q: want an absolute path on the node", a.DropInDir)
+	}
+	return nil
+}
+
+// Install copies the binaries, writes the policy, registers the runtime
+// handler and restarts containerd when it has not read the configuration
+// (and the restart mode allows). Running it again changes only what
+// differs.
+func (a *Agent) Install(ctx context.Context) error {
+	if err := a.check(); err != nil {
+		return err
+	}
+	if a.PolicySource != "" {
+		// A bad source stops the install before anything changes.
+		src, err := os.ReadFile(a.PolicySource)
+		if err != nil {
+			return fmt.Errorf("read the policy source (--policy-source): %w", err)
+		}
+		if _, err := policy.Parse(a.PolicySource, src); err != nil {
+			return err
+		}
+	}
+	statePath := a.host(a.statePath())
+	rec, err := loadRecord(statePath)
+	if err != nil {
+		return err
+	}
+	if rec != nil {
+		if err := a.compatible(rec); err != nil {
+			return err
+		}
+		if rec.Containerd.SetAsDefault && !a.SetAsDefault {
+			// From default-runtime to runtime-class: an install only adds,
+			// so take the registration out and put it back without the
+			// default.
+			a.log().Info("gpurun was containerd's default runtime handler; registering it as an extra handler only")
+			if err := a.containerd(rec, a.lineLog("uninstall")).Uninstall(); err != nil {
+				return err
+			}
+		}
+	} else {
+		rec = &Record{InstalledAt: a.now().UTC(), BinDir: a.binDir()}
+	}
+	rec.Version = version.String()
+	rec.Pending = ""
+	prev := rec.Containerd
+	rec.Containerd = ContainerdRecord{
+		Config:              a.configPath(),
+		DropInDir:           a.DropInDir,
+		SetAsDefault:        a.SetAsDefault,
+		RuntimePath:         filepath.Join(a.binDir(), RuntimeBinary),
+		Policy:              a.policyPath(),
+		InstallState:        a.installState(),
+		CreatedInstallState: prev.CreatedInstallState,
+		Restart:             a.Restart,
+	}
+	if len(rec.Binaries) == 0 && !exists(a.host(a.installState())) {
+		rec.Containerd.CreatedInstallState = true
+	}
+	for _, d := range []string{a.statePath(), a.installState()} {
+		if err := a.mkdirs(rec, filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	save := func() error { return rec.save(statePath) }
+	for _, name := range []string{RuntimeBinary, CLIBinary} {
+		if err := a.installBinary(rec, name); err != nil {
+			return errors.Join(err, save())
+		}
+	}
+	if err := save(); err != nil {
+		return err
+	}
+	if a.PolicySource != "" {
+		if _, err := a.syncPolicy(rec); err != nil {
+			return errors.Join(err, save())
+		}
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if err := a.containerd(rec, a.lineLog("install")).Install(); err != nil {
+		return errors.Join(err, save())
+	}
+	if err := save(); err != nil {
+		return err
+	}
+	a.log().Info("installed", "handler", install.RuntimeName, "default", a.SetAsDefault, "runtime", rec.Containerd.RuntimePath, "config", rec.Containerd.Config)
+	return a.applyRestart(ctx, rec, statePath)
+}
+
+// compatible refuses an install whose node paths differ from the record's:
+// those files would be orphaned.
+func (a *Agent) compatible(rec *Record) error {
+	differ := func(flag, was, now string) error {
+		return fmt.Errorf("this node was set up with %s %q (record %s), not %q: run `gpurun node uninstall` first, or keep %s", flag, was, a.statePath(), now, flag)
+	}
+	switch {
+	case rec.BinDir != a.binDir():
+		return differ("--bin-dir", rec.BinDir, a.binDir())
+	case rec.Containerd.Config != "" && rec.Containerd.Config != a.configPath():
+		return differ("--containerd-config", rec.Containerd.Config, a.configPath())
+	case rec.Containerd.Config != "" && rec.Containerd.DropInDir != a.DropInDir:
+		return differ("--drop-in", rec.Containerd.DropInDir, a.DropInDir)
+	case rec.Policy != nil && a.PolicySource != "" && rec.Policy.Path != a.policyPath():
+		return differ("--policy", rec.Policy.Path, a.policyPath())
+	}
+	return nil
+}
+
+// containerd is gpurun install's containerd installer for the record; it
+// never restarts containerd (the agent decides that).
+func (a *Agent) containerd(rec *Record, out io.Writer) install.Containerd {
+	c := rec.Containerd
+	return install.Containerd{
+		Options: install.Options{
+			HostRoot:    a.HostRoot,
+			RuntimePath: c.RuntimePath,
+			StatePath:   c.InstallState,
+			PolicyPath:  or(c.Policy, a.policyPath()),
+			Out:         out,
+			Now:         a.Now,
+		},
+		ConfigPath:     c.Config,
+		DropInDir:      c.DropInDir,
+		SetAsDefault:   c.SetAsDefault,
+		PodAnnotations: a.PodAnnotations,
+		Restart:        restart.None,
+	}
+}
+
+// installBinary copies one binary onto the node, atomically; a file that
+// was there before the first install is kept as a backup.
+func (a *Agent) installBinary(rec *Record, name string) error {
+	src := filepath.Join(a.SourceDir, name)
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("read %s to copy onto the node (--from): %w", name, err)
+	}
+	node := filepath.Join(rec.BinDir, name)
+	dst := a.host(node)
+	b := rec.binary(name)
+	if b == nil {
+		nb := Binary{Name: name, Path: node}
+		if before, err := os.ReadFile(dst); err == nil {
+			nb.Backup = node + backupSuffix
+			if err := atomicfile.Write(a.host(nb.Backup), before, modeOf(dst)); err != nil {
+				return fmt.Errorf("back up %s: %w", dst, err)
+			}
+			a.log().Info("kept the file gpurun replaces", "path", node, "backup", nb.Backup)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("read %s: %w", dst, err)
+		}
+		if err := a.mkdirs(rec, rec.BinDir); err != nil {
+			return err
+		}
+		rec.Binaries = append(rec.Binaries, nb)
+		b = &rec.Binaries[len(rec.Binaries)-1]
+	}
+	want := sha(data)
+	if cur, err := fileSHA(dst); err != nil {
+		return fmt.Errorf("read %s: %w", dst, err)
+	} else if cur == want {
+		b.SHA256 = want
+		a.log().Info("binary up to date", "path", node)
+		return nil
+	}
+	if err := atomicfile.Write(dst, data, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(dst, 0o755); err != nil {
+		return fmt.Errorf("chmod %s: %w", dst, err)
+	}
+	b.SHA256 = want
+	a.log().Info("copied binary onto the node", "path", node, "sha256", want[:12])
+	return nil
+}
+
+// mkdirs creates a node directory and its missing parents, recording those
+// it created.
+func (a *Agent) mkdirs(rec *Record, dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); d != "/" && d != "."; d = filepath.Dir(d) {
+		if exists(a.host(d)) {
+			break
+		}
+		created = append(created, d)
+	}
+	if err := os.MkdirAll(a.host(dir), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", a.host(dir), err)
+	}
+	for _, d := range created {
+		if !slices.Contains(rec.Dirs, d) {
+			rec.Dirs = append(rec.Dirs, d)
+		}
+	}
+	return nil
+}
+
+// syncPolicy writes the node's policy file from the source when it
+// differs, and reports whether it wrote.
+func (a *Agent) syncPolicy(rec *Record) (bool, error) {
+	src, err := os.ReadFile(a.PolicySource)
+	if err != nil {
+		return false, fmt.Errorf("read the policy source (--policy-source): %w", err)
+	}
+	node := a.policyPath()
+	dst := a.host(node)
+	cur, err := os.ReadFile(dst)
+	existed := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("read %s: %w", dst, err)
+	}
+	out, err := renderPolicy(a.PolicySource, src, cur)
+	if err != nil {
+		return false, err
+	}
+	if rec.Policy == nil {
+		pr := &PolicyRecord{Path: node, Created: !existed}
+		if existed {
+			pr.Backup = node + backupSuffix
+			if err := atomicfile.Write(a.host(pr.Backup), cur, modeOf(dst)); err != nil {
+				return false, fmt.Errorf("back up %s: %w", dst, err)
+			}
+		}
+		if err := a.mkdirs(rec, filepath.Dir(node)); err != nil {
+			return false, err
+		}
+		rec.Policy = pr
+	}
+	if existed && bytes.Equal(cur, out) {
+		return false, nil
+	}
+	if err := atomicfile.Write(dst, out, 0o644); err != nil {
+		return false, err
+	}
+	a.log().Info("wrote the node's policy", "path", node, "from", a.PolicySource)
+	return true, nil
+}
+
+// applyRestart restarts containerd when it runs without the current
+// configuration and the mode allows, and records the run that has it.
+func (a *Agent) applyRestart(ctx context.Context, rec *Record, statePath string) error {
+	ctd, err := a.containerdState(rec)
+	switch {
+	case err != nil && rec.Containerd.Restart != restart.Systemd:
+		a.log().Warn("cannot tell whether containerd runs with gpurun's configuration", "err", err)
+		if rec.Containerd.Restart == restart.Signal {
+			return fmt.Errorf("restart containerd: %w", err)
+		}
+		return nil
+	case err == nil && ctd.proc == nil:
+		a.log().Info("containerd is not running; it reads the configuration when it starts")
+		return nil
+	case err == nil && ctd.loaded:
+		a.log().Info("containerd runs with this configuration", "pid", ctd.proc.PID)
+		return a.noteLoaded(rec, ctd, statePath)
+	case rec.Containerd.Restart == restart.None || rec.Containerd.Restart == "":
+		a.log().Warn("containerd has not read the new configuration: restart it on the node (systemctl restart containerd), or run the agent with --restart=systemd|signal",
+			"pid", ctd.proc.PID, "started", ctd.proc.Started.UTC().Format(time.RFC3339))
+		return nil
+	}
+	r := restart.Containerd{HostRoot: a.HostRoot, Mode: rec.Containerd.Restart, ConfigPath: rec.Containerd.Config, Out: a.lineLog("restart")}
+	if err := r.Restart(ctx); err != nil {
+		return err
+	}
+	ctd, err = a.containerdState(rec)
+	if err != nil || ctd.proc == nil {
+		a.log().Warn("containerd restarted, but the new process cannot be seen", "err", err)
+		return nil
+	}
+	ctd.loaded = true
+	return a.noteLoaded(rec, ctd, statePath)
+}
+
+// noteLoaded records the containerd run that has read the configuration.
+func (a *Agent) noteLoaded(rec *Record, ctd containerdState, statePath string) error {
+	l := &Loaded{PID: ctd.proc.PID, StartTicks: ctd.proc.StartTicks, ConfigSHA: ctd.configSHA, DropInSHA: ctd.dropInSHA}
+	if rec.Loaded != nil && *rec.Loaded == *l {
+		return nil
+	}
+	rec.Loaded = l
+	return rec.save(statePath)
+}
+
+// lineLog returns a writer that logs each line installers print.
+func (a *Agent) lineLog(step string) io.Writer {
+	return &lineWriter{log: a.log(), step: step}
+}
+
+// lineWriter logs each complete line written to it (installers print
+// whole lines).
+type lineWriter struct {
+	log  *slog.Logger
+	step string
+	buf  []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(w.buf[:i])
+		w.buf = w.buf[i+1:]
+		// The installers' hint about restarting is the agent's to give.
+		if line == "" || strings.HasPrefix(line, "restart containerd to apply:") {
+			continue
+		}
+		w.log.Info(line, "step", w.step)
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// modeOf returns a file's permissions (0o644 when it cannot be read).
+func modeOf(p string) os.FileMode {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0o644
+	}
+	return fi.Mode().Perm()
+}

@@ -1,0 +1,97 @@
+package nodeagent
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// DefaultInterval is how often Run checks the node.
+const DefaultInterval = 30 * time.Second
+
+// RunOptions configure [Agent.Run].
+type RunOptions struct {
+	// Interval between checks (0 means DefaultInterval).
+	Interval time.Duration
+	// UninstallOnExit uninstalls when ctx ends (the pod is stopped).
+	UninstallOnExit bool
+	// UninstallTimeout bounds that uninstall (0 means two minutes).
+	UninstallTimeout time.Duration
+}
+
+// Run installs, then keeps checking the node until ctx ends: it keeps the
+// policy file in step with its source, logs the node's state whenever it
+// changes, and records the containerd run that has read the
+// configuration. When ctx ends it uninstalls if asked to. An install that
+// fails is returned at once (the pod restarts and says why).
+func (a *Agent) Run(ctx context.Context, o RunOptions) error {
+	if err := a.Install(ctx); err != nil {
+		return err
+	}
+	interval := o.Interval
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	last := ""
+	for {
+		last = a.check1(last)
+		select {
+		case <-ctx.Done():
+			if !o.UninstallOnExit {
+				a.log().Info("stopping; gpurun stays installed on the node (uninstall with `gpurun node uninstall`)")
+				return nil
+			}
+			timeout := o.UninstallTimeout
+			if timeout <= 0 {
+				timeout = 2 * time.Minute
+			}
+			uctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			a.log().Info("stopping: uninstalling gpurun from the node")
+			return a.Uninstall(uctx)
+		case <-tick.C:
+		}
+	}
+}
+
+// check1 does one round of Run's checks and returns the state it logged.
+func (a *Agent) check1(last string) string {
+	statePath := a.host(a.statePath())
+	rec, err := loadRecord(statePath)
+	if err != nil || rec == nil {
+		msg := "the node record is gone"
+		if err != nil {
+			msg = err.Error()
+		}
+		if msg != last {
+			a.log().Error("cannot check the node", "err", msg)
+		}
+		return msg
+	}
+	if a.PolicySource != "" {
+		if wrote, err := a.syncPolicy(rec); err != nil {
+			a.log().Error("cannot keep the node's policy in step with its source", "err", err)
+		} else if wrote {
+			if err := rec.save(statePath); err != nil {
+				a.log().Error("cannot save the node record", "err", err)
+			}
+		}
+	}
+	st, ctd := a.status(rec)
+	if st.Ready && ctd != nil && ctd.proc != nil {
+		if err := a.noteLoaded(rec, *ctd, statePath); err != nil {
+			a.log().Error("cannot save the node record", "err", err)
+		}
+	}
+	summary := st.Reason
+	if summary != last {
+		if st.Ready {
+			a.log().Info("ready: "+st.Reason, "default", st.Default)
+		} else {
+			a.log().Warn("not ready: "+strings.TrimSpace(st.Reason), "default", st.Default)
+		}
+	}
+	return summary
+}
