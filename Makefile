@@ -85,6 +85,51 @@ install: build
 	install -D -m 0755 bin/gpurun $(DESTDIR)$(BINDIR)/gpurun
 	install -D -m 0755 bin/gpurun-runtime $(DESTDIR)$(BINDIR)/gpurun-runtime
 
+# Packages for workstations and Docker hosts (docs/packages.md): static
+# binaries for each of DIST_ARCHES, and a .deb and an .rpm of each, with the
+# man pages, shell completion and the default /etc/gpurun/config.toml that
+# `gpurun __gendocs` generates from the code. nfpm is a tool, not a
+# dependency of gpurun: it is built from the Go module proxy into .tools/
+# (v2.46 and later need a module the proxy refuses).
+.PHONY: dist docs docs-check
+DIST         ?= dist
+DIST_ARCHES  ?= amd64 arm64
+NFPM_VERSION ?= v2.45.2
+NFPM         ?= $(CURDIR)/.tools/nfpm-$(NFPM_VERSION)/nfpm
+# The package version: tag v1.2.3 -> 1.2.3, v1.2.3-4-gabc -> 1.2.3+4.gabc,
+# v1.2.3-rc.1 -> 1.2.3~rc.1, an untagged commit abc -> 0.0.0+abc.
+PKG_VERSION  ?= $(shell echo '$(VERSION)' | sed -E -e 's/^v//' \
+	-e 's/^([0-9]+\.[0-9]+\.[0-9]+)-([0-9]+)-g([0-9a-f]+)/\1+\2.g\3/' \
+	-e 's/^([0-9]+\.[0-9]+\.[0-9]+)-/\1~/' -e '/^[0-9]+\.[0-9]+\.[0-9]+/!s/^/0.0.0+/' -e 's/-/./g')
+# Man pages carry the last commit's date, not the build's.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+$(NFPM):
+	GOBIN=$(@D) CGO_ENABLED=0 $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+
+dist: $(NFPM)
+	rm -rf $(DIST)
+	set -e; for arch in $(DIST_ARCHES); do for cmd in gpurun gpurun-runtime; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(DIST)/gpurun_linux_$$arch/$$cmd ./cmd/$$cmd; \
+	done; done
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(DIST)/share/gendocs ./cmd/gpurun
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(DIST)/share/gendocs __gendocs --out $(DIST)/share
+	rm $(DIST)/share/gendocs
+	set -e; for arch in $(DIST_ARCHES); do for pkg in deb rpm; do \
+		DIST=$(DIST) ARCH=$$arch PKG_VERSION=$(PKG_VERSION) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
+			$(NFPM) package --config packaging/nfpm.yaml --packager $$pkg --target $(DIST)/; \
+	done; done
+	cd $(DIST) && sha256sum *.deb *.rpm gpurun_linux_*/* > SHA256SUMS
+	@ls -l $(DIST)
+
+# docs/config.md, the configuration reference, is generated from the policy
+# package; docgen's unit test fails when it is stale.
+docs:
+	$(GO) run ./cmd/gpurun __gendocs --config-md docs/config.md
+
+docs-check:
+	$(GO) test -count=1 -run 'TestConfigMarkdownFresh' ./docgen
+
 # The Kubernetes DaemonSets' image (deploy/image/Dockerfile, FROM scratch):
 # static binaries for each of IMAGE_ARCHS in bin/image/linux-<arch>/, then
 # one docker build for this machine's architecture. For a multi-arch image

@@ -72,8 +72,13 @@ nothing. --dry-run prints the change as a unified diff.
 
 Under install and uninstall, --config names the engine's configuration file;
 gpurun's own policy file is --policy (or $GPURUN_CONFIG).`,
+		Example: `  sudo gpurun install docker --dry-run                        # show the daemon.json diff
+  sudo gpurun install docker --set-as-default --reload        # every container on a Docker host
+  sudo gpurun install containerd --set-as-default --restart   # every pod on a Kubernetes node
+  gpurun install docker-cli-plugin                            # docker gpurun run ...`,
 	}
 	cmd.AddCommand(newInstallDockerCmd(g, false), newInstallContainerdCmd(g, false))
+	cmd.AddCommand(newInstallCLIPluginCmd(g, false))
 	cmd.AddCommand(newInstallHooksCmd(g, install.EnginePodman, false), newInstallHooksCmd(g, install.EngineCRIO, false))
 	return cmd
 }
@@ -85,8 +90,13 @@ func newUninstallCmd(g *globals) *cobra.Command {
 		Long: `Uninstall undoes what "gpurun install" recorded for that configuration file:
 it removes the gpurun runtime, restores the previous default runtime (if it
 still names gpurun), and un-chains gpurun's policy; nothing else changes.`,
+		Example: `  sudo gpurun uninstall docker --dry-run
+  sudo gpurun uninstall docker --reload
+  sudo gpurun uninstall containerd --restart
+  gpurun uninstall docker-cli-plugin`,
 	}
 	cmd.AddCommand(newInstallDockerCmd(g, true), newInstallContainerdCmd(g, true))
+	cmd.AddCommand(newInstallCLIPluginCmd(g, true))
 	cmd.AddCommand(newInstallHooksCmd(g, install.EnginePodman, true), newInstallHooksCmd(g, install.EngineCRIO, true))
 	return cmd
 }

@@ -8,17 +8,28 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/gpurun/gpurun/runtime/install"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	g := &globals{}
+	args := os.Args[1:]
+	if install.IsCLIPlugin(os.Args[0]) {
+		// Run by the docker CLI as docker-gpurun (`docker gpurun ...`).
+		rest, code, done := fromDockerCLI(g, args, os.Stdout, os.Stderr)
+		if done {
+			os.Exit(code)
+		}
+		args = rest
+	}
+	os.Exit(run(g, args))
 }
 
 // run dispatches a command line: a docker run (with gpurun's own options
 // before it) goes straight to the launcher with its arguments untouched;
 // everything else goes to the subcommands.
-func run(args []string) int {
-	g := &globals{}
+func run(g *globals, args []string) int {
 	root := newRootCmd(g)
 	err := func() error {
 		rest, err := splitGlobals(args, g)

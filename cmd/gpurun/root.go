@@ -15,6 +15,10 @@ type globals struct {
 	configPath string
 	verbose    bool
 	dryRun     bool
+	// dockerGlobals are the docker CLI's global options (-H, --context, ...)
+	// given to docker-gpurun, the docker CLI plugin, before "gpurun"; the
+	// docker run that gpurun execs gets them again.
+	dockerGlobals []string
 }
 
 // loadPolicy loads the policy named by --config, GPURUN_CONFIG or the
@@ -58,6 +62,7 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	root.RunE = nriWhenLaunched(g) // a runtime launching gpurun as a pre-installed NRI plugin passes no arguments
 	root.AddCommand(newExplainCmd(g), newShmProbeCmd())
 	root.AddCommand(newDoctorCmd(g))
+	addDocCmds(root) // completion and the hidden __gendocs: keep it last
 	return root
 }
 
@@ -65,7 +70,10 @@ func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print gpurun's version",
-		Args:  cobra.NoArgs,
+		Example: `  gpurun version
+  gpurun --version
+  docker gpurun version   # the docker CLI plugin (gpurun install docker-cli-plugin)`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "gpurun %s\n", version.String())
 			return err

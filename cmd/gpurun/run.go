@@ -86,7 +86,7 @@ func runDocker(g *globals, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "gpurun: %s\n", describe(res))
 	}
-	argv := append([]string{dockerPath, "run"}, res.Args...)
+	argv := append(append(append([]string{dockerPath}, g.dockerGlobals...), "run"), res.Args...)
 	if g.dryRun {
 		fmt.Fprintln(stdout, launcher.ShellQuote(argv))
 		fmt.Fprintf(stdout, "# %s\n", describe(res))
