@@ -75,7 +75,11 @@ func (a *Agent) containerdState(rec *Record) (containerdState, error) {
 	p := procs[0]
 	st.proc = &p
 	l := rec.Loaded
-	st.loaded = p.Started.After(st.changed) ||
+	// Loaded only when it surely started after the change: where the two
+	// are too close to order (restart.StartUncertainty), it is not, so
+	// readiness waits and uninstall keeps gpurun-runtime. A restart that
+	// gpurun made itself is recognised by the record instead.
+	st.loaded = p.Started.After(st.changed.Add(restart.StartUncertainty)) ||
 		l != nil && l.PID == p.PID && l.StartTicks == p.StartTicks && l.ConfigSHA == st.configSHA && l.DropInSHA == st.dropInSHA
 	return st, nil
 }

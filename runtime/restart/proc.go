@@ -19,6 +19,13 @@ const DefaultContainerdConfig = "/etc/containerd/config.toml"
 // every Linux architecture Go supports.
 const clockTicks = 100
 
+// StartUncertainty bounds how far Process.Started and a file's mtime may be
+// off against each other: the start time is counted in 10 ms clock ticks
+// and read back truncated, /proc/uptime has 10 ms steps, and the kernel
+// stamps mtimes from its coarse clock, up to a jiffy behind. A start within
+// this of a change cannot be ordered before or after it.
+const StartUncertainty = 50 * time.Millisecond
+
 // Process is a containerd process on the node.
 type Process struct {
 	// PID is its process id in the namespace of the /proc it was read from.
@@ -26,7 +33,8 @@ type Process struct {
 	// StartTicks is its start time in clock ticks after boot (field 22 of
 	// /proc/<pid>/stat); with PID it identifies one run of containerd.
 	StartTicks uint64
-	// Started is when it started, from StartTicks and /proc/uptime.
+	// Started is when it started, from StartTicks and /proc/uptime, to
+	// within StartUncertainty.
 	Started time.Time
 	// Config is the config file it reads, as it names it.
 	Config string
