@@ -119,6 +119,23 @@ running across a restart):
 	return cmd
 }
 
+// withAgent is the action of a node subcommand: the agent from the flags,
+// fn under a context that SIGTERM and SIGINT cancel, exit 1 on its error.
+func (f *nodeFlags) withAgent(g *globals, fn func(context.Context, *nodeagent.Agent) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		a, err := f.agentFor(g)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signalContext(cmd)
+		defer stop()
+		if err := fn(ctx, a); err != nil {
+			return &exitError{1, err}
+		}
+		return nil
+	}
+}
+
 func newNodeInstallCmd(g *globals) *cobra.Command {
 	var f nodeFlags
 	cmd := &cobra.Command{
@@ -127,18 +144,7 @@ func newNodeInstallCmd(g *globals) *cobra.Command {
 		Example: `  gpurun node install --host-root /host --restart=systemd
   gpurun node install --host-root /host --set-as-default --policy-source /etc/gpurun-source/config.toml`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := f.agentFor(g)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			if err := a.Install(ctx); err != nil {
-				return &exitError{1, err}
-			}
-			return nil
-		},
+		RunE: f.withAgent(g, func(ctx context.Context, a *nodeagent.Agent) error { return a.Install(ctx) }),
 	}
 	f.register(cmd, true)
 	return cmd
@@ -155,18 +161,9 @@ func newNodeRunCmd(g *globals) *cobra.Command {
 		Short:   "Install, then stay up reporting the node's state (the DaemonSet's container)",
 		Example: `  gpurun node run --host-root /host --restart=systemd --uninstall-on-exit`,
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := f.agentFor(g)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			if err := a.Run(ctx, nodeagent.RunOptions{Interval: interval, UninstallOnExit: onExit}); err != nil {
-				return &exitError{1, err}
-			}
-			return nil
-		},
+		RunE: f.withAgent(g, func(ctx context.Context, a *nodeagent.Agent) error {
+			return a.Run(ctx, nodeagent.RunOptions{Interval: interval, UninstallOnExit: onExit})
+		}),
 	}
 	f.register(cmd, true)
 	cmd.Flags().DurationVar(&interval, "interval", nodeagent.DefaultInterval, "how often to check the node")
@@ -182,18 +179,7 @@ func newNodeUninstallCmd(g *globals) *cobra.Command {
 		Example: `  gpurun node uninstall --host-root /host --restart=systemd
   sudo gpurun node uninstall --restart=systemd   # on the node`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := f.agentFor(g)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			if err := a.Uninstall(ctx); err != nil {
-				return &exitError{1, err}
-			}
-			return nil
-		},
+		RunE: f.withAgent(g, func(ctx context.Context, a *nodeagent.Agent) error { return a.Uninstall(ctx) }),
 	}
 	f.register(cmd, false)
 	return cmd
