@@ -216,6 +216,31 @@ func FormatDocker(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
+// FormatCompose formats n bytes in compose's own style for shm_size: the
+// largest unit that divides it exactly, with a "b" ("8gb", "1536mb",
+// "64kb"), or plain bytes.
+func FormatCompose(n int64) string {
+	s := FormatDocker(n)
+	if c := s[len(s)-1]; c < '0' || c > '9' {
+		s += "b"
+	}
+	return s
+}
+
+// FormatQuantity formats n bytes as a Kubernetes binary quantity, exactly:
+// "8Gi", "1536Mi", "64Ki" or bytes.
+func FormatQuantity(n int64) string {
+	switch {
+	case n > 0 && n%GiB == 0:
+		return strconv.FormatInt(n/GiB, 10) + "Gi"
+	case n > 0 && n%MiB == 0:
+		return strconv.FormatInt(n/MiB, 10) + "Mi"
+	case n > 0 && n%KiB == 0:
+		return strconv.FormatInt(n/KiB, 10) + "Ki"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
 // MountSizeOption formats n bytes as a tmpfs "size=" mount option. With
 // inKiB it writes kibibytes ("size=65536k", containerd's style) when n is a
 // whole number of them, else bytes ("size=67108864", Docker's style).

@@ -209,3 +209,29 @@ func FuzzParseQuantity(f *testing.F) {
 		}
 	})
 }
+
+func TestFormatQuantityAndCompose(t *testing.T) {
+	tests := []struct {
+		n                 int64
+		quantity, compose string
+	}{
+		{GiB, "1Gi", "1gb"},
+		{8 * GiB, "8Gi", "8gb"},
+		{1536 * MiB, "1536Mi", "1536mb"},
+		{12 * KiB, "12Ki", "12kb"},
+		{1000, "1000", "1000"},
+	}
+	for _, tt := range tests {
+		if got := FormatQuantity(tt.n); got != tt.quantity {
+			t.Errorf("FormatQuantity(%d) = %q, want %q", tt.n, got, tt.quantity)
+		}
+		if got := FormatCompose(tt.n); got != tt.compose {
+			t.Errorf("FormatCompose(%d) = %q, want %q", tt.n, got, tt.compose)
+		}
+		for _, s := range []string{tt.quantity, tt.compose} {
+			if back, err := ParseAnySize(s); err != nil || back != tt.n {
+				t.Errorf("ParseAnySize(%q) = %d, %v; want %d back", s, back, err, tt.n)
+			}
+		}
+	}
+}

@@ -2,34 +2,10 @@ package doctor
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/gpurun/gpurun/policy"
 )
-
-// formatQuantity formats n bytes as a Kubernetes binary quantity ("8Gi",
-// "1536Mi"), exactly.
-func formatQuantity(n int64) string {
-	switch {
-	case n > 0 && n%policy.GiB == 0:
-		return strconv.FormatInt(n/policy.GiB, 10) + "Gi"
-	case n > 0 && n%policy.MiB == 0:
-		return strconv.FormatInt(n/policy.MiB, 10) + "Mi"
-	case n > 0 && n%policy.KiB == 0:
-		return strconv.FormatInt(n/policy.KiB, 10) + "Ki"
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-// formatCompose formats n bytes in compose's shm_size style ("8gb").
-func formatCompose(n int64) string {
-	s := policy.FormatDocker(n)
-	if last := s[len(s)-1]; last < '0' || last > '9' {
-		s += "b"
-	}
-	return s
-}
 
 // fixTarget says which fixes apply and how to name the container in them.
 type fixTarget struct {
@@ -51,11 +27,11 @@ func sizeFix(t fixTarget, size int64) string {
 		return fmt.Sprintf("the container mounts its own /dev/shm, which --shm-size and shm_size do not change: make that mount bigger\n"+
 			"docker run: --tmpfs /dev/shm:size=%s (or --mount type=tmpfs,dst=/dev/shm,tmpfs-size=%d)\n"+
 			"compose:    tmpfs: [\"/dev/shm:size=%s\"]\n"+
-			"kubernetes: the emptyDir at /dev/shm: {medium: Memory, sizeLimit: %s}", d, size, d, formatQuantity(size))
+			"kubernetes: the emptyDir at /dev/shm: {medium: Memory, sizeLimit: %s}", d, size, d, policy.FormatQuantity(size))
 	}
 	docker := fmt.Sprintf("docker run: docker run --shm-size=%s ...  (or start it with gpurun run ..., which adds it)", d)
-	compose := fmt.Sprintf("compose:    shm_size: %q in the service", formatCompose(size))
-	k8s := fmt.Sprintf("kubernetes: runtimeClassName: gpurun on a node set up with `gpurun install containerd`, or an emptyDir {medium: Memory, sizeLimit: %s} mounted at /dev/shm", formatQuantity(size))
+	compose := fmt.Sprintf("compose:    shm_size: %q in the service", policy.FormatCompose(size))
+	k8s := fmt.Sprintf("kubernetes: runtimeClassName: gpurun on a node set up with `gpurun install containerd`, or an emptyDir {medium: Memory, sizeLimit: %s} mounted at /dev/shm", policy.FormatQuantity(size))
 	var lines []string
 	switch t.mode {
 	case ModeDocker:
@@ -85,9 +61,9 @@ func noShmFix(t fixTarget, size int64) string {
 	d := policy.FormatDocker(size)
 	switch t.mode {
 	case ModeCRI:
-		return fmt.Sprintf("mount an emptyDir {medium: Memory, sizeLimit: %s} at /dev/shm", formatQuantity(size))
+		return fmt.Sprintf("mount an emptyDir {medium: Memory, sizeLimit: %s} at /dev/shm", policy.FormatQuantity(size))
 	default:
 		return fmt.Sprintf("docker run: drop --ipc none, or use --ipc private --shm-size=%s\ncompose:    ipc: private and shm_size: %q\nkubernetes: mount an emptyDir {medium: Memory, sizeLimit: %s} at /dev/shm",
-			d, formatCompose(size), formatQuantity(size))
+			d, policy.FormatCompose(size), policy.FormatQuantity(size))
 	}
 }

@@ -127,18 +127,18 @@ func TestFormats(t *testing.T) {
 		{4097, "4097", "4097"},
 	}
 	for _, tt := range tests {
-		if q := formatQuantity(tt.n); q != tt.quantity {
-			t.Errorf("formatQuantity(%d) = %s, want %s", tt.n, q, tt.quantity)
+		if q := policy.FormatQuantity(tt.n); q != tt.quantity {
+			t.Errorf("policy.FormatQuantity(%d) = %s, want %s", tt.n, q, tt.quantity)
 		}
-		if c := formatCompose(tt.n); c != tt.compose {
-			t.Errorf("formatCompose(%d) = %s, want %s", tt.n, c, tt.compose)
+		if c := policy.FormatCompose(tt.n); c != tt.compose {
+			t.Errorf("policy.FormatCompose(%d) = %s, want %s", tt.n, c, tt.compose)
 		}
 		// What doctor tells people to write must read back as the size.
-		if n, err := policy.ParseQuantity(formatQuantity(tt.n)); err != nil || n != tt.n {
-			t.Errorf("quantity %s reads back as %d, %v", formatQuantity(tt.n), n, err)
+		if n, err := policy.ParseQuantity(policy.FormatQuantity(tt.n)); err != nil || n != tt.n {
+			t.Errorf("quantity %s reads back as %d, %v", policy.FormatQuantity(tt.n), n, err)
 		}
-		if n, err := policy.ParseSize(formatCompose(tt.n)); err != nil || n != tt.n {
-			t.Errorf("compose size %s reads back as %d, %v", formatCompose(tt.n), n, err)
+		if n, err := policy.ParseSize(policy.FormatCompose(tt.n)); err != nil || n != tt.n {
+			t.Errorf("compose size %s reads back as %d, %v", policy.FormatCompose(tt.n), n, err)
 		}
 	}
 }

@@ -389,7 +389,7 @@ func TestFix(t *testing.T) {
 				steps = append(steps, s.Where+": "+s.How)
 			}
 			all := strings.Join(steps, "\n")
-			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", fx.Size), "sizeLimit: " + quantity(want), "gpurun run", "gpurun resize CONTAINER " + fx.Size} {
+			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", fx.Size), "sizeLimit: " + policy.FormatQuantity(want), "gpurun run", "gpurun resize CONTAINER " + fx.Size} {
 				if !strings.Contains(all, s) {
 					t.Errorf("steps lack %q:\n%s", s, all)
 				}
@@ -399,14 +399,6 @@ func TestFix(t *testing.T) {
 	r := scanString(t, "node08:1:2 [0] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied\n", Options{})
 	if r.Fix == nil || r.Fix.SizeBytes != 0 || len(r.Fix.Steps) != 1 || !strings.Contains(r.Fix.Steps[0].How, "1777") {
 		t.Errorf("permission fix %+v", r.Fix)
-	}
-}
-
-func TestQuantity(t *testing.T) {
-	for n, want := range map[int64]string{policy.GiB: "1Gi", 8 * policy.GiB: "8Gi", 512 * policy.MiB: "512Mi", 12 * policy.KiB: "12Ki", 1000: "1000"} {
-		if got := quantity(n); got != want {
-			t.Errorf("quantity(%d) = %q, want %q", n, got, want)
-		}
 	}
 }
 

@@ -2,7 +2,6 @@ package explain
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/gpurun/gpurun/policy"
 )
@@ -61,7 +60,7 @@ func suggest(pol *policy.Policy, memory int64, findings []Finding) *Fix {
 			Step{"docker run", "docker run --shm-size=" + docker + " ..."},
 			Step{"compose", fmt.Sprintf("shm_size: %q   (in the service)", docker)},
 			Step{"kubernetes", "gpurun install containerd on the node (gpurun-runtime grows each GPU pod's /dev/shm), " +
-				"or mount an emptyDir {medium: Memory, sizeLimit: " + quantity(size) + "} at /dev/shm"},
+				"or mount an emptyDir {medium: Memory, sizeLimit: " + policy.FormatQuantity(size) + "} at /dev/shm"},
 			Step{"running container", "sudo gpurun resize CONTAINER " + docker + "   (now, without a restart)"},
 		)
 	}
@@ -69,17 +68,4 @@ func suggest(pol *policy.Policy, memory int64, findings []Finding) *Fix {
 		fix.Steps = append(fix.Steps, Step{"permissions", "chmod 1777 /dev/shm in the container, or fix the mode of what is mounted there"})
 	}
 	return fix
-}
-
-// quantity formats n bytes as a Kubernetes quantity ("1Gi", "512Mi").
-func quantity(n int64) string {
-	switch {
-	case n > 0 && n%policy.GiB == 0:
-		return strconv.FormatInt(n/policy.GiB, 10) + "Gi"
-	case n > 0 && n%policy.MiB == 0:
-		return strconv.FormatInt(n/policy.MiB, 10) + "Mi"
-	case n > 0 && n%policy.KiB == 0:
-		return strconv.FormatInt(n/policy.KiB, 10) + "Ki"
-	}
-	return strconv.FormatInt(n, 10)
 }
