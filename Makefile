@@ -73,6 +73,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzInstallDocker$$' -fuzztime $(FUZZTIME) ./runtime/engineconf
 	$(GO) test -run '^$$' -fuzz '^FuzzInstallContainerd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./runtime/engineconf
 	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./diagnose/explain
+	$(GO) test -run '^$$' -fuzz '^FuzzInsertFirst$$' -fuzztime $(FUZZTIME) ./compose/yamledit
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

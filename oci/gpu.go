@@ -51,9 +51,9 @@ var gpuDevicePatterns = sync.OnceValue(func() (p struct{ nvidia, render, accel *
 	return p
 })
 
-// visibleDevices interprets an NVIDIA_VISIBLE_DEVICES-style value: whether
+// VisibleDevices interprets an NVIDIA_VISIBLE_DEVICES-style value: whether
 // it asks for devices and how many, 0 for "all" or unknown.
-func visibleDevices(v string) (bool, int) {
+func VisibleDevices(v string) (bool, int) {
 	v = strings.TrimSpace(v)
 	switch strings.ToLower(v) {
 	case "", "void", "none":
@@ -99,7 +99,7 @@ func DetectGPU(s *specs.Spec) GPUInfo {
 	if s.Process != nil {
 		for _, key := range []string{"NVIDIA_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES"} {
 			if v, ok := lookupEnv(s.Process.Env, key); ok {
-				if use, n := visibleDevices(v); use {
+				if use, n := VisibleDevices(v); use {
 					add("env:"+key, n, "env "+key+"="+v)
 				}
 			}

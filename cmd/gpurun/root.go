@@ -62,6 +62,7 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	root.RunE = nriWhenLaunched(g) // a runtime launching gpurun as a pre-installed NRI plugin passes no arguments
 	root.AddCommand(newExplainCmd(g), newShmProbeCmd())
 	root.AddCommand(newDoctorCmd(g))
+	root.AddCommand(newComposeCmd(g))
 	addDocCmds(root) // completion and the hidden __gendocs: keep it last
 	return root
 }

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+
+	"github.com/gpurun/gpurun/compose"
+	"github.com/gpurun/gpurun/policy"
+)
+
+func newComposeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "compose",
+		Short: "Work on Docker Compose files: give their GPU services a right-sized /dev/shm",
+		Long: `Compose holds the commands that work on Docker Compose projects. "gpurun
+compose migrate" adds shm_size to every GPU service that lacks one, and
+nothing else, so that the compose file itself carries the fix.`,
+		Example: `  gpurun compose migrate --diff
+  gpurun compose migrate --check .`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newComposeMigrateCmd(g))
+	return cmd
+}
+
+func newComposeMigrateCmd(g *globals) *cobra.Command {
+	var (
+		o                                      compose.Options
+		size                                   string
+		write, backup, diff, check, jsonReport bool
+	)
+	cmd := &cobra.Command{
+		Use:   "migrate [-f FILE]... [--write [--backup] | --diff | --check] [--json] [PATH...]",
+		Short: "Add shm_size to the GPU services of compose files, changing nothing else",
+		Long: `Migrate finds a project's compose files the way "docker compose" does (-f
+files, else COMPOSE_FILE, else compose.yaml, compose.yml, docker-compose.yml
+or docker-compose.yaml in the project directory or a parent, with its
+override file), understands them with compose-go (overrides, extends,
+include, profiles, ${VAR} interpolation with .env), and adds
+"shm_size: <size>" to every GPU service that lacks one.
+
+A GPU service has, after merging, deploy.resources.reservations.devices with
+capability gpu or driver nvidia (or a CDI GPU), gpus:, runtime: nvidia,
+NVIDIA_VISIBLE_DEVICES (not void or none) in its environment, or a
+/dev/nvidia*, /dev/kfd, /dev/dri or /dev/accel device (with match = "all" in
+the policy, every service is). It is left alone when
+it already sets shm_size (at least the policy minimum), ipc: host,
+ipc: service:X or container:X, or mounts something at /dev/shm.
+
+The size is --size, else the policy's: half of the service's memory limit
+(deploy.resources.limits.memory or mem_limit) when it has one, never below
+min; without a limit, the policy's compose_default (8gb unless the config
+says otherwise). It is written in compose's units ("8gb").
+
+The line goes first in the service's mapping, right under its name, in the
+file that defines the service's image or build (for a service extending
+another, the extending one), indented like its keys; every other byte of
+every file stays as it was: comments, blank lines, order, quoting, anchors,
+merges, flow style, line endings. Every result is parsed again and compared
+with the original before it is shown or written. A service whose mapping is
+shared (an anchor merged into other services, a service others extend) gets
+the line only when every service that would take it is a GPU service that
+needs the same size; otherwise it is skipped with a warning.
+
+Modes: by default the migrated files go to stdout (with a "==> FILE <=="
+line before each when there are several); --write replaces the files
+atomically (same mode; --backup keeps FILE.bak); --diff prints a unified
+diff; --check changes nothing and exits 1 when a file would change. --json
+prints a report per service instead: file, line, service, gpu, evidence,
+action (none, keep, add, raise, skip), size, reason, warnings.
+
+Several projects at once: each PATH is a compose file (a project of its own)
+or a directory searched for projects (each directory's default project, and
+every other compose*.y(a)ml and docker-compose*.y(a)ml file alone).
+
+Exit status: 0 done (or nothing to change), 1 --check found files that would
+change, 2 bad input (the message names the file, line and column) or a file
+that could not be written (it stays as it was).`,
+		Example: `  # What would change in the project here, as a diff
+  gpurun compose migrate --diff
+
+  # Migrate a project with an override file, keeping backups
+  gpurun compose migrate -f compose.yaml -f compose.gpu.yaml --write --backup
+
+  # Every project under the repository, in CI or pre-commit (exit 1 = not migrated)
+  gpurun compose migrate --check .
+
+  # A fixed size, and a report per service
+  gpurun compose migrate --size 16gb --json deploy/docker-compose.yml`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// compose-go logs through logrus (for variables nested in
+			// defaults, say); gpurun reports what matters itself.
+			logrus.SetLevel(logrus.ErrorLevel)
+			if backup && !write {
+				return &exitError{2, errors.New("compose migrate: --backup needs --write")}
+			}
+			if write && g.dryRun {
+				write, diff = false, true // --dry-run: show the change, write nothing
+			}
+			pol, err := g.loadPolicy()
+			if err != nil {
+				return &exitError{2, err}
+			}
+			o.Policy = pol
+			o.EnforceMin = o.EnforceMin || pol.EnforceMin
+			if size != "" {
+				if o.Size, err = policy.ParseSize(size); err != nil || o.Size <= 0 {
+					if err == nil {
+						err = errors.New("must be more than 0")
+					}
+					return &exitError{2, fmt.Errorf("--size %s: %w", size, err)}
+				}
+			}
+			o.Paths = args
+			o.Environ = os.Environ()
+			res, err := compose.Migrate(cmd.Context(), o)
+			if err != nil {
+				return &exitError{2, err}
+			}
+			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if g.verbose {
+				for _, n := range res.Notes {
+					fmt.Fprintf(stderr, "gpurun: %s\n", n)
+				}
+			}
+			if !jsonReport {
+				printWarnings(stderr, res)
+			}
+			if write {
+				if err := res.Write(backup); err != nil {
+					return &exitError{2, err}
+				}
+			}
+			switch {
+			case jsonReport:
+				enc := json.NewEncoder(stdout)
+				enc.SetEscapeHTML(false)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(nonNil(res.Services)); err != nil {
+					return err
+				}
+			case diff:
+				for _, f := range res.Files {
+					fmt.Fprint(stdout, f.Diff())
+				}
+			case check || write:
+				printChanges(stdout, res, write)
+			default:
+				for _, f := range res.Files {
+					if len(res.Files) > 1 {
+						fmt.Fprintf(stdout, "==> %s <==\n", f.Path)
+					}
+					if _, err := stdout.Write(f.New); err != nil {
+						return err
+					}
+				}
+			}
+			if check && res.Changed() {
+				n := 0
+				for _, f := range res.Files {
+					if f.Changed() {
+						n++
+					}
+				}
+				return &exitError{1, fmt.Errorf("compose migrate --check: %d file(s) would change; run gpurun compose migrate --write", n)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&o.Files, "file", "f", nil, "compose file, in override order (repeatable; default: the files docker compose finds)")
+	f.StringVar(&o.ProjectDir, "project-directory", "", "project directory: base of relative paths and place of .env (default: the first file's directory)")
+	f.StringArrayVar(&o.EnvFiles, "env-file", nil, "environment file for interpolation, instead of the project's .env (repeatable)")
+	f.StringVar(&size, "size", "", "shm_size for every GPU service that needs one, e.g. 16gb (default: the policy)")
+	f.BoolVar(&o.EnforceMin, "enforce-min", false, "also raise an explicit shm_size below the policy minimum (or enforce_min in the config)")
+	f.BoolVar(&write, "write", false, "replace the files (atomically, same mode)")
+	f.BoolVar(&backup, "backup", false, "with --write, keep the original as FILE.bak")
+	f.BoolVar(&diff, "diff", false, "print a unified diff of the changes")
+	f.BoolVar(&check, "check", false, "change nothing; exit 1 when a file would change (for CI and pre-commit)")
+	f.BoolVar(&jsonReport, "json", false, "print a JSON report per service instead of files or diffs")
+	cmd.MarkFlagsMutuallyExclusive("write", "diff", "check")
+	return cmd
+}
+
+// printWarnings writes each service's warnings on stderr.
+func printWarnings(w io.Writer, res *compose.Result) {
+	for _, s := range res.Services {
+		for _, warning := range s.Warnings {
+			fmt.Fprintf(w, "gpurun: warning: %s:%d: service %s: %s\n", s.File, s.Line, s.Service, warning)
+		}
+	}
+}
+
+// printChanges writes a line per changed service.
+func printChanges(w io.Writer, res *compose.Result, done bool) {
+	verb := map[compose.Action]string{compose.ActionAdd: "would add", compose.ActionRaise: "would raise"}
+	if done {
+		verb = map[compose.Action]string{compose.ActionAdd: "added", compose.ActionRaise: "raised"}
+	}
+	for _, s := range res.Services {
+		if v, ok := verb[s.Action]; ok {
+			fmt.Fprintf(w, "%s:%d: service %s: %s shm_size: %s (%s)\n", s.File, s.Line, s.Service, v, s.Size, s.Reason)
+		}
+	}
+}
+
+func nonNil(s []compose.ServiceReport) []compose.ServiceReport {
+	if s == nil {
+		return []compose.ServiceReport{}
+	}
+	return s
+}
