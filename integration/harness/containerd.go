@@ -120,13 +120,22 @@ func (c *Containerd) currentProc() *process {
 // cgroups and Dir.
 func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
+	bin, ctr := requireContainerd16(t)
+	return launchContainerd(t, "c", bin, ctr, opts.Env, func(dir string) (string, error) { return ContainerdConfig(dir, opts), nil })
+}
+
+// requireContainerd16 checks what Debian's containerd needs — root,
+// containerd, ctr, its runc shim, runc, a static busybox — failing the test
+// with the package to install, and returns the containerd and ctr paths.
+func requireContainerd16(t testing.TB) (bin, ctr string) {
+	t.Helper()
 	requireRoot(t)
-	bin := requireBinary(t, "containerd", "containerd")
-	ctr := requireBinary(t, "ctr", "containerd")
+	bin = requireBinary(t, "containerd", "containerd")
+	ctr = requireBinary(t, "ctr", "containerd")
 	requireBinary(t, "containerd-shim-runc-v2", "containerd")
 	requireBinary(t, "runc", "runc")
 	staticBusybox(t)
-	return launchContainerd(t, "c", bin, ctr, opts.Env, func(dir string) (string, error) { return ContainerdConfig(dir, opts), nil })
+	return bin, ctr
 }
 
 // launchContainerd starts the containerd binary bin, as StartContainerd

@@ -65,30 +65,8 @@ type Containerd2 struct {
 // launched, mounts, cgroups, the directory.
 func StartContainerd2(t testing.TB, opts Containerd2Options) *Containerd2 {
 	t.Helper()
-	requireRoot(t)
-	binDir := os.Getenv(Containerd2BinEnv)
-	if binDir == "" {
-		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds containerd 2.x's containerd, ctr and containerd-shim-runc-v2 into .tools/ and sets it), or point it at a directory holding them", Containerd2BinEnv)
-	}
-	for _, name := range containerd2Tools {
-		if fi, err := os.Stat(filepath.Join(binDir, name)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			t.Fatalf("harness: prerequisite missing: %s has no executable %s (%v): run `make test-integration`, which builds it with go install", binDir, name, err)
-		}
-	}
+	binDir, version := requireContainerd2(t)
 	bin := filepath.Join(binDir, "containerd")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	version, _, err := runCmd(ctx, nil, bin, "--version")
-	cancel()
-	if err != nil {
-		t.Fatalf("harness: %v", err)
-	}
-	version = strings.TrimSpace(version)
-	if !strings.Contains(version, "github.com/containerd/containerd/v2 ") {
-		t.Fatalf("harness: %s is not containerd 2.x: %q", bin, version)
-	}
-	requireBinary(t, "runc", "runc")
-	staticBusybox(t)
-
 	env := append([]string{"PATH=" + binDir + ":" + os.Getenv("PATH")}, opts.Env...)
 	c := launchContainerd(t, "c2", bin, filepath.Join(binDir, "ctr"), env, func(dir string) (string, error) {
 		nri := nriDirs(dir)
@@ -219,4 +197,36 @@ func archiveTags(tarPath string) []string {
 		}
 		return tags
 	}
+}
+
+// requireContainerd2 checks what a containerd 2.x instance needs — root,
+// $GPURUN_TEST_CONTAINERD2_BIN holding containerd 2.x, ctr and its runc
+// shim, runc, a static busybox — failing the test with how to get what is
+// missing, and returns that directory and containerd's version line.
+func requireContainerd2(t testing.TB) (binDir, version string) {
+	t.Helper()
+	requireRoot(t)
+	binDir = os.Getenv(Containerd2BinEnv)
+	if binDir == "" {
+		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds containerd 2.x's containerd, ctr and containerd-shim-runc-v2 into .tools/ and sets it), or point it at a directory holding them", Containerd2BinEnv)
+	}
+	for _, name := range containerd2Tools {
+		if fi, err := os.Stat(filepath.Join(binDir, name)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			t.Fatalf("harness: prerequisite missing: %s has no executable %s (%v): run `make test-integration`, which builds it with go install", binDir, name, err)
+		}
+	}
+	bin := filepath.Join(binDir, "containerd")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	version, _, err := runCmd(ctx, nil, bin, "--version")
+	cancel()
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	version = strings.TrimSpace(version)
+	if !strings.Contains(version, "github.com/containerd/containerd/v2 ") {
+		t.Fatalf("harness: %s is not containerd 2.x: %q", bin, version)
+	}
+	requireBinary(t, "runc", "runc")
+	staticBusybox(t)
+	return binDir, version
 }

@@ -1,14 +1,11 @@
 package harness
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
 )
@@ -33,12 +30,7 @@ type NodeConfigOptions struct {
 // CRI plugin answers, as [StartContainerd] does; the cleanup is the same.
 func StartContainerdOnNodeConfig(t testing.TB, opts NodeConfigOptions) *Containerd {
 	t.Helper()
-	requireRoot(t)
-	bin := requireBinary(t, "containerd", "containerd")
-	ctr := requireBinary(t, "ctr", "containerd")
-	requireBinary(t, "containerd-shim-runc-v2", "containerd")
-	requireBinary(t, "runc", "runc")
-	staticBusybox(t)
+	bin, ctr := requireContainerd16(t)
 	return launchContainerd(t, "cn", bin, ctr, opts.Env, func(dir string) (string, error) {
 		return NodeConfig(dir, opts.Config, opts.HostRoot)
 	})
@@ -49,25 +41,8 @@ func StartContainerdOnNodeConfig(t testing.TB, opts NodeConfigOptions) *Containe
 // [StartContainerd2]) and a version 3 or 4 config.
 func StartContainerd2OnNodeConfig(t testing.TB, opts NodeConfigOptions) *Containerd {
 	t.Helper()
-	requireRoot(t)
-	binDir := os.Getenv(Containerd2BinEnv)
-	if binDir == "" {
-		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds containerd 2.x into .tools/ and sets it)", Containerd2BinEnv)
-	}
-	for _, name := range containerd2Tools {
-		if fi, err := os.Stat(filepath.Join(binDir, name)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			t.Fatalf("harness: prerequisite missing: %s has no executable %s (%v): run `make test-integration`", binDir, name, err)
-		}
-	}
+	binDir, _ := requireContainerd2(t)
 	bin := filepath.Join(binDir, "containerd")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	version, _, err := runCmd(ctx, nil, bin, "--version")
-	cancel()
-	if err != nil || !strings.Contains(version, "github.com/containerd/containerd/v2 ") {
-		t.Fatalf("harness: %s is not containerd 2.x: %q %v", bin, version, err)
-	}
-	requireBinary(t, "runc", "runc")
-	staticBusybox(t)
 	env := append([]string{"PATH=" + binDir + ":" + os.Getenv("PATH")}, opts.Env...)
 	return launchContainerd(t, "cn2", bin, filepath.Join(binDir, "ctr"), env, func(dir string) (string, error) {
 		return NodeConfig(dir, opts.Config, opts.HostRoot)
