@@ -39,7 +39,7 @@ func run(g *globals, args []string) int {
 		if dockerArgs, ok := isRunInvocation(root, rest); ok {
 			return runDocker(g, dockerArgs, os.Stdout, os.Stderr)
 		}
-		root.SetArgs(args)
+		root.SetArgs(launchedNRI(args, rest, os.Getenv))
 		return root.Execute()
 	}()
 	if err != nil {

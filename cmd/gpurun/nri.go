@@ -62,16 +62,15 @@ arguments that way. Needs root (CAP_SYS_ADMIN) to remount the pods' tmpfs.`,
 	return cmd
 }
 
-// nriWhenLaunched is the action of gpurun without arguments: the NRI
-// plugin when a runtime launched this binary from its plugin directory
-// (with a connected socket in the environment), else the help.
-func nriWhenLaunched(g *globals) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, _ []string) error {
-		if !nri.Launched(os.Getenv) {
-			return cmd.Help()
-		}
-		return runNRI(cmd, g, nriFlags{socket: nri.DefaultSocket, name: nri.DefaultName, index: nri.DefaultIndex})
+// launchedNRI returns the command line to run: args, with "nri" added when
+// there is no command (rest is args without gpurun's own options) and a
+// runtime launched this binary as a pre-installed NRI plugin, which it
+// does without arguments.
+func launchedNRI(args, rest []string, getenv func(string) string) []string {
+	if len(rest) == 0 && nri.Launched(getenv) {
+		return append(args[:len(args):len(args)], "nri")
 	}
+	return args
 }
 
 func runNRI(cmd *cobra.Command, g *globals, f nriFlags) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,15 +66,32 @@ func TestNRISystemdUnit(t *testing.T) {
 }
 
 // TestRootWithoutArguments: gpurun without arguments shows the help, unless
-// a runtime launched it as an NRI plugin (then a bad connection is an error).
+// a runtime launched it as an NRI plugin: then it runs the plugin (and a bad
+// connection is an error).
 func TestRootWithoutArguments(t *testing.T) {
 	t.Setenv("GPURUN_CONFIG", filepath.Join(t.TempDir(), "absent.toml"))
-	t.Setenv("NRI_PLUGIN_SOCKET", "")
 	stdout, _, code := execute(t)
 	if code != 0 || !strings.Contains(stdout, "Usage:") {
 		t.Errorf("gpurun: exit %d, stdout %q; want the help", code, stdout)
 	}
-	// A launched plugin logs to the policy's log_file: keep it here.
+	launched := map[string]string{"NRI_PLUGIN_SOCKET": "3"}
+	tests := []struct {
+		args, rest []string
+		env        map[string]string
+		want       []string
+	}{
+		{nil, nil, nil, nil},
+		{nil, nil, launched, []string{"nri"}},
+		{[]string{"--config", "c.toml"}, nil, launched, []string{"--config", "c.toml", "nri"}},
+		{[]string{"version"}, []string{"version"}, launched, []string{"version"}},
+	}
+	for _, tt := range tests {
+		got := launchedNRI(tt.args, tt.rest, func(k string) string { return tt.env[k] })
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("launchedNRI(%q, %q, %v) = %q, want %q", tt.args, tt.rest, tt.env, got, tt.want)
+		}
+	}
+	// Launched with a bad socket: an error, logged to the policy's log_file.
 	dir := t.TempDir()
 	config, logFile := filepath.Join(dir, "config.toml"), filepath.Join(dir, "gpurun.log")
 	if err := os.WriteFile(config, []byte("log_file = \""+logFile+"\"\n"), 0o644); err != nil {
@@ -82,7 +100,7 @@ func TestRootWithoutArguments(t *testing.T) {
 	t.Setenv("NRI_PLUGIN_SOCKET", "not-a-descriptor")
 	t.Setenv("NRI_PLUGIN_NAME", "gpurun")
 	t.Setenv("NRI_PLUGIN_IDX", "10")
-	_, stderr, code := execute(t, "--config", config)
+	_, stderr, code := execute(t, launchedNRI([]string{"--config", config}, nil, os.Getenv)...)
 	if code == 0 || !strings.Contains(stderr, "NRI_PLUGIN_SOCKET") {
 		t.Errorf("launched with a bad socket: exit %d, stderr %q; want an error about NRI_PLUGIN_SOCKET", code, stderr)
 	}

@@ -59,7 +59,6 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	root.AddCommand(newHookCmd(g))
 	root.AddCommand(newNodeCmd(g))
 	root.AddCommand(newNRICmd(g))
-	root.RunE = nriWhenLaunched(g) // a runtime launching gpurun as a pre-installed NRI plugin passes no arguments
 	root.AddCommand(newExplainCmd(g), newShmProbeCmd())
 	root.AddCommand(newDoctorCmd(g))
 	root.AddCommand(newComposeCmd(g))
