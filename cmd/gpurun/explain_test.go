@@ -15,7 +15,9 @@ import (
 	"github.com/gpurun/gpurun/policy"
 )
 
-// executeIn runs the gpurun root command with args and stdin, as main does.
+// executeIn runs gpurun's command tree with args and stdin, and returns
+// its output and exit status (an error is appended to stderr, as main
+// prints it).
 func executeIn(t *testing.T, stdin io.Reader, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	root := newRootCmd(&globals{})

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,23 +10,11 @@ import (
 )
 
 // execute runs the gpurun root command with args, as main does.
+// execute runs gpurun's command tree with args, as executeIn does, with no
+// standard input.
 func execute(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	g := &globals{}
-	root := newRootCmd(g)
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		var ee *exitError
-		code = 2
-		if errors.As(err, &ee) {
-			code = ee.code
-		}
-		errOut.WriteString(err.Error())
-	}
-	return out.String(), errOut.String(), code
+	return executeIn(t, nil, args...)
 }
 
 func TestPlanJSON(t *testing.T) {
