@@ -204,14 +204,18 @@ func FormatSize(n int64) string {
 
 // FormatDocker formats n bytes in the units `docker run --shm-size` and
 // compose's shm_size accept, exactly: "8g", "512m", "65536k" or bytes.
-func FormatDocker(n int64) string {
+func FormatDocker(n int64) string { return formatExact(n, "g", "m", "k") }
+
+// formatExact writes n bytes in the largest binary unit that divides it,
+// with the given suffixes for GiB, MiB and KiB, or as plain bytes.
+func formatExact(n int64, gib, mib, kib string) string {
 	switch {
 	case n > 0 && n%GiB == 0:
-		return strconv.FormatInt(n/GiB, 10) + "g"
+		return strconv.FormatInt(n/GiB, 10) + gib
 	case n > 0 && n%MiB == 0:
-		return strconv.FormatInt(n/MiB, 10) + "m"
+		return strconv.FormatInt(n/MiB, 10) + mib
 	case n > 0 && n%KiB == 0:
-		return strconv.FormatInt(n/KiB, 10) + "k"
+		return strconv.FormatInt(n/KiB, 10) + kib
 	}
 	return strconv.FormatInt(n, 10)
 }
@@ -219,27 +223,11 @@ func FormatDocker(n int64) string {
 // FormatCompose formats n bytes in compose's own style for shm_size: the
 // largest unit that divides it exactly, with a "b" ("8gb", "1536mb",
 // "64kb"), or plain bytes.
-func FormatCompose(n int64) string {
-	s := FormatDocker(n)
-	if c := s[len(s)-1]; c < '0' || c > '9' {
-		s += "b"
-	}
-	return s
-}
+func FormatCompose(n int64) string { return formatExact(n, "gb", "mb", "kb") }
 
 // FormatQuantity formats n bytes as a Kubernetes binary quantity, exactly:
 // "8Gi", "1536Mi", "64Ki" or bytes.
-func FormatQuantity(n int64) string {
-	switch {
-	case n > 0 && n%GiB == 0:
-		return strconv.FormatInt(n/GiB, 10) + "Gi"
-	case n > 0 && n%MiB == 0:
-		return strconv.FormatInt(n/MiB, 10) + "Mi"
-	case n > 0 && n%KiB == 0:
-		return strconv.FormatInt(n/KiB, 10) + "Ki"
-	}
-	return strconv.FormatInt(n, 10)
-}
+func FormatQuantity(n int64) string { return formatExact(n, "Gi", "Mi", "Ki") }
 
 // MountSizeOption formats n bytes as a tmpfs "size=" mount option. With
 // inKiB it writes kibibytes ("size=65536k", containerd's style) when n is a
