@@ -71,17 +71,19 @@ type File struct {
 	Mode string `toml:"mode" comment:"How: \"size\" (size the engine's tmpfs), \"ipc-host\" (share the host's IPC and /dev/shm) or \"mount\" (only the container's own mounts: also adds a tmpfs where there is none; never remounts on the host)."`
 	// EnforceMin raises even a user's explicit smaller choice to Min.
 	EnforceMin bool `toml:"enforce_min" comment:"Raise a user's explicit smaller /dev/shm to min too."`
-	// FailClosed makes the shim and hook fail a container start on an
-	// internal error instead of passing it through unchanged.
-	FailClosed bool `toml:"fail_closed" comment:"On an internal error fail the container start instead of passing through unchanged."`
+	// FailClosed makes the shim, the hook and the NRI plugin fail a
+	// container start on an internal error instead of passing it through
+	// unchanged.
+	FailClosed bool `toml:"fail_closed" comment:"On an internal error, gpurun-runtime, the hook and the NRI plugin fail the container start instead of letting it start unchanged."`
 	// AllowedAnnotations lists the annotations whose value requests a size.
 	AllowedAnnotations []string `toml:"allowed_annotations" comment:"Annotations whose value requests a /dev/shm size (Kubernetes quantity or Docker size)."`
 	// AnnotationMax caps what an annotation may request; empty means Max.
 	AnnotationMax string `toml:"annotation_max" comment:"The most an annotation may request (empty: max)."`
 	// Runtime is the low-level OCI runtime the shim hands over to.
 	Runtime string `toml:"runtime" comment:"The low-level OCI runtime gpurun-runtime hands over to (a name on PATH or a path): runc, crun, nvidia-container-runtime."`
-	// LogFile is where the shim and hook write JSON log lines.
-	LogFile string `toml:"log_file" comment:"Where gpurun-runtime and the hook write their JSON log lines."`
+	// LogFile is where the shim, the hook and a runtime-launched NRI plugin
+	// write JSON log lines.
+	LogFile string `toml:"log_file" comment:"Where gpurun-runtime, the hook and a runtime-launched NRI plugin write their JSON log lines (a long-running gpurun nri logs to stderr)."`
 	// EngineRoots are the directories under which gpurun may remount an
 	// engine-made tmpfs.
 	EngineRoots []string `toml:"engine_roots" comment:"Directories under which an engine-made tmpfs may be remounted."`
