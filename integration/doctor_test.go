@@ -19,28 +19,7 @@ import (
 // static gpurun binary as its entrypoint, with the classic builder.
 func doctorImage(t *testing.T, d *harness.Dockerd) string {
 	t.Helper()
-	const ref = "gpurun-test/doctor:latest"
-	ctx := filepath.Join(t.TempDir(), "ctx")
-	if err := os.MkdirAll(ctx, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(bin(t, "gpurun"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ctx, "gpurun"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dockerfile := "FROM scratch\nCOPY gpurun /gpurun\nENTRYPOINT [\"/gpurun\"]\n"
-	if err := os.WriteFile(filepath.Join(ctx, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := d.DockerCmd("build", "--network", "none", "-t", ref, ctx)
-	cmd.Env = append(cmd.Env, "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("docker build %s: %v\n%s", ref, err, out)
-	}
-	return ref
+	return harness.StaticBinaryImage(t, d, "gpurun-test/doctor:latest", bin(t, "gpurun"))
 }
 
 // decodeReport reads doctor's --json output.

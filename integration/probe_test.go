@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/json"
 	"errors"
 	"os"
@@ -42,35 +41,7 @@ const (
 // probeImage builds the image: FROM scratch, /gpurun, ENTRYPOINT gpurun.
 func probeImage(t *testing.T, d *harness.Dockerd) string {
 	t.Helper()
-	self := bin(t, "gpurun")
-	f, err := elf.Open(self)
-	if err != nil {
-		t.Fatalf("%s: %v", self, err)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Fatalf("%s is dynamically linked; a FROM-scratch image needs CGO_ENABLED=0", self)
-		}
-	}
-	f.Close()
-	ctx := t.TempDir()
-	data, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ctx, "gpurun"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dockerfile := "FROM scratch\nCOPY gpurun /gpurun\nENTRYPOINT [\"/gpurun\"]\n"
-	if err := os.WriteFile(filepath.Join(ctx, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := d.DockerCmd("build", "--network", "none", "-t", probeRef, ctx)
-	cmd.Env = append(cmd.Env, "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("docker build %s: %v\n%s\n--- dockerd log tail ---\n%s", probeRef, err, out, d.LogTail(20))
-	}
-	return probeRef
+	return harness.StaticBinaryImage(t, d, probeRef, bin(t, "gpurun"))
 }
 
 // probeArgs are the container arguments of each probe: the probe's

@@ -106,6 +106,47 @@ func BusyboxImage(t testing.TB, d *Dockerd) string {
 	return BusyboxRef
 }
 
+// StaticBinaryImage builds ref in d: FROM scratch, the statically linked
+// executable binary as /<name>, its ENTRYPOINT (classic builder, --network
+// none), and returns ref. A dynamically linked binary fails the test: it
+// could not run in an image without a libc.
+func StaticBinaryImage(t testing.TB, d *Dockerd, ref, binary string) string {
+	t.Helper()
+	f, err := elf.Open(binary)
+	if err != nil {
+		t.Fatalf("harness: %s: %v", binary, err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			f.Close()
+			t.Fatalf("harness: %s is dynamically linked; a FROM-scratch image needs CGO_ENABLED=0", binary)
+		}
+	}
+	f.Close()
+	name := filepath.Base(binary)
+	ctx, err := os.MkdirTemp(d.Dir, "build-")
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatalf("harness: read %s: %v", binary, err)
+	}
+	if err := os.WriteFile(filepath.Join(ctx, name), data, 0o755); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	dockerfile := fmt.Sprintf("FROM scratch\nCOPY %s /%s\nENTRYPOINT [\"/%s\"]\n", name, name, name)
+	if err := os.WriteFile(filepath.Join(ctx, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	cmd := d.DockerCmd("build", "--network", "none", "-t", ref, ctx)
+	cmd.Env = append(cmd.Env, "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("harness: docker build %s: %v\n%s\n--- dockerd log tail ---\n%s", ref, err, out, d.LogTail(20))
+	}
+	return ref
+}
+
 // ImageTar writes a `docker save`-format archive (manifest.json, an image
 // config, one uncompressed layer) of a busybox image tagged ref whose
 // default command is cmd, into dir, and returns its path. The layer holds a
