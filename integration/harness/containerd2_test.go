@@ -6,28 +6,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/pelletier/go-toml/v2"
 )
 
 func TestContainerd2Config(t *testing.T) {
 	const dir = "/tmp/gpurun-hc2-1"
 	text := Containerd2Config(dir)
-	var cfg map[string]any
-	if err := toml.Unmarshal([]byte(text), &cfg); err != nil {
-		t.Fatalf("generated config does not parse: %v\n%s", err, text)
-	}
-	get := func(path ...string) any {
-		var cur any = cfg
-		for _, p := range path {
-			m, ok := cur.(map[string]any)
-			if !ok {
-				return nil
-			}
-			cur = m[p]
-		}
-		return cur
-	}
+	get := tomlGetter(t, text)
 	rt := []string{"plugins", "io.containerd.cri.v1.runtime"}
 	img := []string{"plugins", "io.containerd.cri.v1.images"}
 	nri := []string{"plugins", "io.containerd.nri.v1.nri"}

@@ -138,21 +138,7 @@ func TestContainerdConfig(t *testing.T) {
 		ExtraConfig:    "[plugins.\"io.containerd.gc.v1.scheduler\"]\n  pause_threshold = 0.02",
 	}
 	text := ContainerdConfig("/tmp/gpurun-hc-1", opts)
-	var cfg map[string]any
-	if err := toml.Unmarshal([]byte(text), &cfg); err != nil {
-		t.Fatalf("generated config does not parse: %v\n%s", err, text)
-	}
-	get := func(path ...string) any {
-		var cur any = cfg
-		for _, p := range path {
-			m, ok := cur.(map[string]any)
-			if !ok {
-				return nil
-			}
-			cur = m[p]
-		}
-		return cur
-	}
+	get := tomlGetter(t, text)
 	cri := []string{"plugins", "io.containerd.grpc.v1.cri"}
 	rt := append(append([]string{}, cri...), "containerd", "runtimes")
 	checks := []struct {
@@ -215,5 +201,27 @@ func TestFlagValue(t *testing.T) {
 	}
 	if got := flagValue(argv, "-missing"); got != "" {
 		t.Errorf("-missing = %q", got)
+	}
+}
+
+// tomlGetter parses a generated config and returns a lookup of the value
+// at a table path (nil where there is none); a config that does not parse
+// fails the test.
+func tomlGetter(t *testing.T, text string) func(path ...string) any {
+	t.Helper()
+	var cfg map[string]any
+	if err := toml.Unmarshal([]byte(text), &cfg); err != nil {
+		t.Fatalf("generated config does not parse: %v\n%s", err, text)
+	}
+	return func(path ...string) any {
+		var cur any = cfg
+		for _, p := range path {
+			m, ok := cur.(map[string]any)
+			if !ok {
+				return nil
+			}
+			cur = m[p]
+		}
+		return cur
 	}
 }
