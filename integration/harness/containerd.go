@@ -294,7 +294,7 @@ func tomlArray(items []string) string {
 
 // start runs containerd with ConfigPath and waits until CRI answers.
 func (c *Containerd) start() error {
-	p, err := startProcess("containerd", c.logPath, []string{c.bin, "--config", c.ConfigPath}, c.env)
+	p, err := startProcess("containerd", c.logPath, []string{c.bin, "--config", c.ConfigPath}, c.env, nil)
 	if err != nil {
 		return err
 	}

@@ -136,7 +136,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		t.Fatalf("harness: write containerd config: %v", err)
 	}
 	begin := time.Now()
-	d.ctd, err = startProcess("containerd (for dockerd)", d.ctdLog, []string{ctdBin, "--config", ctdConf}, append(os.Environ(), opts.Env...))
+	d.ctd, err = startProcess("containerd (for dockerd)", d.ctdLog, []string{ctdBin, "--config", ctdConf}, append(os.Environ(), opts.Env...), nil)
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
@@ -156,7 +156,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		"--containerd", d.ContainerdAddress,
 	}
 	argv = append(argv, opts.Args...)
-	d.proc, err = startProcess("dockerd", d.logPath, argv, append(os.Environ(), opts.Env...))
+	d.proc, err = startProcess("dockerd", d.logPath, argv, append(os.Environ(), opts.Env...), nil)
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}

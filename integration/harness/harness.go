@@ -85,11 +85,12 @@ type process struct {
 	waitErr error         // valid after done is closed
 }
 
-// startProcess starts argv with stdout and stderr appended to logPath. The
-// child gets SIGTERM if the test binary dies without running its cleanups
-// (PR_SET_PDEATHSIG; the launching OS thread stays locked and alive until
-// the child has been reaped, so the signal only fires when the process dies).
-func startProcess(name, logPath string, argv, env []string) (*process, error) {
+// startProcess starts argv with stdout and stderr appended to logPath, in
+// the network namespace ns (nil: the test's own). The child gets SIGTERM if
+// the test binary dies without running its cleanups (PR_SET_PDEATHSIG; the
+// launching OS thread stays locked and alive until the child has been
+// reaped, so the signal only fires when the process dies).
+func startProcess(name, logPath string, argv, env []string, ns *NetNS) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
@@ -105,7 +106,13 @@ func startProcess(name, logPath string, argv, env []string) (*process, error) {
 		// Deliberately never unlocked: the thread dies with this goroutine,
 		// after the child has exited.
 		runtime.LockOSThread()
-		err := cmd.Start()
+		var err error
+		if ns != nil {
+			err = ns.enter()
+		}
+		if err == nil {
+			err = cmd.Start()
+		}
 		logf.Close()
 		started <- err
 		if err != nil {
