@@ -1,6 +1,7 @@
 package dockerargs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,6 +150,9 @@ func TestFlagTableMatchesDockerHelp(t *testing.T) {
 				}
 				if f.TakesValue != (h.typ != "") {
 					t.Errorf("--%s: table TakesValue=%v, docker help type %q", h.long, f.TakesValue, h.typ)
+				}
+				if want := cmp.Or(h.typ, "bool"); f.Type != want {
+					t.Errorf("--%s: table type %q, docker help type %q", h.long, f.Type, want)
 				}
 				if f.Hidden {
 					t.Errorf("--%s: marked Hidden but listed by docker run --help", h.long)

@@ -253,6 +253,24 @@ func TestFlagTable(t *testing.T) {
 			if !ok || target.TakesValue != f.TakesValue || !f.Hidden {
 				t.Errorf("%s: bad alias of %q", f.Name, f.AliasOf)
 			}
+			if target.Type != f.Type || target.AliasOf != "" {
+				t.Errorf("%s: type %q, but it is an alias of %q (%q)", f.Name, f.Type, f.AliasOf, target.Type)
+			}
+		}
+		switch f.Type {
+		case "bool", "string", "int", "uint", "uint16", "duration", "bytes", "decimal", "umask":
+			if f.Collects() {
+				t.Errorf("%s: type %q collects", f.Name, f.Type)
+			}
+		case "list", "map", "mount", "gpu-request", "network", "ulimit":
+			if !f.Collects() {
+				t.Errorf("%s: type %q does not collect", f.Name, f.Type)
+			}
+		default:
+			t.Errorf("%s: unknown type %q", f.Name, f.Type)
+		}
+		if f.TakesValue != (f.Type != "bool") {
+			t.Errorf("%s: TakesValue %v for type %q", f.Name, f.TakesValue, f.Type)
 		}
 		for _, q := range []string{f.Name, "--" + f.Name} {
 			if got, ok := LookupFlag(q); !ok || got != f {
