@@ -300,6 +300,15 @@ func TestParseMatchesDocker(t *testing.T) {
 		{"--help", "--nope"},
 		{"-"},
 		{"alpine", "--nope", "-D"},
+		{"-c0x10", "--stop-timeout=-1", "--blkio-weight", "500", "--health-interval", "1m30s", "alpine"},
+		{"--memory-swappiness=-1", "--pids-limit", "-1", "--cpu-count", "1", "--io-maxiops", "10", "alpine"},
+		{"--cpu-shares", "x", "alpine"},
+		{"-dc1.5", "alpine"},
+		{"--blkio-weight=70000", "alpine"},
+		{"--io-maxiops", "-1", "alpine"},
+		{"--health-interval", "5", "alpine"},
+		{"--stop-timeout=", "alpine"},
+		{"--network", "a", "--net=b", "--dns-opt", "x", "--dns-option", "y", "alpine"},
 	}
 	for _, d := range dockerCLIs(t) {
 		t.Run(d.String(), func(t *testing.T) {

@@ -1,9 +1,13 @@
 package dockerargs
 
 import (
+	"cmp"
+	"io"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/spf13/pflag"
 )
 
 // Flag describes one flag of `docker run`.
@@ -43,23 +47,6 @@ func (f Flag) Collects() bool {
 		return true
 	}
 	return false
-}
-
-// canonical returns the name of the flag whose values f sets.
-func (f Flag) canonical() string {
-	if f.AliasOf != "" {
-		return f.AliasOf
-	}
-	return f.Name
-}
-
-// display returns the flag as pflag names it in error messages:
-// "-e, --env" or "--rm".
-func (f Flag) display() string {
-	if f.Shorthand != "" {
-		return "-" + f.Shorthand + ", --" + f.Name
-	}
-	return "--" + f.Name
 }
 
 // flagTable returns a fresh copy of every flag of `docker run`: the union of
@@ -188,8 +175,69 @@ func flagTable() []Flag {
 	return tbl
 }
 
-// flagIndex maps long and short names to flags.
+// aliasOf is the annotation that names, on a hidden alias ("net"), the flag
+// whose values it sets ("network").
+const aliasOf = "dockerargs/alias-of"
+
+// addFlags registers the flags of tbl in fs with the pflag value types
+// docker gives them, so that pflag accepts and rejects what docker's does.
+// A flag named in dst writes into the pointer there (a *bool, *string or
+// *[]string, by its type); the others into values of their own. An alias
+// shares the value of the flag it stands for, as in docker.
+func addFlags(fs *pflag.FlagSet, tbl []Flag, dst map[string]any) {
+	fs.SetOutput(io.Discard) // pflag's notices for deprecated flags
+	for _, f := range tbl {
+		switch to := dst[f.Name]; {
+		case f.AliasOf != "":
+			continue
+		case f.Type == "bool":
+			p, _ := to.(*bool)
+			fs.BoolVarP(cmp.Or(p, new(bool)), f.Name, f.Shorthand, false, "")
+		case f.Type == "int":
+			fs.Int64P(f.Name, f.Shorthand, 0, "")
+		case f.Type == "uint":
+			fs.Uint64P(f.Name, f.Shorthand, 0, "")
+		case f.Type == "uint16":
+			fs.Uint16P(f.Name, f.Shorthand, 0, "")
+		case f.Type == "duration":
+			fs.DurationP(f.Name, f.Shorthand, 0, "")
+		case f.Collects():
+			p, _ := to.(*[]string)
+			fs.VarP(listValue{cmp.Or(p, new([]string))}, f.Name, f.Shorthand, "")
+		default: // "string", and docker's own types it checks itself ("bytes")
+			p, _ := to.(*string)
+			fs.StringVarP(cmp.Or(p, new(string)), f.Name, f.Shorthand, "", "")
+		}
+		fs.Lookup(f.Name).Hidden = f.Hidden
+	}
+	for _, f := range tbl {
+		if f.AliasOf != "" {
+			alias := fs.VarPF(fs.Lookup(f.AliasOf).Value, f.Name, f.Shorthand, "")
+			alias.Hidden, alias.Annotations = f.Hidden, map[string][]string{aliasOf: {f.AliasOf}}
+		}
+	}
+}
+
+// listValue is the pflag.Value of docker's list types: it keeps every value
+// given, in order, as written. (pflag's StringArray does too, but formats
+// its default as CSV with a 4 KiB buffer, for each flag of each Parse.)
+type listValue struct{ vals *[]string }
+
+// Set implements pflag.Value.
+func (l listValue) Set(v string) error {
+	*l.vals = append(*l.vals, v)
+	return nil
+}
+
+// String implements pflag.Value, as docker's list types do.
+func (l listValue) String() string { return "[" + strings.Join(*l.vals, " ") + "]" }
+
+// Type implements pflag.Value.
+func (l listValue) Type() string { return "list" }
+
+// flagIndex holds the table and maps long and short names to its flags.
 type flagIndex struct {
+	all   []Flag
 	long  map[string]Flag
 	short map[byte]Flag
 }
@@ -198,7 +246,7 @@ type flagIndex struct {
 // afterwards.
 var tables = sync.OnceValue(func() *flagIndex {
 	tbl := flagTable()
-	ix := &flagIndex{long: make(map[string]Flag, len(tbl)), short: make(map[byte]Flag)}
+	ix := &flagIndex{all: tbl, long: make(map[string]Flag, len(tbl)), short: make(map[byte]Flag)}
 	for _, f := range tbl {
 		ix.long[f.Name] = f
 		if f.Shorthand != "" {
