@@ -1,6 +1,7 @@
 package dockerargs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -150,6 +151,9 @@ func TestFlagTableMatchesDockerHelp(t *testing.T) {
 				if f.TakesValue != (h.typ != "") {
 					t.Errorf("--%s: table TakesValue=%v, docker help type %q", h.long, f.TakesValue, h.typ)
 				}
+				if want := cmp.Or(h.typ, "bool"); f.Type != want {
+					t.Errorf("--%s: table type %q, docker help type %q", h.long, f.Type, want)
+				}
 				if f.Hidden {
 					t.Errorf("--%s: marked Hidden but listed by docker run --help", h.long)
 				}
@@ -296,6 +300,15 @@ func TestParseMatchesDocker(t *testing.T) {
 		{"--help", "--nope"},
 		{"-"},
 		{"alpine", "--nope", "-D"},
+		{"-c0x10", "--stop-timeout=-1", "--blkio-weight", "500", "--health-interval", "1m30s", "alpine"},
+		{"--memory-swappiness=-1", "--pids-limit", "-1", "--cpu-count", "1", "--io-maxiops", "10", "alpine"},
+		{"--cpu-shares", "x", "alpine"},
+		{"-dc1.5", "alpine"},
+		{"--blkio-weight=70000", "alpine"},
+		{"--io-maxiops", "-1", "alpine"},
+		{"--health-interval", "5", "alpine"},
+		{"--stop-timeout=", "alpine"},
+		{"--network", "a", "--net=b", "--dns-opt", "x", "--dns-option", "y", "alpine"},
 	}
 	for _, d := range dockerCLIs(t) {
 		t.Run(d.String(), func(t *testing.T) {

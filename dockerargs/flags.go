@@ -1,9 +1,13 @@
 package dockerargs
 
 import (
+	"cmp"
+	"io"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/spf13/pflag"
 )
 
 // Flag describes one flag of `docker run`.
@@ -12,9 +16,15 @@ type Flag struct {
 	Name string
 	// Shorthand is the one-letter short name without the "-", or "".
 	Shorthand string
+	// Type is the type of the flag's value as `docker run --help` names it,
+	// "bool" for booleans (help names none). Of "string", "int", "uint",
+	// "uint16", "duration", "bytes", "decimal" and "umask" the last value
+	// given wins; "list", "map", "mount", "gpu-request", "network" and
+	// "ulimit" collect every value given (see Flag.Collects).
+	Type string
 	// TakesValue is true for flags that need a value ("--env X", "--env=X",
 	// "-eX") and false for boolean flags, which take a value only when it is
-	// attached with "=" ("--rm=false", "-d=false").
+	// attached with "=" ("--rm=false", "-d=false"). It is Type != "bool".
 	TakesValue bool
 	// AliasOf names the flag whose values this one sets, for the hidden
 	// aliases docker keeps for old spellings ("net" sets "network").
@@ -28,21 +38,15 @@ type Flag struct {
 	Since string
 }
 
-// canonical returns the name of the flag whose values f sets.
-func (f Flag) canonical() string {
-	if f.AliasOf != "" {
-		return f.AliasOf
+// Collects reports whether docker keeps every value of the flag (its list
+// and map types: "-e A=1 -e B=2" sets two variables) rather than the last
+// one ("--shm-size 1g --shm-size 2g" is 2g).
+func (f Flag) Collects() bool {
+	switch f.Type {
+	case "list", "map", "mount", "gpu-request", "network", "ulimit":
+		return true
 	}
-	return f.Name
-}
-
-// display returns the flag as pflag names it in error messages:
-// "-e, --env" or "--rm".
-func (f Flag) display() string {
-	if f.Shorthand != "" {
-		return "-" + f.Shorthand + ", --" + f.Name
-	}
-	return "--" + f.Name
+	return false
 }
 
 // flagTable returns a fresh copy of every flag of `docker run`: the union of
@@ -51,123 +55,189 @@ func (f Flag) display() string {
 // AddTrustVerificationFlags). Flags only a Windows daemon honours
 // (--cpu-count, --cpu-percent, --io-maxbandwidth, --io-maxiops) are accepted
 // by every CLI and listed too. Deprecated flags (--kernel-memory,
-// --disable-content-trust in 29.x) are still accepted.
+// --disable-content-trust in 29.x) are still accepted. Types are the ones
+// `docker run --help` prints (the tests compare), and for the flags help
+// hides, those of docker's source.
 func flagTable() []Flag {
-	const v, b = true, false // takes a value / boolean
-	return []Flag{
-		{Name: "add-host", TakesValue: v},
-		{Name: "annotation", TakesValue: v, Since: "24.0"},
-		{Name: "attach", Shorthand: "a", TakesValue: v},
-		{Name: "blkio-weight", TakesValue: v},
-		{Name: "blkio-weight-device", TakesValue: v},
-		{Name: "cap-add", TakesValue: v},
-		{Name: "cap-drop", TakesValue: v},
-		{Name: "cgroup-parent", TakesValue: v},
-		{Name: "cgroupns", TakesValue: v},
-		{Name: "cidfile", TakesValue: v},
-		{Name: "cpu-count", TakesValue: v},
-		{Name: "cpu-percent", TakesValue: v},
-		{Name: "cpu-period", TakesValue: v},
-		{Name: "cpu-quota", TakesValue: v},
-		{Name: "cpu-rt-period", TakesValue: v},
-		{Name: "cpu-rt-runtime", TakesValue: v},
-		{Name: "cpu-shares", Shorthand: "c", TakesValue: v},
-		{Name: "cpus", TakesValue: v},
-		{Name: "cpuset-cpus", TakesValue: v},
-		{Name: "cpuset-mems", TakesValue: v},
-		{Name: "detach", Shorthand: "d", TakesValue: b},
-		{Name: "detach-keys", TakesValue: v},
-		{Name: "device", TakesValue: v},
-		{Name: "device-cgroup-rule", TakesValue: v},
-		{Name: "device-read-bps", TakesValue: v},
-		{Name: "device-read-iops", TakesValue: v},
-		{Name: "device-write-bps", TakesValue: v},
-		{Name: "device-write-iops", TakesValue: v},
-		{Name: "disable-content-trust", TakesValue: b},
-		{Name: "dns", TakesValue: v},
-		{Name: "dns-opt", TakesValue: v, AliasOf: "dns-option", Hidden: true},
-		{Name: "dns-option", TakesValue: v},
-		{Name: "dns-search", TakesValue: v},
-		{Name: "domainname", TakesValue: v},
-		{Name: "entrypoint", TakesValue: v},
-		{Name: "env", Shorthand: "e", TakesValue: v},
-		{Name: "env-file", TakesValue: v},
-		{Name: "expose", TakesValue: v},
-		{Name: "gpus", TakesValue: v},
-		{Name: "group-add", TakesValue: v},
-		{Name: "health-cmd", TakesValue: v},
-		{Name: "health-interval", TakesValue: v},
-		{Name: "health-retries", TakesValue: v},
-		{Name: "health-start-interval", TakesValue: v, Since: "25.0"},
-		{Name: "health-start-period", TakesValue: v},
-		{Name: "health-timeout", TakesValue: v},
-		{Name: "help", TakesValue: b},
-		{Name: "hostname", Shorthand: "h", TakesValue: v},
-		{Name: "init", TakesValue: b},
-		{Name: "interactive", Shorthand: "i", TakesValue: b},
-		{Name: "io-maxbandwidth", TakesValue: v},
-		{Name: "io-maxiops", TakesValue: v},
-		{Name: "ip", TakesValue: v},
-		{Name: "ip6", TakesValue: v},
-		{Name: "ipc", TakesValue: v},
-		{Name: "isolation", TakesValue: v},
-		{Name: "kernel-memory", TakesValue: v},
-		{Name: "label", Shorthand: "l", TakesValue: v},
-		{Name: "label-file", TakesValue: v},
-		{Name: "link", TakesValue: v},
-		{Name: "link-local-ip", TakesValue: v},
-		{Name: "log-driver", TakesValue: v},
-		{Name: "log-opt", TakesValue: v},
-		{Name: "mac-address", TakesValue: v},
-		{Name: "memory", Shorthand: "m", TakesValue: v},
-		{Name: "memory-reservation", TakesValue: v},
-		{Name: "memory-swap", TakesValue: v},
-		{Name: "memory-swappiness", TakesValue: v},
-		{Name: "mount", TakesValue: v},
-		{Name: "name", TakesValue: v},
-		{Name: "net", TakesValue: v, AliasOf: "network", Hidden: true},
-		{Name: "net-alias", TakesValue: v, AliasOf: "network-alias", Hidden: true},
-		{Name: "network", TakesValue: v},
-		{Name: "network-alias", TakesValue: v},
-		{Name: "no-healthcheck", TakesValue: b},
-		{Name: "oom-kill-disable", TakesValue: b},
-		{Name: "oom-score-adj", TakesValue: v},
-		{Name: "pid", TakesValue: v},
-		{Name: "pids-limit", TakesValue: v},
-		{Name: "platform", TakesValue: v},
-		{Name: "privileged", TakesValue: b},
-		{Name: "publish", Shorthand: "p", TakesValue: v},
-		{Name: "publish-all", Shorthand: "P", TakesValue: b},
-		{Name: "pull", TakesValue: v},
-		{Name: "quiet", Shorthand: "q", TakesValue: b, Since: "23.0"},
-		{Name: "read-only", TakesValue: b},
-		{Name: "restart", TakesValue: v},
-		{Name: "rm", TakesValue: b},
-		{Name: "runtime", TakesValue: v},
-		{Name: "security-opt", TakesValue: v},
-		{Name: "shm-size", TakesValue: v},
-		{Name: "sig-proxy", TakesValue: b},
-		{Name: "stop-signal", TakesValue: v},
-		{Name: "stop-timeout", TakesValue: v},
-		{Name: "storage-opt", TakesValue: v},
-		{Name: "sysctl", TakesValue: v},
-		{Name: "tmpfs", TakesValue: v},
-		{Name: "tty", Shorthand: "t", TakesValue: b},
-		{Name: "ulimit", TakesValue: v},
-		{Name: "umask", TakesValue: v, Since: "29.8"},
-		{Name: "use-api-socket", TakesValue: b, Since: "28.1"},
-		{Name: "user", Shorthand: "u", TakesValue: v},
-		{Name: "userns", TakesValue: v},
-		{Name: "uts", TakesValue: v},
-		{Name: "volume", Shorthand: "v", TakesValue: v},
-		{Name: "volume-driver", TakesValue: v},
-		{Name: "volumes-from", TakesValue: v},
-		{Name: "workdir", Shorthand: "w", TakesValue: v},
+	tbl := []Flag{
+		{Name: "add-host", Type: "list"},
+		{Name: "annotation", Type: "map", Since: "24.0"},
+		{Name: "attach", Shorthand: "a", Type: "list"},
+		{Name: "blkio-weight", Type: "uint16"},
+		{Name: "blkio-weight-device", Type: "list"},
+		{Name: "cap-add", Type: "list"},
+		{Name: "cap-drop", Type: "list"},
+		{Name: "cgroup-parent", Type: "string"},
+		{Name: "cgroupns", Type: "string"},
+		{Name: "cidfile", Type: "string"},
+		{Name: "cpu-count", Type: "int"},
+		{Name: "cpu-percent", Type: "int"},
+		{Name: "cpu-period", Type: "int"},
+		{Name: "cpu-quota", Type: "int"},
+		{Name: "cpu-rt-period", Type: "int"},
+		{Name: "cpu-rt-runtime", Type: "int"},
+		{Name: "cpu-shares", Shorthand: "c", Type: "int"},
+		{Name: "cpus", Type: "decimal"},
+		{Name: "cpuset-cpus", Type: "string"},
+		{Name: "cpuset-mems", Type: "string"},
+		{Name: "detach", Shorthand: "d", Type: "bool"},
+		{Name: "detach-keys", Type: "string"},
+		{Name: "device", Type: "list"},
+		{Name: "device-cgroup-rule", Type: "list"},
+		{Name: "device-read-bps", Type: "list"},
+		{Name: "device-read-iops", Type: "list"},
+		{Name: "device-write-bps", Type: "list"},
+		{Name: "device-write-iops", Type: "list"},
+		{Name: "disable-content-trust", Type: "bool"},
+		{Name: "dns", Type: "list"},
+		{Name: "dns-opt", Type: "list", AliasOf: "dns-option", Hidden: true},
+		{Name: "dns-option", Type: "list"},
+		{Name: "dns-search", Type: "list"},
+		{Name: "domainname", Type: "string"},
+		{Name: "entrypoint", Type: "string"},
+		{Name: "env", Shorthand: "e", Type: "list"},
+		{Name: "env-file", Type: "list"},
+		{Name: "expose", Type: "list"},
+		{Name: "gpus", Type: "gpu-request"},
+		{Name: "group-add", Type: "list"},
+		{Name: "health-cmd", Type: "string"},
+		{Name: "health-interval", Type: "duration"},
+		{Name: "health-retries", Type: "int"},
+		{Name: "health-start-interval", Type: "duration", Since: "25.0"},
+		{Name: "health-start-period", Type: "duration"},
+		{Name: "health-timeout", Type: "duration"},
+		{Name: "help", Type: "bool"},
+		{Name: "hostname", Shorthand: "h", Type: "string"},
+		{Name: "init", Type: "bool"},
+		{Name: "interactive", Shorthand: "i", Type: "bool"},
+		{Name: "io-maxbandwidth", Type: "bytes"},
+		{Name: "io-maxiops", Type: "uint"},
+		{Name: "ip", Type: "string"},
+		{Name: "ip6", Type: "string"},
+		{Name: "ipc", Type: "string"},
+		{Name: "isolation", Type: "string"},
+		{Name: "kernel-memory", Type: "bytes"},
+		{Name: "label", Shorthand: "l", Type: "list"},
+		{Name: "label-file", Type: "list"},
+		{Name: "link", Type: "list"},
+		{Name: "link-local-ip", Type: "list"},
+		{Name: "log-driver", Type: "string"},
+		{Name: "log-opt", Type: "list"},
+		{Name: "mac-address", Type: "string"},
+		{Name: "memory", Shorthand: "m", Type: "bytes"},
+		{Name: "memory-reservation", Type: "bytes"},
+		{Name: "memory-swap", Type: "bytes"},
+		{Name: "memory-swappiness", Type: "int"},
+		{Name: "mount", Type: "mount"},
+		{Name: "name", Type: "string"},
+		{Name: "net", Type: "network", AliasOf: "network", Hidden: true},
+		{Name: "net-alias", Type: "list", AliasOf: "network-alias", Hidden: true},
+		{Name: "network", Type: "network"},
+		{Name: "network-alias", Type: "list"},
+		{Name: "no-healthcheck", Type: "bool"},
+		{Name: "oom-kill-disable", Type: "bool"},
+		{Name: "oom-score-adj", Type: "int"},
+		{Name: "pid", Type: "string"},
+		{Name: "pids-limit", Type: "int"},
+		{Name: "platform", Type: "string"},
+		{Name: "privileged", Type: "bool"},
+		{Name: "publish", Shorthand: "p", Type: "list"},
+		{Name: "publish-all", Shorthand: "P", Type: "bool"},
+		{Name: "pull", Type: "string"},
+		{Name: "quiet", Shorthand: "q", Type: "bool", Since: "23.0"},
+		{Name: "read-only", Type: "bool"},
+		{Name: "restart", Type: "string"},
+		{Name: "rm", Type: "bool"},
+		{Name: "runtime", Type: "string"},
+		{Name: "security-opt", Type: "list"},
+		{Name: "shm-size", Type: "bytes"},
+		{Name: "sig-proxy", Type: "bool"},
+		{Name: "stop-signal", Type: "string"},
+		{Name: "stop-timeout", Type: "int"},
+		{Name: "storage-opt", Type: "list"},
+		{Name: "sysctl", Type: "map"},
+		{Name: "tmpfs", Type: "list"},
+		{Name: "tty", Shorthand: "t", Type: "bool"},
+		{Name: "ulimit", Type: "ulimit"},
+		{Name: "umask", Type: "umask", Since: "29.8"},
+		{Name: "use-api-socket", Type: "bool", Since: "28.1"},
+		{Name: "user", Shorthand: "u", Type: "string"},
+		{Name: "userns", Type: "string"},
+		{Name: "uts", Type: "string"},
+		{Name: "volume", Shorthand: "v", Type: "list"},
+		{Name: "volume-driver", Type: "string"},
+		{Name: "volumes-from", Type: "list"},
+		{Name: "workdir", Shorthand: "w", Type: "string"},
+	}
+	for i := range tbl {
+		tbl[i].TakesValue = tbl[i].Type != "bool"
+	}
+	return tbl
+}
+
+// aliasOf is the annotation that names, on a hidden alias ("net"), the flag
+// whose values it sets ("network").
+const aliasOf = "dockerargs/alias-of"
+
+// addFlags registers the flags of tbl in fs with the pflag value types
+// docker gives them, so that pflag accepts and rejects what docker's does.
+// A flag named in dst writes into the pointer there (a *bool, *string or
+// *[]string, by its type); the others into values of their own. An alias
+// shares the value of the flag it stands for, as in docker.
+func addFlags(fs *pflag.FlagSet, tbl []Flag, dst map[string]any) {
+	fs.SetOutput(io.Discard) // pflag's notices for deprecated flags
+	for _, f := range tbl {
+		switch to := dst[f.Name]; {
+		case f.AliasOf != "":
+			continue
+		case f.Type == "bool":
+			p, _ := to.(*bool)
+			fs.BoolVarP(cmp.Or(p, new(bool)), f.Name, f.Shorthand, false, "")
+		case f.Type == "int":
+			fs.Int64P(f.Name, f.Shorthand, 0, "")
+		case f.Type == "uint":
+			fs.Uint64P(f.Name, f.Shorthand, 0, "")
+		case f.Type == "uint16":
+			fs.Uint16P(f.Name, f.Shorthand, 0, "")
+		case f.Type == "duration":
+			fs.DurationP(f.Name, f.Shorthand, 0, "")
+		case f.Collects():
+			p, _ := to.(*[]string)
+			fs.VarP(listValue{cmp.Or(p, new([]string))}, f.Name, f.Shorthand, "")
+		default: // "string", and docker's own types it checks itself ("bytes")
+			p, _ := to.(*string)
+			fs.StringVarP(cmp.Or(p, new(string)), f.Name, f.Shorthand, "", "")
+		}
+		fs.Lookup(f.Name).Hidden = f.Hidden
+	}
+	for _, f := range tbl {
+		if f.AliasOf != "" {
+			alias := fs.VarPF(fs.Lookup(f.AliasOf).Value, f.Name, f.Shorthand, "")
+			alias.Hidden, alias.Annotations = f.Hidden, map[string][]string{aliasOf: {f.AliasOf}}
+		}
 	}
 }
 
-// flagIndex maps long and short names to flags.
+// listValue is the pflag.Value of docker's list types: it keeps every value
+// given, in order, as written. (pflag's StringArray does too, but formats
+// its default as CSV with a 4 KiB buffer, for each flag of each Parse.)
+type listValue struct{ vals *[]string }
+
+// Set implements pflag.Value.
+func (l listValue) Set(v string) error {
+	*l.vals = append(*l.vals, v)
+	return nil
+}
+
+// String implements pflag.Value, as docker's list types do.
+func (l listValue) String() string { return "[" + strings.Join(*l.vals, " ") + "]" }
+
+// Type implements pflag.Value.
+func (l listValue) Type() string { return "list" }
+
+// flagIndex holds the table and maps long and short names to its flags.
 type flagIndex struct {
+	all   []Flag
 	long  map[string]Flag
 	short map[byte]Flag
 }
@@ -176,7 +246,7 @@ type flagIndex struct {
 // afterwards.
 var tables = sync.OnceValue(func() *flagIndex {
 	tbl := flagTable()
-	ix := &flagIndex{long: make(map[string]Flag, len(tbl)), short: make(map[byte]Flag)}
+	ix := &flagIndex{all: tbl, long: make(map[string]Flag, len(tbl)), short: make(map[byte]Flag)}
 	for _, f := range tbl {
 		ix.long[f.Name] = f
 		if f.Shorthand != "" {

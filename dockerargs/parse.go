@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // Run is what the arguments of one `docker run` ask for. Parse fills it; it
@@ -96,8 +97,8 @@ type Occurrence struct {
 var ErrNoImage = errors.New("docker run requires an image argument")
 
 // FlagError is the error Parse returns when docker's flag parser would fail:
-// an unknown flag, a flag without its value, a bad boolean value, or an
-// -e/--env with an empty variable name.
+// an unknown flag, a flag without its value, a value of the wrong type ("--rm=yes",
+// "--cpu-shares x"), or an -e/--env with an empty variable name.
 type FlagError struct {
 	// Flag is the flag as written ("--gpus", "-x", "--rm").
 	Flag string
@@ -105,9 +106,11 @@ type FlagError struct {
 	Arg string
 	// Index is the index of Arg in the arguments.
 	Index int
-	// Msg says what is wrong, in docker's words.
+	// Msg says what is wrong, in docker's (pflag's) words.
 	Msg string
-	// Err is the underlying error, if any (a strconv error for booleans).
+	// Err is pflag's error: a *pflag.NotExistError, *pflag.ValueRequiredError,
+	// *pflag.InvalidSyntaxError, or a *pflag.InvalidValueError wrapping the
+	// value's own error (a strconv one for booleans and numbers).
 	Err error
 }
 
@@ -138,182 +141,123 @@ func Parse(args []string) (*Run, error) {
 func parse(args []string) (*Run, error) {
 	args = slices.Clone(args)
 	r := &Run{Args: args, ImageIndex: -1}
-	ix := tables()
-	i := 0
-	for i < len(args) {
-		s := args[i]
-		if len(s) < 2 || s[0] != '-' {
-			// Not a flag ("", "-", "image"): the image.
-			r.setImage(i)
-			break
-		}
-		if s == "--" {
-			// "--" ends the flags; the next argument is the image.
-			if i+1 < len(args) {
-				r.setImage(i + 1)
-			}
-			break
-		}
-		var err error
-		if s[1] == '-' {
-			i, err = r.parseLong(ix, i)
-		} else {
-			i, err = r.parseShort(ix, i)
-		}
-		if err != nil {
-			return r, err
-		}
+	fs := r.flagSet()
+	occs, image, err := scan(fs, args)
+	r.Occurrences = occs
+	if err != nil {
+		return r, err
 	}
-	if r.ImageIndex < 0 && !r.Help {
+	if image == len(args) && !r.Help {
 		// The arguments are not quoted: -e values may hold secrets.
 		return r, fmt.Errorf("parse %d docker run arguments: %w", len(args), ErrNoImage)
 	}
+	if image < len(args) {
+		r.ImageIndex, r.Image = image, args[image]
+		if image+1 < len(args) {
+			r.Command = args[image+1:]
+		}
+	}
+	if n := len(r.GPURequests); n > 0 {
+		r.GPUs, r.GPUsSet = r.GPURequests[n-1], true
+	}
+	r.ShmSizeSet, r.IPCSet, r.MemorySet = fs.Changed("shm-size"), fs.Changed("ipc"), fs.Changed("memory")
 	return r, nil
 }
 
-func (r *Run) setImage(i int) {
-	r.ImageIndex = i
-	r.Image = r.Args[i]
-	if i+1 < len(r.Args) {
-		r.Command = r.Args[i+1:]
-	}
+// flagSet returns a FlagSet with every flag of `docker run`, set up the way
+// docker sets up its own (stop at the image); the flags Run keeps write into
+// r's fields.
+func (r *Run) flagSet() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	fs.SetInterspersed(false)
+	addFlags(fs, tables().all, map[string]any{
+		"detach": &r.Detach, "interactive": &r.Interactive, "tty": &r.TTY, "rm": &r.Remove,
+		"privileged": &r.Privileged, "help": &r.Help,
+		"runtime": &r.Runtime, "shm-size": &r.ShmSize, "ipc": &r.IPC, "memory": &r.Memory,
+		"env": &r.Env, "env-file": &r.EnvFiles, "gpus": &r.GPURequests, "device": &r.Devices,
+		"tmpfs": &r.Tmpfs, "volume": &r.Volumes, "mount": &r.Mounts, "annotation": &r.Annotations,
+	})
+	env := fs.Lookup("env")
+	env.Value = envValue{env.Value}
+	return fs
 }
 
-// parseLong handles Args[i], which starts with "--" and is longer than
-// that, like pflag's parseLongArg. It returns the index of the next
-// argument to read.
-func (r *Run) parseLong(ix *flagIndex, i int) (int, error) {
-	s := r.Args[i]
-	name := s[2:]
-	if name[0] == '-' || name[0] == '=' {
-		return 0, &FlagError{Flag: s, Arg: s, Index: i, Msg: "bad flag syntax: " + s}
-	}
-	name, value, hasValue := strings.Cut(name, "=")
-	f, ok := ix.long[name]
-	if !ok {
-		return 0, &FlagError{Flag: "--" + name, Arg: s, Index: i, Msg: "unknown flag: --" + name}
-	}
-	next := i + 1
-	switch {
-	case hasValue:
-		// --flag=value
-	case !f.TakesValue:
-		value = "true"
-	case next < len(r.Args):
-		// --flag value: the next argument, even when it looks like a flag.
-		value = r.Args[next]
-		next++
-	default:
-		return 0, &FlagError{Flag: "--" + name, Arg: s, Index: i, Msg: "flag needs an argument: " + s}
-	}
-	if err := r.set(f, "--"+name, value, i); err != nil {
-		return 0, err
-	}
-	return next, nil
-}
-
-// parseShort handles Args[i], a cluster of short flags ("-itd",
-// "-p8080:80", "-e=X"), like pflag's parseShortArg. It returns the index of
-// the next argument to read.
-func (r *Run) parseShort(ix *flagIndex, i int) (int, error) {
-	s := r.Args[i]
-	next := i + 1
-	shorthands := s[1:]
-	for len(shorthands) > 0 {
-		if strings.HasPrefix(shorthands, "test.") {
-			// pflag silently drops the rest of the group ("-test.v").
-			break
+// scan lets fs parse args up to the first argument that is not a flag and
+// returns the flags given, in order, and the index of that argument (the
+// image; len(args) when there is none). pflag says neither where a flag
+// was nor how it was spelled, so scan hands it one argument at a time, two
+// when the last flag in the first takes the next as its value.
+func scan(fs *pflag.FlagSet, args []string) ([]Occurrence, int, error) {
+	var occs []Occurrence
+	i := 0
+	set := func(f *pflag.Flag, value string) error {
+		if err := fs.Set(f.Name, value); err != nil {
+			return err
 		}
-		c := shorthands[0]
-		rest := shorthands[1:]
-		f, ok := ix.short[c]
-		if !ok {
-			return 0, &FlagError{Flag: "-" + string(rune(c)), Arg: s, Index: i,
-				Msg: fmt.Sprintf("unknown shorthand flag: %q in -%s", c, shorthands)}
+		o := Occurrence{Name: f.Name, Given: spelled(args[i], f.Name, f.Shorthand), Value: value, Index: i}
+		if a := f.Annotations[aliasOf]; len(a) > 0 {
+			o.Name = a[0]
 		}
-		var value string
+		if f.Value.Type() == "bool" {
+			o.Value = f.Value.String() // "true" or "false", however written
+		}
+		occs = append(occs, o)
+		return nil
+	}
+	for i < len(args) {
+		n, before := 1, len(occs)
+		err := fs.ParseAll(args[i:i+1], set)
+		if _, ok := errors.AsType[*pflag.ValueRequiredError](err); ok && i+1 < len(args) {
+			// Any flags before it in a cluster ("-ite") are booleans set
+			// to true: setting them again changes nothing.
+			n, occs = 2, occs[:before]
+			err = fs.ParseAll(args[i:i+2], set)
+		}
 		switch {
-		case len(shorthands) > 2 && shorthands[1] == '=':
-			// -f=value
-			value, rest = shorthands[2:], ""
-		case !f.TakesValue:
-			value = "true"
-		case len(shorthands) > 1:
-			// -fvalue
-			value, rest = shorthands[1:], ""
-		case next < len(r.Args):
-			// -f value: the next argument, even when it looks like a flag.
-			value = r.Args[next]
-			next++
-		default:
-			return 0, &FlagError{Flag: "-" + f.Shorthand, Arg: s, Index: i,
-				Msg: fmt.Sprintf("flag needs an argument: %q in -%s", c, shorthands)}
+		case err != nil:
+			return occs, i, newFlagError(err, args[i], i)
+		case len(fs.Args()) > 0: // not a flag
+			return occs, i, nil
+		case fs.ArgsLenAtDash() == 0: // "--": the next one is not a flag
+			return occs, i + 1, nil
 		}
-		if err := r.set(f, "-"+f.Shorthand, value, i); err != nil {
-			return 0, err
-		}
-		shorthands = rest
+		i += n
 	}
-	return next, nil
+	return occs, len(args), nil
 }
 
-// set records one flag with its value, validating what docker's flag
-// parser validates and that matters here: booleans and -e names.
-func (r *Run) set(f Flag, given, value string, i int) error {
-	if !f.TakesValue {
-		b, err := strconv.ParseBool(value)
-		if err != nil {
-			return &FlagError{Flag: given, Arg: r.Args[i], Index: i, Err: err,
-				Msg: fmt.Sprintf("invalid argument %q for %q flag: %v", value, f.display(), err)}
-		}
-		value = strconv.FormatBool(b)
+// spelled returns the flag with the long name long and the shorthand short
+// as arg writes it: "--env" or "-e".
+func spelled(arg, long, short string) string {
+	if strings.HasPrefix(arg, "--") {
+		return "--" + long
 	}
-	name := f.canonical()
-	if key, _, _ := strings.Cut(value, "="); name == "env" && key == "" {
-		return &FlagError{Flag: given, Arg: r.Args[i], Index: i,
-			Msg: fmt.Sprintf("invalid argument %q for %q flag: invalid environment variable: %s", value, f.display(), value)}
+	return "-" + short
+}
+
+// newFlagError returns pflag's err about argument arg, at index i, as a
+// *FlagError.
+func newFlagError(err error, arg string, i int) *FlagError {
+	fe := &FlagError{Flag: arg, Arg: arg, Index: i, Msg: err.Error(), Err: err}
+	switch e := err.(type) {
+	case interface{ GetSpecifiedName() string }: // unknown flag, missing value
+		fe.Flag = spelled(arg, e.GetSpecifiedName(), e.GetSpecifiedName())
+	case *pflag.InvalidValueError:
+		fe.Flag = spelled(arg, e.GetFlag().Name, e.GetFlag().Shorthand)
+	} // a *pflag.InvalidSyntaxError is about the whole argument
+	return fe
+}
+
+// envValue is the value of -e: docker's opts.ValidateEnv rejects a
+// variable without a name ("=x").
+type envValue struct{ pflag.Value }
+
+// Set implements pflag.Value.
+func (v envValue) Set(s string) error {
+	if name, _, _ := strings.Cut(s, "="); name == "" {
+		return fmt.Errorf("invalid environment variable: %s", s)
 	}
-	r.Occurrences = append(r.Occurrences, Occurrence{Name: name, Given: given, Value: value, Index: i})
-	switch name {
-	case "env":
-		r.Env = append(r.Env, value)
-	case "env-file":
-		r.EnvFiles = append(r.EnvFiles, value)
-	case "gpus":
-		r.GPUs, r.GPUsSet = value, true
-		r.GPURequests = append(r.GPURequests, value)
-	case "runtime":
-		r.Runtime = value
-	case "device":
-		r.Devices = append(r.Devices, value)
-	case "shm-size":
-		r.ShmSize, r.ShmSizeSet = value, true
-	case "ipc":
-		r.IPC, r.IPCSet = value, true
-	case "tmpfs":
-		r.Tmpfs = append(r.Tmpfs, value)
-	case "volume":
-		r.Volumes = append(r.Volumes, value)
-	case "mount":
-		r.Mounts = append(r.Mounts, value)
-	case "memory":
-		r.Memory, r.MemorySet = value, true
-	case "annotation":
-		r.Annotations = append(r.Annotations, value)
-	case "detach":
-		r.Detach = value == "true"
-	case "interactive":
-		r.Interactive = value == "true"
-	case "tty":
-		r.TTY = value == "true"
-	case "rm":
-		r.Remove = value == "true"
-	case "privileged":
-		r.Privileged = value == "true"
-	case "help":
-		r.Help = value == "true"
-	}
-	return nil
+	return v.Value.Set(s)
 }
 
 // Values returns every value given for the flag with the given long name

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // parsed returns r without Args and Occurrences, for comparing the
@@ -121,6 +123,11 @@ func TestParse(t *testing.T) {
 			Run{Image: "img", ImageIndex: 1}},
 		{"-h is hostname", []string{"-h", "box", "img"},
 			Run{Image: "img", ImageIndex: 2}},
+		{"numbers as pflag reads them", []string{"-c0x10", "--stop-timeout=-1", "--blkio-weight", "500",
+			"--io-maxiops", "10", "--health-interval", "1m30s", "--memory-swappiness=-1", "img"},
+			Run{Image: "img", ImageIndex: 9}},
+		{"docker's own types", []string{"--cpus", "1.5", "--memory-swap=-1", "--umask", "022", "img"},
+			Run{Image: "img", ImageIndex: 5}},
 		{"--device forms", []string{"--device=/dev/nvidia0", "--device", "/tmp/nvidia1:/dev/nvidia1:rw", "img"},
 			Run{Image: "img", ImageIndex: 3, Devices: []string{"/dev/nvidia0", "/tmp/nvidia1:/dev/nvidia1:rw"}}},
 	}
@@ -175,6 +182,39 @@ func TestParseOccurrences(t *testing.T) {
 	}
 }
 
+// TestParseRepeated checks docker's semantics for repeated flags: list
+// types collect every value, hidden aliases included, other types keep the
+// last one.
+func TestParseRepeated(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		flag string
+		all  []string // Values
+		last string   // Value
+	}{
+		{"env collects", []string{"-e", "A=1", "--env=B=2", "-eC", "img"}, "env", []string{"A=1", "B=2", "C"}, "C"},
+		{"network collects its alias", []string{"--network", "a", "--net=b", "img"}, "network", []string{"a", "b"}, "b"},
+		{"dns-option collects its alias", []string{"--dns-opt", "x", "--dns-option", "y", "img"}, "dns-option", []string{"x", "y"}, "y"},
+		{"bool, last wins", []string{"-d", "--detach=false", "-d=1", "img"}, "detach", []string{"true", "false", "true"}, "true"},
+		{"int, last wins", []string{"-c", "1", "--cpu-shares=2", "img"}, "cpu-shares", []string{"1", "2"}, "2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse(tt.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Values(tt.flag); !slices.Equal(got, tt.all) {
+				t.Errorf("Values(%s) = %q, want %q", tt.flag, got, tt.all)
+			}
+			if got, ok := r.Value(tt.flag); !ok || got != tt.last {
+				t.Errorf("Value(%s) = %q, %v, want %q", tt.flag, got, ok, tt.last)
+			}
+		})
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -200,6 +240,11 @@ func TestParseErrors(t *testing.T) {
 		{"-d= leaves '=' as a flag", []string{"-d=", "img"}, "-=", 0, `unknown shorthand flag: '=' in -=`},
 		{"-e= sets '=' which is invalid", []string{"-e=", "img"}, "-e", 0, `invalid environment variable: =`},
 		{"-e =x", []string{"-e", "=x", "img"}, "-e", 0, `invalid environment variable: =x`},
+		{"int not a number", []string{"--cpu-shares", "x", "img"}, "--cpu-shares", 0, `invalid argument "x" for "-c, --cpu-shares" flag`},
+		{"int short not a number", []string{"-dc1.5", "img"}, "-c", 0, `invalid argument "1.5" for "-c, --cpu-shares" flag`},
+		{"uint16 out of range", []string{"--rm", "--blkio-weight=70000", "img"}, "--blkio-weight", 1, `invalid argument "70000" for "--blkio-weight" flag`},
+		{"uint negative", []string{"--io-maxiops", "-1", "img"}, "--io-maxiops", 0, `invalid argument "-1" for "--io-maxiops" flag`},
+		{"duration without unit", []string{"--health-interval", "5", "img"}, "--health-interval", 0, `invalid argument "5" for "--health-interval" flag`},
 		{"triple dash", []string{"---x", "img"}, "---x", 0, "bad flag syntax: ---x"},
 		{"--=x", []string{"--=x", "img"}, "--=x", 0, "bad flag syntax: --=x"},
 	}
@@ -253,6 +298,24 @@ func TestFlagTable(t *testing.T) {
 			if !ok || target.TakesValue != f.TakesValue || !f.Hidden {
 				t.Errorf("%s: bad alias of %q", f.Name, f.AliasOf)
 			}
+			if target.Type != f.Type || target.AliasOf != "" {
+				t.Errorf("%s: type %q, but it is an alias of %q (%q)", f.Name, f.Type, f.AliasOf, target.Type)
+			}
+		}
+		switch f.Type {
+		case "bool", "string", "int", "uint", "uint16", "duration", "bytes", "decimal", "umask":
+			if f.Collects() {
+				t.Errorf("%s: type %q collects", f.Name, f.Type)
+			}
+		case "list", "map", "mount", "gpu-request", "network", "ulimit":
+			if !f.Collects() {
+				t.Errorf("%s: type %q does not collect", f.Name, f.Type)
+			}
+		default:
+			t.Errorf("%s: unknown type %q", f.Name, f.Type)
+		}
+		if f.TakesValue != (f.Type != "bool") {
+			t.Errorf("%s: TakesValue %v for type %q", f.Name, f.TakesValue, f.Type)
 		}
 		for _, q := range []string{f.Name, "--" + f.Name} {
 			if got, ok := LookupFlag(q); !ok || got != f {
@@ -274,4 +337,32 @@ func TestFlagTable(t *testing.T) {
 		t.Error("Flags() exposes the package's table")
 	}
 	t.Logf("%d flags", len(flags))
+}
+
+// TestFlagSet checks the FlagSet Parse hands to pflag: every flag of the
+// table, with its shorthand, arity and visibility, aliases sharing the value
+// of the flag they stand for, and nothing else.
+func TestFlagSet(t *testing.T) {
+	fs := (&Run{}).flagSet()
+	n := 0
+	fs.VisitAll(func(*pflag.Flag) { n++ })
+	if want := len(Flags()); n != want {
+		t.Errorf("FlagSet has %d flags, the table %d", n, want)
+	}
+	for _, f := range Flags() {
+		pf := fs.Lookup(f.Name)
+		if pf == nil {
+			t.Errorf("--%s not registered", f.Name)
+			continue
+		}
+		if pf.Shorthand != f.Shorthand || pf.Hidden != f.Hidden {
+			t.Errorf("--%s: shorthand %q hidden %v, table %q %v", f.Name, pf.Shorthand, pf.Hidden, f.Shorthand, f.Hidden)
+		}
+		if isBool := pf.NoOptDefVal != ""; isBool == f.TakesValue || isBool && pf.NoOptDefVal != "true" {
+			t.Errorf("--%s: NoOptDefVal %q, table TakesValue %v", f.Name, pf.NoOptDefVal, f.TakesValue)
+		}
+		if f.AliasOf != "" && pf.Value != fs.Lookup(f.AliasOf).Value {
+			t.Errorf("--%s does not share the value of --%s", f.Name, f.AliasOf)
+		}
+	}
 }
