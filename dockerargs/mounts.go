@@ -3,7 +3,6 @@ package dockerargs
 import (
 	"encoding/csv"
 	"path"
-	"regexp"
 	"strings"
 )
 
@@ -81,34 +80,6 @@ func mountTarget(spec string) string {
 	return target
 }
 
-// gpuDevicePath matches container device paths of GPUs and accelerators:
-// NVIDIA /dev/nvidia0.., AMD /dev/kfd, DRM /dev/dri and its render nodes,
-// and /dev/accel* (Habana, Intel NPU and other accel devices).
-var gpuDevicePath = regexp.MustCompile(`^/dev/(nvidia[0-9]+|kfd|dri|dri/renderD.*|accel.*)$`)
-
-// GPUDevices returns the --device values that give the container a GPU or
-// accelerator, in order. A device is judged by its path inside the
-// container ("/tmp/nvidia0:/dev/nvidia0" is a GPU): /dev/nvidia<N> (not
-// nvidiactl, nvidia-uvm, nvidia-caps), /dev/kfd, /dev/dri,
-// /dev/dri/renderD*, /dev/accel*. A CDI device name (docker 25+ passes
-// "vendor/class=name" to CDI) counts when its class is "gpu" or "accel"
-// (nvidia.com/gpu=all, amd.com/gpu=0) or its vendor is habana.ai.
-func (r *Run) GPUDevices() []string {
-	var gpus []string
-	for _, d := range r.Devices {
-		if vendor, class, ok := cdiKind(d); ok {
-			if class == "gpu" || class == "accel" || vendor == "habana.ai" {
-				gpus = append(gpus, d)
-			}
-			continue
-		}
-		if dst := DeviceTarget(d); dst != "" && gpuDevicePath.MatchString(path.Clean(dst)) {
-			gpus = append(gpus, d)
-		}
-	}
-	return gpus
-}
-
 // DeviceTarget returns the container path of a --device value parsed like
 // the docker CLI's parseLinuxDevice ("src", "src:dst", "src:perms",
 // "src:dst:perms"), or "" when docker would reject it.
@@ -139,59 +110,6 @@ func validDeviceMode(mode string) bool {
 			return false
 		}
 		seen[i] = true
-	}
-	return true
-}
-
-// cdiKind parses a fully qualified CDI device name "vendor/class=name" as
-// tags.cncf.io/container-device-interface's IsQualifiedName does, which is
-// how the docker CLI tells CDI names from device paths.
-func cdiKind(device string) (vendor, class string, ok bool) {
-	if device == "" || device[0] == '/' {
-		return "", "", false
-	}
-	kind, name, found := strings.Cut(device, "=")
-	if !found || kind == "" || name == "" {
-		return "", "", false
-	}
-	vendor, class, found = strings.Cut(kind, "/")
-	if !found || vendor == "" || class == "" {
-		return "", "", false
-	}
-	if !validCDIVendorOrClass(vendor) || !validCDIVendorOrClass(class) || !validCDIDeviceName(name) {
-		return "", "", false
-	}
-	return vendor, class, true
-}
-
-func isLetter(c byte) bool { return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' }
-
-func isAlnum(c byte) bool { return isLetter(c) || '0' <= c && c <= '9' }
-
-// validCDIVendorOrClass: a letter, then letters, digits, '_', '-', '.',
-// ending with a letter or digit.
-func validCDIVendorOrClass(s string) bool {
-	if !isLetter(s[0]) || !isAlnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 1; i < len(s)-1; i++ {
-		if c := s[i]; !isAlnum(c) && c != '_' && c != '-' && c != '.' {
-			return false
-		}
-	}
-	return true
-}
-
-// validCDIDeviceName: starts and ends with a letter or digit; inside,
-// letters, digits, '_', '-', '.', ':'.
-func validCDIDeviceName(s string) bool {
-	if !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 1; i < len(s)-1; i++ {
-		if c := s[i]; !isAlnum(c) && c != '_' && c != '-' && c != '.' && c != ':' {
-			return false
-		}
 	}
 	return true
 }

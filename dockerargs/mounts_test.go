@@ -1,7 +1,6 @@
 package dockerargs
 
 import (
-	"slices"
 	"testing"
 )
 
@@ -44,64 +43,5 @@ func TestMountsDevShm(t *testing.T) {
 				t.Errorf("MountsDevShm() = %q, %v; want %q", how, ok, tt.how)
 			}
 		})
-	}
-}
-
-func TestGPUDevices(t *testing.T) {
-	devices := []string{
-		"/dev/nvidia0", "/dev/nvidia12:/dev/nvidia12:rwm", "/tmp/nvidia0:/dev/nvidia0",
-		"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia0:/dev/fake",
-		"/dev/kfd", "/dev/dri", "/dev/dri/renderD128", "/dev/dri/card0", "/dev/accel/accel0", "/dev/accel0",
-		"/dev/nvidia1:rw", "/dev/snd", "/dev/fuse:/dev/fuse:rwm", "/dev//nvidia3",
-		"nvidia.com/gpu=all", "nvidia.com/gpu=0", "amd.com/gpu=1", "habana.ai/gaudi=all", "intel.com/sgx=epc",
-		"nvidia.com/gpu=", "=all", "/dev/a:/dev/b:/dev/c:rw",
-	}
-	want := []string{
-		"/dev/nvidia0", "/dev/nvidia12:/dev/nvidia12:rwm", "/tmp/nvidia0:/dev/nvidia0",
-		"/dev/kfd", "/dev/dri", "/dev/dri/renderD128", "/dev/accel/accel0", "/dev/accel0",
-		"/dev/nvidia1:rw", "/dev//nvidia3",
-		"nvidia.com/gpu=all", "nvidia.com/gpu=0", "amd.com/gpu=1", "habana.ai/gaudi=all",
-	}
-	var args []string
-	for _, d := range devices {
-		args = append(args, "--device", d)
-	}
-	r, err := Parse(append(args, "img"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := r.GPUDevices(); !slices.Equal(got, want) {
-		t.Errorf("GPUDevices()\n got %q\nwant %q", got, want)
-	}
-	if r, _ := Parse([]string{"img"}); r.GPUDevices() != nil {
-		t.Errorf("GPUDevices() without --device = %q", r.GPUDevices())
-	}
-}
-
-func TestCDIKind(t *testing.T) {
-	tests := []struct {
-		in            string
-		vendor, class string
-		ok            bool
-	}{
-		{"nvidia.com/gpu=all", "nvidia.com", "gpu", true},
-		{"nvidia.com/gpu=GPU-0d3e:1", "nvidia.com", "gpu", true},
-		{"vendor.com/class=a", "vendor.com", "class", true},
-		{"/dev/nvidia0", "", "", false},
-		{"nvidia.com/gpu", "", "", false},
-		{"gpu=all", "", "", false},
-		{"nvidia.com/gpu=", "", "", false},
-		{"nvidia.com/gpu=all:", "", "", false},
-		{"nvidia.com/gp u=all", "", "", false},
-		{"1nvidia.com/gpu=all", "", "", false},
-		{"nvidia.com-/gpu=all", "", "", false},
-		{"nvidia.com/gpu/x=all", "", "", false},
-		{"a/b=c", "a", "b", true},
-	}
-	for _, tt := range tests {
-		v, c, ok := cdiKind(tt.in)
-		if v != tt.vendor || c != tt.class || ok != tt.ok {
-			t.Errorf("cdiKind(%q) = %q, %q, %v; want %q, %q, %v", tt.in, v, c, ok, tt.vendor, tt.class, tt.ok)
-		}
 	}
 }

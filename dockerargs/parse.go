@@ -40,7 +40,7 @@ type Run struct {
 	Env []string
 	// EnvFiles holds the --env-file paths in order.
 	EnvFiles []string
-	// Devices holds the --device values in order (see GPUDevices).
+	// Devices holds the --device values in order (see DeviceTarget).
 	Devices []string
 	// ShmSize is the raw text of the last --shm-size (docker keeps the last
 	// one); ShmSizeSet reports whether --shm-size was given.

@@ -59,7 +59,7 @@ func plannedKiB(t *testing.T, config, bundle string) (int64, oci.Action) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := oci.Decide(oci.Input{Spec: cfg.Spec, Policy: pol, HostMemory: mem, HostTmpfsSize: sysinfo.TmpfsSize})
+	pl := oci.Decide(oci.Input{Container: oci.FromSpec(cfg.Spec), Policy: pol, Facts: oci.Facts{HostMemory: mem, TmpfsSize: sysinfo.TmpfsSize}})
 	return pl.Size / 1024, pl.Action
 }
 

@@ -87,7 +87,7 @@ func TestFixturePlans(t *testing.T) {
 				mib    int64
 			}{{policy.Default(), fx.action, fx.sizeMiB}, {all, fx.allAction, fx.allMiB}} {
 				c := loadFixture(t, fx.file)
-				pl := Decide(Input{Spec: c.Spec, Policy: run.pol, HostMemory: 64 * policy.GiB})
+				pl := Decide(Input{Container: FromSpec(c.Spec), Policy: run.pol, Facts: Facts{HostMemory: 64 * policy.GiB}})
 				if pl.Shm.Kind != fx.kind {
 					t.Errorf("match %s: /dev/shm is %s, want %s", run.pol.Match, pl.Shm.Kind, fx.kind)
 				}
@@ -185,11 +185,11 @@ func TestFixturesCovered(t *testing.T) {
 // annotation; a mismatch (a spec binding another pod's tmpfs) is refused.
 func TestCRISandboxMismatch(t *testing.T) {
 	c := loadFixture(t, "containerd-1.6-cri-container-env-nvidia-all")
-	if got := Decide(Input{Spec: c.Spec, HostMemory: 64 * policy.GiB}); got.Action != ActionRemount || got.Shm.OwnerID != got.Container.SandboxID {
+	if got := Decide(Input{Container: FromSpec(c.Spec), Facts: Facts{HostMemory: 64 * policy.GiB}}); got.Action != ActionRemount || got.Shm.OwnerID != got.Pod.SandboxID {
 		t.Fatalf("plan %+v", got)
 	}
 	c.Spec.Annotations[AnnotationCRISandboxID] = "0000000000000000000000000000000000000000000000000000000000000000"
-	got := Decide(Input{Spec: c.Spec, HostMemory: 64 * policy.GiB})
+	got := Decide(Input{Container: FromSpec(c.Spec), Facts: Facts{HostMemory: 64 * policy.GiB}})
 	if got.Action != ActionNone || !strings.Contains(got.Reason, "belongs to sandbox") {
 		t.Errorf("mismatched sandbox: %+v", got)
 	}
@@ -212,8 +212,8 @@ func TestHostTmpfsSizeKnown(t *testing.T) {
 	}
 	for _, tt := range tests {
 		c := loadFixture(t, tt.file)
-		pl := Decide(Input{Spec: c.Spec, Policy: all, HostMemory: 64 * policy.GiB,
-			HostTmpfsSize: func(string) (int64, error) { return tt.size, nil }})
+		pl := Decide(Input{Container: FromSpec(c.Spec), Policy: all, Facts: Facts{HostMemory: 64 * policy.GiB,
+			TmpfsSize: func(string) (int64, error) { return tt.size, nil }}})
 		if pl.Action != tt.action || pl.Current != tt.size {
 			t.Errorf("%s at %d: %s (current %d): %s", tt.file, tt.size, pl.Action, pl.Current, pl.Reason)
 		}
@@ -234,7 +234,7 @@ func BenchmarkPlanApply(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		pl := Decide(Input{Spec: c.Spec, Policy: pol, HostMemory: 64 * policy.GiB})
+		pl := Decide(Input{Container: FromSpec(c.Spec), Policy: pol, Facts: Facts{HostMemory: 64 * policy.GiB}})
 		if _, err := c.Apply(pl); err != nil {
 			b.Fatal(err)
 		}

@@ -59,11 +59,13 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("policy: %v", err)
 		}
 		pl := Decide(Input{
-			Spec:          c.Spec,
-			Policy:        pol,
-			HostMemory:    hostMem,
-			HostGPUs:      int(hostGPUs),
-			HostTmpfsSize: func(string) (int64, error) { return hostTmpfs, nil },
+			Container: FromSpec(c.Spec),
+			Policy:    pol,
+			Facts: Facts{
+				HostMemory: hostMem,
+				HostGPUs:   int(hostGPUs),
+				TmpfsSize:  func(string) (int64, error) { return hostTmpfs, nil },
+			},
 		})
 		sh := ClassifyShm(c.Spec, hostMem)
 		if sh.Kind == ShmHost && pl.Action != ActionNone {

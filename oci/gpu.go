@@ -5,11 +5,10 @@
 package oci
 
 import (
+	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -40,16 +39,6 @@ const (
 	// strategy lists a container's devices as mounts.
 	nvidiaDevicesDir = "/var/run/nvidia-container-devices"
 )
-
-// gpuDevicePatterns are compiled on first use, not at program start: the
-// runtime shim links this package and must start fast when it only passes
-// a command through.
-var gpuDevicePatterns = sync.OnceValue(func() (p struct{ nvidia, render, accel *regexp.Regexp }) {
-	p.nvidia = regexp.MustCompile(`^/dev/nvidia[0-9]+$`)
-	p.render = regexp.MustCompile(`^/dev/dri/renderD[0-9]+$`)
-	p.accel = regexp.MustCompile(`^/dev/accel/?accel[0-9]+$|^/dev/accel[0-9]+$`)
-	return p
-})
 
 // VisibleDevices interprets an NVIDIA_VISIBLE_DEVICES-style value: whether
 // it asks for devices and how many, 0 for "all" or unknown.
@@ -82,19 +71,34 @@ func lookupEnv(env []string, key string) (string, bool) {
 	return val, ok
 }
 
-// DetectGPU reads the GPU signals of a spec: NVIDIA_VISIBLE_DEVICES and
-// HABANA_VISIBLE_DEVICES in the process env, GPU device nodes in
-// linux.devices (/dev/nvidiaN, /dev/kfd, /dev/dri/renderD*, /dev/accel*),
-// CDI annotations (cdi.k8s.io/*), the NVIDIA device plugin's
-// /var/run/nvidia-container-devices mounts, and the NVIDIA prestart hook
-// that `docker run --gpus` adds.
-func DetectGPU(s *specs.Spec) GPUInfo {
+// DetectGPU reads a container's GPU signals: the GPU requests a front door
+// recorded in the user's words (--gpus, compose's deploy devices, a pod's
+// GPU resources); a request for every host device when the host has GPUs
+// (hostGPUs, 0 when unknown); NVIDIA_VISIBLE_DEVICES and
+// HABANA_VISIBLE_DEVICES in the process env; the spec's device nodes and
+// CDI annotations (cdi.k8s.io/*), judged by ClassifyDevice; the NVIDIA
+// device plugin's /var/run/nvidia-container-devices mounts; and the NVIDIA
+// prestart hook that dockerd and the NVIDIA runtime write into a spec.
+func DetectGPU(c *Container, hostGPUs int) GPUInfo {
 	var g GPUInfo
 	counts := map[string]int{}
 	add := func(kind string, n int, evidence string) {
 		g.GPU = true
 		counts[kind] += n
 		g.Evidence = append(g.Evidence, evidence)
+	}
+	if c == nil {
+		return g
+	}
+	for _, r := range c.GPURequests {
+		add("request", r.Count, r.Evidence)
+	}
+	if c.Privileged != "" && hostGPUs > 0 {
+		add("privileged", hostGPUs, fmt.Sprintf("%s (every device of the host, its %d GPU(s))", c.Privileged, hostGPUs))
+	}
+	s := c.Spec
+	if s == nil {
+		s = &specs.Spec{}
 	}
 	if s.Process != nil {
 		for _, key := range []string{"NVIDIA_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES"} {
@@ -106,32 +110,24 @@ func DetectGPU(s *specs.Spec) GPUInfo {
 		}
 	}
 	if s.Linux != nil {
-		pat := gpuDevicePatterns()
 		for _, d := range s.Linux.Devices {
-			switch {
-			case pat.nvidia.MatchString(d.Path):
-				add("dev:nvidia", 1, "device "+d.Path)
-			case d.Path == "/dev/kfd":
-				add("dev:kfd", 0, "device "+d.Path)
-			case pat.render.MatchString(d.Path):
-				add("dev:render", 1, "device "+d.Path)
-			case pat.accel.MatchString(d.Path):
-				add("dev:accel", 1, "device "+d.Path)
+			if dev := ClassifyDevice(d.Path); dev.GPU {
+				add("dev:"+dev.Family, dev.Count, "device "+d.Path)
 			}
 		}
 	}
 	for _, k := range sortedKeys(s.Annotations) {
-		v := s.Annotations[k]
 		if !strings.HasPrefix(k, CDIAnnotationPrefix) {
 			continue
 		}
-		n := 0
-		for _, dev := range strings.Split(v, ",") {
-			if strings.Contains(dev, "=") {
-				n++
+		v, n, gpu := s.Annotations[k], 0, false
+		for _, name := range strings.Split(v, ",") {
+			if dev := ClassifyDevice(strings.TrimSpace(name)); dev.GPU {
+				gpu = true
+				n += dev.Count
 			}
 		}
-		if n > 0 {
+		if gpu {
 			add("cdi", n, "annotation "+k+"="+v)
 		}
 	}
@@ -145,7 +141,7 @@ func DetectGPU(s *specs.Spec) GPUInfo {
 		}
 	}
 	if s.Hooks != nil {
-		//lint:ignore SA1019 Prestart is deprecated, but it is where `docker run --gpus` puts the NVIDIA hook.
+		//lint:ignore SA1019 Prestart is deprecated, but it is where dockerd (--gpus) and the NVIDIA runtime put the NVIDIA hook.
 		for _, h := range s.Hooks.Prestart {
 			base := path.Base(h.Path)
 			if strings.HasPrefix(base, "nvidia-container-runtime-hook") || base == "nvidia-container-toolkit" {

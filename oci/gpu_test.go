@@ -54,7 +54,7 @@ func TestDetectGPU(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := DetectGPU(tt.spec)
+			g := DetectGPU(FromSpec(tt.spec), 0)
 			if g.GPU != tt.gpu || g.Count != tt.count {
 				t.Errorf("DetectGPU = %+v, want gpu=%v count=%d", g, tt.gpu, tt.count)
 			}
@@ -65,5 +65,117 @@ func TestDetectGPU(t *testing.T) {
 				t.Errorf("no GPU but evidence %q", g.Evidence)
 			}
 		})
+	}
+}
+
+// TestClassifyDevice is the one documented answer for every device path
+// and CDI name, whichever front door it came through.
+func TestClassifyDevice(t *testing.T) {
+	tests := []struct {
+		dev    string
+		gpu    bool
+		count  int
+		family string
+	}{
+		{"/dev/nvidia0", true, 1, "nvidia"},
+		{"/dev/nvidia15", true, 1, "nvidia"},
+		{"/dev/nvidia0/", true, 1, "nvidia"},
+		{"/dev/../dev/nvidia3", true, 1, "nvidia"},
+		{"/dev/nvidiactl", false, 0, ""},
+		{"/dev/nvidia-uvm", false, 0, ""},
+		{"/dev/nvidia-uvm-tools", false, 0, ""},
+		{"/dev/nvidia-modeset", false, 0, ""},
+		{"/dev/nvidia-caps/nvidia-cap1", false, 0, ""},
+		{"/dev/nvidia", false, 0, ""},
+		{"/dev/dri", true, 0, "render"},
+		{"/dev/dri/", true, 0, "render"},
+		{"/dev/dri/renderD128", true, 1, "render"},
+		{"/dev/dri/card0", false, 0, ""},
+		{"/dev/dri/by-path", false, 0, ""},
+		{"/dev/kfd", true, 0, "kfd"},
+		{"/dev/accel", true, 0, "accel"},
+		{"/dev/accel/accel0", true, 1, "accel"},
+		{"/dev/accel0", true, 1, "accel"},
+		{"/dev/accelerometer", false, 0, ""},
+		{"/dev/fuse", false, 0, ""},
+		{"nvidia.com/gpu=0", true, 1, "cdi"},
+		{"nvidia.com/gpu=all", true, 0, "cdi"},
+		{"amd.com/gpu=1", true, 1, "cdi"},
+		{"intel.com/accel=npu0", true, 1, "cdi"},
+		{"habana.ai/gaudi=0", true, 1, "cdi"},
+		{"vendor.com/net=eth0", false, 0, ""},
+		{"nvidia.com/gpu", false, 0, ""},
+		{"dev/nvidia0", false, 0, ""},
+		{"", false, 0, ""},
+	}
+	for _, tt := range tests {
+		got := ClassifyDevice(tt.dev)
+		if got.GPU != tt.gpu || got.Count != tt.count || got.Family != tt.family {
+			t.Errorf("ClassifyDevice(%q) = %+v, want gpu=%v count=%d family=%q", tt.dev, got, tt.gpu, tt.count, tt.family)
+		}
+	}
+}
+
+// TestDetectGPUFromFrontDoors: what only a front door knows — GPU requests
+// in the user's words, --privileged — is evidence named as the user gave it.
+func TestDetectGPUFromFrontDoors(t *testing.T) {
+	tests := []struct {
+		name     string
+		opts     []Opt
+		hostGPUs int
+		gpu      bool
+		count    int
+		evidence []string
+	}{
+		{"gpus all", []Opt{WithGPURequest("--gpus all", 0)}, 0, true, 0, []string{"--gpus all"}},
+		{"two requests add up", []Opt{WithGPURequest("--gpus device=0", 1), WithGPURequest("--gpus device=1", 1)}, 0, true, 2, []string{"--gpus device=0", "--gpus device=1"}},
+		{"privileged on a GPU host", []Opt{WithPrivileged("--privileged")}, 4, true, 4, []string{"--privileged (every device of the host, its 4 GPU(s))"}},
+		{"privileged on a host without GPUs", []Opt{WithPrivileged("--privileged")}, 0, false, 0, nil},
+		{"dri directory", []Opt{WithDevices("/dev/dri")}, 0, true, 0, []string{"device /dev/dri"}},
+		{"nvidiactl alone", []Opt{WithDevices("/dev/nvidiactl")}, 0, false, 0, nil},
+		{"cdi name among devices", []Opt{WithDevices("nvidia.com/gpu=0", "nvidia.com/gpu=1", "intel.com/sgx=epc")}, 0, true, 2, []string{"device nvidia.com/gpu=0", "device nvidia.com/gpu=1"}},
+		{"request and devices: the best-informed count", []Opt{WithGPURequest("--gpus all", 0), WithDevices("/dev/nvidia0", "/dev/nvidia1")}, 8, true, 2, []string{"--gpus all", "device /dev/nvidia0", "device /dev/nvidia1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := NewContainer(tt.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := DetectGPU(c, tt.hostGPUs)
+			if g.GPU != tt.gpu || g.Count != tt.count || !slices.Equal(g.Evidence, tt.evidence) {
+				t.Errorf("DetectGPU = %+v, want gpu=%v count=%d evidence=%q", g, tt.gpu, tt.count, tt.evidence)
+			}
+		})
+	}
+}
+
+// TestCDIName: fully qualified CDI names, with the character rules the
+// docker CLI uses to tell them from device paths.
+func TestCDIName(t *testing.T) {
+	tests := []struct {
+		in            string
+		vendor, class string
+		ok            bool
+	}{
+		{"nvidia.com/gpu=all", "nvidia.com", "gpu", true},
+		{"nvidia.com/gpu=GPU-0d3e:1", "nvidia.com", "gpu", true},
+		{"vendor.com/class=a", "vendor.com", "class", true},
+		{"/dev/nvidia0", "", "", false},
+		{"nvidia.com/gpu", "", "", false},
+		{"gpu=all", "", "", false},
+		{"nvidia.com/gpu=", "", "", false},
+		{"nvidia.com/gpu=all:", "", "", false},
+		{"nvidia.com/gp u=all", "", "", false},
+		{"1nvidia.com/gpu=all", "", "", false},
+		{"nvidia.com-/gpu=all", "", "", false},
+		{"nvidia.com/gpu/x=all", "", "", false},
+		{"a/b=c", "a", "b", true},
+	}
+	for _, tt := range tests {
+		v, c, _, ok := cdiName(tt.in)
+		if v != tt.vendor || c != tt.class || ok != tt.ok || IsCDIName(tt.in) != tt.ok {
+			t.Errorf("cdiName(%q) = %q, %q, %v; want %q, %q, %v", tt.in, v, c, ok, tt.vendor, tt.class, tt.ok)
+		}
 	}
 }

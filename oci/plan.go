@@ -38,58 +38,81 @@ type Plan struct {
 	GPUs    int    `json:"gpus"`
 	Reason  string `json:"reason"`
 
-	// Shm is the classification the plan rests on.
+	// Target is the size the policy gives this container, whatever the
+	// action (a user's own choice may leave it smaller; a container the
+	// policy does not match gets it only if it matched), and Why how it
+	// was reached.
+	Target int64  `json:"-"`
+	Why    string `json:"-"`
+	// Shm is the classification the plan rests on; a remount acts on
+	// Shm.Source, a set-size on the mount at Shm.Index.
 	Shm Shm `json:"-"`
 	// Evidence lists the GPU signals found.
 	Evidence []string `json:"-"`
-	// Container says where the spec sits in a pod.
-	Container Container `json:"-"`
+	// Pod says where the container sits in a pod.
+	Pod Pod `json:"-"`
+}
+
+// Facts are what the host says, as far as a front door can learn it. One
+// provider (runtime/sysinfo.Facts) fills them for the host gpurun runs on.
+type Facts struct {
+	// HostMemory is the host's total memory in bytes, 0 when unknown.
+	HostMemory int64
+	// HostGPUs is the host's GPU count, used when a container asks for
+	// "all" (and for --privileged); 0 when unknown.
+	HostGPUs int
+	// TmpfsSize, when set, returns the current size of a host tmpfs the
+	// container binds (an engine's sandbox or shareable shm). The planner
+	// stays pure when it is nil: the size is then unknown.
+	TmpfsSize func(path string) (int64, error)
 }
 
 // Input is everything the planner looks at.
 type Input struct {
-	Spec   *specs.Spec
-	Policy *policy.Policy
-	// HostMemory is the host's total memory in bytes, 0 when unknown.
-	HostMemory int64
-	// HostGPUs is the host's GPU count, used when a container asks for
-	// "all"; 0 when unknown.
-	HostGPUs int
-	// HostTmpfsSize, when set, returns the current size of a host tmpfs the
-	// container binds (an engine's sandbox or shareable shm). The planner
-	// stays pure when it is nil: the size is then unknown.
-	HostTmpfsSize func(path string) (int64, error)
+	Container *Container
+	Policy    *policy.Policy
+	Facts     Facts
+	// Portable says the answer is written into a file that runs on hosts
+	// not known now (a compose file): without a memory limit, the policy's
+	// compose_default is the target.
+	Portable bool
 }
 
 // Decide plans a container's /dev/shm. It never shrinks, never touches the
 // host's own /dev/shm, never overrides a user's explicit mount or size unless
 // the policy's enforce_min says so, and keeps an acting plan's size within
-// the policy's [min, max].
+// the policy's [min, max]. It is the only place gpurun decides: every front
+// door translates its input into a Container and asks it.
 func Decide(in Input) Plan {
 	p := in.Policy
 	if p == nil {
 		p = policy.Default()
 	}
-	s := in.Spec
+	c := in.Container
+	if c == nil {
+		c = FromSpec(nil)
+	}
+	s := c.Spec
 	if s == nil {
 		s = &specs.Spec{}
 	}
-	sh := ClassifyShm(s, in.HostMemory)
-	gpu := DetectGPU(s)
+	facts := in.Facts
+	sh := ClassifyShm(s, facts.HostMemory)
+	gpu := DetectGPU(c, facts.HostGPUs)
 	pl := Plan{
-		Action:    ActionNone,
-		GPU:       gpu.GPU,
-		GPUs:      gpu.Count,
-		Shm:       sh,
-		Evidence:  gpu.Evidence,
-		Container: CRIContainer(s),
+		Action:   ActionNone,
+		GPU:      gpu.GPU,
+		GPUs:     gpu.Count,
+		Shm:      sh,
+		Evidence: gpu.Evidence,
+		Pod:      CRIPod(s),
 	}
-	if gpu.GPU && gpu.Count == 0 && in.HostGPUs > 0 {
-		pl.GPUs = in.HostGPUs
+	if gpu.GPU && gpu.Count == 0 && facts.HostGPUs > 0 {
+		pl.GPUs = facts.HostGPUs
 	}
 	pl.Current = sh.Size
-	if sh.Kind == ShmEngine && in.HostTmpfsSize != nil {
-		if n, err := in.HostTmpfsSize(sh.Source); err == nil {
+	if sh.Kind == ShmEngine && facts.TmpfsSize != nil {
+		if n, err := facts.TmpfsSize(sh.Source); err == nil {
 			pl.Current = n
 		}
 	}
@@ -99,35 +122,42 @@ func Decide(in Input) Plan {
 		return pl
 	}
 
-	if pl.Container.Sandbox {
+	// A size asked for by an allowed annotation is the user's own choice.
+	target, why, requested := requestedSize(s, p)
+	applies := requested || gpu.GPU || p.Match == policy.MatchAll
+	if !requested {
+		req := policy.Request{MemoryLimit: MemoryLimit(s), HostMemory: facts.HostMemory, GPUs: pl.GPUs, Portable: in.Portable}
+		if in.Portable {
+			req.HostMemory = 0 // the host that will run it is not this one
+		}
+		target, why = p.Target(req)
+		switch {
+		case gpu.GPU:
+			why = "GPU container (" + strings.Join(gpu.Evidence, ", ") + "): " + why
+		case applies:
+			why = "policy match \"all\": " + why
+		}
+	}
+	pl.Target, pl.Why = target, why
+
+	if pl.Pod.Sandbox {
 		return leave("pod sandbox: the pod's /dev/shm is grown when a GPU container of the pod is created")
 	}
 	if sh.Kind == ShmHost {
 		pl.Current, pl.Size = 0, 0
 		return leave("shares the host's /dev/shm (host IPC); the host's /dev/shm is never resized")
 	}
-
-	// A size asked for by an allowed annotation is the user's own choice.
-	target, why, requested := requestedSize(s, p)
-	if !requested {
-		if !gpu.GPU && p.Match != policy.MatchAll {
-			return leave("no GPU evidence (env, devices, CDI annotations, hooks); policy match is %q", p.Match)
-		}
-		target, why = p.Target(policy.Request{MemoryLimit: MemoryLimit(s), HostMemory: in.HostMemory, GPUs: pl.GPUs})
-		if gpu.GPU {
-			why = "GPU container (" + strings.Join(gpu.Evidence, ", ") + "): " + why
-		} else {
-			why = "policy match \"all\": " + why
-		}
+	if !applies {
+		return leave("no GPU evidence (requests, env, devices, CDI, hooks); policy match is %q", p.Match)
 	}
 
 	switch sh.Kind {
 	case ShmUser:
 		if !p.EnforceMin || requested {
-			return leave("the user mounts their own %s at /dev/shm (source %q); left alone", mountWord(sh), sh.Source)
+			return leave("the user mounts %s at /dev/shm; left alone", userMountWords(c, sh))
 		}
 		if sh.Type != "tmpfs" || IsBind(s.Mounts[sh.Index]) {
-			return leave("the user mounts their own %s at /dev/shm; enforce_min cannot resize it from the spec", mountWord(sh))
+			return leave("the user mounts %s at /dev/shm; enforce_min cannot resize it from the spec", userMountWords(c, sh))
 		}
 		if sh.Size >= p.Min {
 			return leave("the user's own tmpfs at /dev/shm is %s, at least the minimum %s", policy.FormatSize(sh.Size), policy.FormatSize(p.Min))
@@ -135,13 +165,18 @@ func Decide(in Input) Plan {
 		return act(pl, ActionSetSize, p.Min, fmt.Sprintf("enforce_min: the user's tmpfs at /dev/shm is %s, raised to min %s", policy.FormatSize(sh.Size), policy.FormatSize(p.Min)))
 
 	case ShmPrivate:
-		if !requested && !policy.IsEngineDefaultShm(sh.Size) && sh.Size != 0 {
-			// Not the engines' 64 MiB: someone chose it (--shm-size,
-			// default-shm-size, containers.conf).
-			if p.EnforceMin && sh.Size < p.Min {
-				return act(pl, ActionSetSize, p.Min, fmt.Sprintf("enforce_min: explicit /dev/shm size %s raised to min %s", policy.FormatSize(sh.Size), policy.FormatSize(p.Min)))
+		if chosen := c.ShmChoice != "" || !policy.IsEngineDefaultShm(sh.Size) && sh.Size != 0; chosen && !requested {
+			// The user's words say so, or the size is not the engines'
+			// 64 MiB: someone chose it (--shm-size, default-shm-size,
+			// containers.conf).
+			by := "--shm-size or the engine's default-shm-size"
+			if c.ShmChoice != "" {
+				by = c.ShmChoice
 			}
-			return leave("/dev/shm size %s was chosen explicitly (--shm-size or the engine's default-shm-size); left alone", policy.FormatSize(sh.Size))
+			if p.EnforceMin && sh.Size < p.Min {
+				return act(pl, ActionSetSize, p.Min, fmt.Sprintf("enforce_min: explicit /dev/shm size %s (%s) raised to min %s", policy.FormatSize(sh.Size), by, policy.FormatSize(p.Min)))
+			}
+			return leave("/dev/shm size %s was chosen explicitly (%s); left alone", policy.FormatSize(sh.Size), by)
 		}
 		if target <= pl.Current {
 			return leave("%s; /dev/shm is already %s", why, policy.FormatSize(pl.Current))
@@ -153,8 +188,8 @@ func Decide(in Input) Plan {
 		return act(pl, ActionSetSize, target, why)
 
 	case ShmEngine:
-		if c := pl.Container; c.SandboxID != "" && c.Engine == sh.Engine && sh.OwnerID != c.SandboxID {
-			return leave("/dev/shm binds %s, which belongs to sandbox %s, not this pod's %s; left alone", sh.Source, sh.OwnerID, c.SandboxID)
+		if pod := pl.Pod; pod.SandboxID != "" && pod.Engine == sh.Engine && sh.OwnerID != pod.SandboxID {
+			return leave("/dev/shm binds %s, which belongs to sandbox %s, not this pod's %s; left alone", sh.Source, sh.OwnerID, pod.SandboxID)
 		}
 		if p.Mode == policy.ModeMount {
 			return leave("%s; but /dev/shm is the %s host tmpfs %q and mode \"mount\" never remounts on the host", why, sh.Engine, sh.Source)
@@ -183,6 +218,16 @@ func Decide(in Input) Plan {
 func act(pl Plan, a Action, size int64, reason string) Plan {
 	pl.Action, pl.Size, pl.Reason = a, size, reason
 	return pl
+}
+
+// userMountWords names a user's /dev/shm mount: in the user's own words
+// where a front door described it (WithUserShm), else by the spec's type
+// and source.
+func userMountWords(c *Container, sh Shm) string {
+	if c.UserShm != "" {
+		return c.UserShm
+	}
+	return fmt.Sprintf("their own %s (source %q)", mountWord(sh), sh.Source)
 }
 
 func mountWord(sh Shm) string {

@@ -158,8 +158,8 @@ func ClassifyShm(s *specs.Spec, hostMemory int64) Shm {
 	return sh
 }
 
-// Container says where a spec sits in a pod.
-type Container struct {
+// Pod says where a spec sits in a pod.
+type Pod struct {
 	// Sandbox is true for a pod's sandbox (pause) container.
 	Sandbox bool
 	// SandboxID is the pod sandbox id where an engine says it.
@@ -168,16 +168,16 @@ type Container struct {
 	Engine string
 }
 
-// CRIContainer reads the CRI annotations containerd and CRI-O set.
-func CRIContainer(s *specs.Spec) Container {
+// CRIPod reads the CRI annotations containerd and CRI-O set.
+func CRIPod(s *specs.Spec) Pod {
 	a := s.Annotations
 	if t, ok := a[AnnotationCRIContainerType]; ok {
-		return Container{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRISandboxID], Engine: "containerd-cri"}
+		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRISandboxID], Engine: "containerd-cri"}
 	}
 	if t, ok := a[AnnotationCRIOContainerType]; ok {
-		return Container{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRIOSandboxID], Engine: "cri-o"}
+		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRIOSandboxID], Engine: "cri-o"}
 	}
-	return Container{}
+	return Pod{}
 }
 
 // MemoryLimit returns the spec's memory limit in bytes, 0 for none.

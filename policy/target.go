@@ -10,6 +10,10 @@ type Request struct {
 	HostMemory int64
 	// GPUs is the container's GPU count, 0 when it cannot be told.
 	GPUs int
+	// Portable says the size is written into a file that runs on hosts not
+	// known now (a compose file): with no memory to go by, the target is
+	// the policy's ComposeDefault rather than its minimum.
+	Portable bool
 }
 
 // Target returns the /dev/shm size the policy gives a container and a
@@ -34,6 +38,12 @@ func (p *Policy) Target(r Request) (int64, string) {
 		size = int64(float64(memory) * p.Percent / 100)
 		size -= size % MiB // whole MiB: whole pages, and readable
 		why = fmt.Sprintf("%s%% of the %s %s = %s", formatPercent(p.Percent), FormatSize(memory), memWhat, FormatSize(size))
+	case r.Portable && p.ComposeDefault > 0:
+		size = p.ComposeDefault
+		why = fmt.Sprintf("no memory limit, so the policy's compose default %s", FormatSize(size))
+	case r.Portable:
+		size = p.Min
+		why = "no memory limit and no compose default, so the policy minimum"
 	default:
 		size = p.Min
 		why = "memory unknown, so the policy minimum"

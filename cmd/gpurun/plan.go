@@ -44,21 +44,18 @@ policy file).`,
 			if err != nil {
 				return &exitError{2, err}
 			}
-			var mem int64
+			facts, factsErr := sysinfo.Facts()
 			if hostMemory != "" {
-				if mem, err = policy.ParseSize(hostMemory); err != nil {
+				if facts.HostMemory, err = policy.ParseSize(hostMemory); err != nil {
 					return &exitError{2, fmt.Errorf("--host-memory: %w", err)}
 				}
-			} else if mem, err = sysinfo.MemTotal(); err != nil {
-				return &exitError{2, err}
+			} else if facts.HostMemory == 0 {
+				return &exitError{2, factsErr}
 			}
-			pl := oci.Decide(oci.Input{
-				Spec:          cfg.Spec,
-				Policy:        pol,
-				HostMemory:    mem,
-				HostGPUs:      hostGPUs,
-				HostTmpfsSize: sysinfo.TmpfsSize,
-			})
+			if cmd.Flags().Changed("host-gpus") {
+				facts.HostGPUs = hostGPUs
+			}
+			pl := oci.Decide(oci.Input{Container: oci.FromSpec(cfg.Spec), Policy: pol, Facts: facts})
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
@@ -72,7 +69,7 @@ policy file).`,
 	f := cmd.Flags()
 	f.StringVar(&specPath, "spec", "", "the bundle's config.json")
 	f.StringVar(&hostMemory, "host-memory", "", "the host's memory (default: this host's MemTotal), e.g. 64g")
-	f.IntVar(&hostGPUs, "host-gpus", 0, "the host's GPU count, for containers that ask for all GPUs")
+	f.IntVar(&hostGPUs, "host-gpus", 0, "the host's GPU count, for containers that ask for all GPUs (default: this host's GPU device nodes)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object: action, size_bytes, current_bytes, gpu, gpus, reason")
 	return cmd
 }
@@ -102,12 +99,12 @@ func formatPlan(pl oci.Plan) string {
 	} else {
 		fmt.Fprintf(&b, "gpu:      no\n")
 	}
-	if pl.Container.Engine != "" {
+	if pl.Pod.Engine != "" {
 		role := "container"
-		if pl.Container.Sandbox {
+		if pl.Pod.Sandbox {
 			role = "sandbox"
 		}
-		fmt.Fprintf(&b, "pod:      %s %s of sandbox %s\n", pl.Container.Engine, role, pl.Container.SandboxID)
+		fmt.Fprintf(&b, "pod:      %s %s of sandbox %s\n", pl.Pod.Engine, role, pl.Pod.SandboxID)
 	}
 	fmt.Fprintf(&b, "reason:   %s\n", pl.Reason)
 	return b.String()

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/dockercli"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/criclient"
-	"github.com/gpurun/gpurun/runtime/launcher"
 	"github.com/gpurun/gpurun/runtime/resize"
 )
 
@@ -80,7 +80,7 @@ Needs root (or CAP_SYS_ADMIN) on the host where the container runs.`,
 					return err
 				}
 			} else {
-				c, err := launcher.NewClient(os.Getenv)
+				c, err := dockercli.NewClient(os.Getenv)
 				if err != nil {
 					return &exitError{2, err}
 				}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/dockercli"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/launcher"
 	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
@@ -60,21 +60,24 @@ func runDocker(g *globals, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{2, err}
 	}
-	req := launcher.Request{
-		Args:        args,
-		Policy:      pol,
-		LookupEnv:   os.LookupEnv,
-		ReadFile:    os.ReadFile,
-		LocalMemory: sysinfo.MemTotal,
+	req := dockercli.Request{
+		Args:       args,
+		Policy:     pol,
+		LookupEnv:  os.LookupEnv,
+		ReadFile:   os.ReadFile,
+		LocalFacts: sysinfo.Facts,
 	}
-	if d, err := launcher.NewAPIDaemon(os.Getenv); err == nil {
+	if ep, err := dockercli.ResolveEndpoint(os.Getenv); err == nil {
+		req.DaemonLocal = strings.HasPrefix(ep.Host, "unix://")
+	}
+	if d, err := dockercli.NewAPIDaemon(os.Getenv); err == nil {
 		defer d.Close()
 		req.Daemon = d
 	} else if g.verbose {
 		fmt.Fprintf(stderr, "gpurun: %v\n", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), daemonTimeout)
-	res := launcher.Prepare(ctx, req)
+	res := dockercli.Prepare(ctx, req)
 	cancel()
 
 	for _, w := range res.Warnings {
@@ -88,7 +91,7 @@ func runDocker(g *globals, args []string, stdout, stderr io.Writer) error {
 	}
 	argv := append(append(append([]string{dockerPath}, g.dockerGlobals...), "run"), res.Args...)
 	if g.dryRun {
-		fmt.Fprintln(stdout, launcher.ShellQuote(argv))
+		fmt.Fprintln(stdout, dockercli.ShellQuote(argv))
 		fmt.Fprintf(stdout, "# %s\n", describe(res))
 		return nil
 	}
@@ -104,7 +107,7 @@ func runDocker(g *globals, args []string, stdout, stderr io.Writer) error {
 }
 
 // describe is the one-line answer for people.
-func describe(res launcher.Result) string {
+func describe(res dockercli.Result) string {
 	pl := res.Plan
 	switch pl.Action {
 	case oci.ActionNone:

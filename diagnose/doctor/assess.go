@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -15,9 +13,9 @@ import (
 // from inside, through the Docker API, or through the CRI API.
 type subject struct {
 	fix fixTarget
-	// spec is what oci.Decide plans over: the container's runtime spec, or
-	// one built from what doctor could see.
-	spec *specs.Spec
+	// container is what oci.Decide plans over: the container's runtime
+	// spec, or the one form built from what doctor could see.
+	container *oci.Container
 	// planPrefix introduces the plan for people.
 	planPrefix string
 	shm        shmState
@@ -64,13 +62,13 @@ const (
 
 // assess turns a subject into the checks common to every way of looking at
 // a container: the /dev/shm mount, its size against the policy, its use,
-// GPUs, memory, NCCL's environment and gpurun's plan.
-func assess(sub subject, pol *policy.Policy) []Check {
+// GPUs, memory, NCCL's environment and gpurun's plan, which it returns too.
+func assess(sub subject, pol *policy.Policy) ([]Check, oci.Plan) {
 	sub.fix.userMount = sub.shm.kind == oci.ShmUser
-	pl := oci.Decide(oci.Input{Spec: sub.spec, Policy: pol, HostMemory: sub.hostMemory, HostGPUs: sub.hostGPUs, HostTmpfsSize: sub.hostTmpfsSize})
+	pl := oci.Decide(oci.Input{Container: sub.container, Policy: pol, Facts: oci.Facts{HostMemory: sub.hostMemory, HostGPUs: sub.hostGPUs, TmpfsSize: sub.hostTmpfsSize}})
 	acting := pl.Action != oci.ActionNone
 	applies := pl.GPU || pol.Match == policy.MatchAll || acting
-	target, why := pol.Target(policy.Request{MemoryLimit: oci.MemoryLimit(sub.spec), HostMemory: sub.hostMemory, GPUs: pl.GPUs})
+	target, why := pl.Target, pl.Why
 	if acting && pl.Size > 0 && pl.Size != target {
 		// An annotation asked for another size, or enforce_min raised one.
 		target, why = pl.Size, pl.Reason
@@ -90,7 +88,7 @@ func assess(sub subject, pol *policy.Policy) []Check {
 	}
 	checks = append(checks, ncclCheck(sub, pol))
 	checks = append(checks, planCheck(sub, pl))
-	return checks
+	return checks, pl
 }
 
 func mountCheck(sub subject, applies bool, target int64) Check {
@@ -230,8 +228,8 @@ func ncclCheck(sub subject, pol *policy.Policy) Check {
 	var env []string
 	vars := map[string]any{}
 	disabled := false
-	if sub.spec.Process != nil {
-		for _, kv := range sub.spec.Process.Env {
+	if s := sub.container.Spec; s != nil && s.Process != nil {
+		for _, kv := range s.Process.Env {
 			k, v, _ := strings.Cut(kv, "=")
 			if strings.HasPrefix(k, "NCCL_") {
 				if _, seen := vars[k]; !seen {

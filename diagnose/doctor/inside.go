@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
+	"os"
+	"path"
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
@@ -70,9 +71,23 @@ type ContainerOptions struct {
 	Probe int64
 }
 
-// gpuDeviceGlobs are the device nodes that make a container a GPU one
-// (oci.DetectGPU decides which of them count).
-var gpuDeviceGlobs = []string{"/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dri/renderD*", "/dev/accel[0-9]*", "/dev/accel/accel*"}
+// gpuDevices lists the GPU device nodes visible under /dev, /dev/dri and
+// /dev/accel, as oci.ClassifyDevice judges them.
+func gpuDevices(sys *System) []string {
+	var devs []string
+	for _, dir := range []string{"/dev", "/dev/dri", "/dev/accel"} {
+		entries, err := os.ReadDir(sys.path(dir))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if p := path.Join(dir, e.Name()); oci.ClassifyDevice(p).GPU {
+				devs = append(devs, p)
+			}
+		}
+	}
+	return devs
+}
 
 // Inside checks the container doctor runs in: its /dev/shm (what is
 // mounted there, its size and use) against what the policy gives it, its
@@ -85,29 +100,22 @@ func Inside(ctx context.Context, sys *System, o ContainerOptions) *Report {
 
 	sub := subject{fix: fixTarget{mode: ModeContainer},
 		planPrefix: "started through gpurun (run, runtime, hook), "}
-	spec := &specs.Spec{Process: &specs.Process{Env: sys.environ()}, Linux: &specs.Linux{}}
-	sub.spec = spec
+	opts := []oci.Opt{oci.WithEnv(sys.environ()...)}
 
 	ms, err := sys.mounts()
 	if err != nil {
 		r.add(Check{Name: "shm.mount", Status: Error, Detail: err.Error()})
 	}
 	hostIPC, _ := sys.hostIPC()
-	if !hostIPC {
-		spec.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.IPCNamespace}}
-	}
 	if err == nil {
 		sub.shm = insideShm(sys, shmMount(ms), hostIPC)
-		if m := shmSpecMount(sub.shm); m != nil {
-			spec.Mounts = append(spec.Mounts, *m)
-		}
+		opts = append(opts, shmOpt(sub.shm))
 	}
 
 	cg, cgErr := sys.cgroup(ms)
 	if cgErr == nil && cg.MemoryLimit > 0 {
-		limit := cg.MemoryLimit
-		spec.Linux.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}}
-		sub.memoryLimit = limit
+		opts = append(opts, oci.WithMemoryLimit(cg.MemoryLimit))
+		sub.memoryLimit = cg.MemoryLimit
 		sub.limitSource = fmt.Sprintf("cgroup v%d %s", cg.Version, cg.LimitFile)
 	}
 	if mem, err := sys.MemTotal(); err == nil {
@@ -115,24 +123,21 @@ func Inside(ctx context.Context, sys *System, o ContainerOptions) *Report {
 	}
 	sub.cpu = cpuDetail(sys, cg, cgErr)
 
-	var devs []string
-	for _, g := range gpuDeviceGlobs {
-		found, _ := filepath.Glob(sys.path(g))
-		for _, f := range found {
-			p := "/" + strings.TrimPrefix(strings.TrimPrefix(f, sys.path("/")), "/")
-			devs = append(devs, p)
-			spec.Linux.Devices = append(spec.Linux.Devices, specs.LinuxDevice{Path: p, Type: "c"})
-		}
-	}
+	devs := gpuDevices(sys)
+	opts = append(opts, oci.WithDevices(devs...))
 	if len(devs) == 0 {
 		sub.gpuNotes = append(sub.gpuNotes, "no GPU device nodes visible")
 	}
 	sub.hostGPUs, sub.gpuNotes = nvidiaSMI(ctx, sys, sub.gpuNotes)
+	if sub.container, err = oci.NewContainer(opts...); err != nil {
+		r.add(Check{Name: "plan", Status: Error, Detail: err.Error()})
+		return r.finish()
+	}
 
-	r.Checks = append(r.Checks, assess(sub, pol)...)
+	checks, pl := assess(sub, pol)
+	r.Checks = append(r.Checks, checks...)
 	if o.Probe > 0 {
-		target, _ := pol.Target(policy.Request{MemoryLimit: sub.memoryLimit, HostMemory: sub.hostMemory, GPUs: sub.hostGPUs})
-		r.add(probeCheck(sys, o.Probe, max(o.Probe, target)))
+		r.add(probeCheck(sys, o.Probe, max(o.Probe, pl.Target)))
 	}
 	return r.finish()
 }
@@ -173,32 +178,34 @@ func insideShm(sys *System, m *mountinfo.Info, hostIPC bool) shmState {
 	return sh
 }
 
-// shmSpecMount is the OCI mount that stands for what was seen at /dev/shm,
-// so that oci.Decide classifies it the same way.
-func shmSpecMount(sh shmState) *specs.Mount {
+// shmOpt is the one form's /dev/shm for what was seen there, so that
+// oci.Decide classifies it the same way.
+func shmOpt(sh shmState) oci.Opt {
 	switch sh.kind {
 	case oci.ShmPrivate:
 		size := policy.EngineDefaultShm
 		if sh.known {
 			size = sh.fs.Size
 		}
-		m := oci.ShmMount(size)
-		return &m
+		return oci.WithPrivateShm(size)
 	case oci.ShmHost:
-		return &specs.Mount{Destination: oci.ShmPath, Type: "bind", Source: oci.ShmPath, Options: []string{"rbind"}}
+		return oci.WithHostIPC()
 	case oci.ShmUser:
-		m := specs.Mount{Destination: oci.ShmPath, Type: sh.fsType, Source: "user"}
+		m := specs.Mount{Type: sh.fsType, Source: "user", Options: []string{"rbind"}}
 		if sh.fsType == "tmpfs" {
-			m.Source = "tmpfs"
+			m.Source, m.Options = "tmpfs", nil
 			if sh.known {
 				m.Options = []string{policy.MountSizeOption(sh.fs.Size, false)}
 			}
-		} else {
-			m.Options = []string{"rbind"}
 		}
-		return &m
+		return func(c *oci.Container) error {
+			if err := oci.WithPrivateShm(policy.EngineDefaultShm)(c); err != nil {
+				return err
+			}
+			return oci.WithUserShm(sh.what, m)(c)
+		}
 	}
-	return nil
+	return oci.WithNoShm()
 }
 
 func cpuDetail(sys *System, cg Cgroup, cgErr error) string {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -15,18 +14,14 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gpurun/gpurun/dockerspec"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/policy"
 )
 
 // TargetOptions configure DockerContainer and CRIContainer.
 type TargetOptions struct {
 	Policy PolicySource
 }
-
-// nvidiaHook is where moby and the NVIDIA runtime put NVIDIA's prestart
-// hook; oci.DetectGPU counts it as GPU evidence.
-const nvidiaHook = "/usr/bin/nvidia-container-runtime-hook"
 
 // DockerContainer checks one Docker container from the host: its IPC mode,
 // its /dev/shm (size and use, read through /proc/<pid>/root), its GPU
@@ -74,7 +69,8 @@ func DockerContainer(ctx context.Context, sys *System, api DockerAPI, ref string
 		}
 	}
 
-	// The spec: the runtime's own config.json, else built from inspect.
+	// The spec: the runtime's own config.json, else the one form built
+	// from inspect.
 	specFrom := "built from docker inspect"
 	var spec *specs.Spec
 	if running {
@@ -82,10 +78,14 @@ func DockerContainer(ctx context.Context, sys *System, api DockerAPI, ref string
 			spec, specFrom = s, p
 		}
 	}
-	if spec == nil {
-		spec = dockerSpec(c, info.DockerRootDir, donor)
+	if spec != nil {
+		sub.container = oci.FromSpec(spec)
+	} else if sub.container, err = dockerspec.FromInspect(c, info.DockerRootDir, donor); err != nil {
+		r.add(Check{Name: "container", Status: Error, Detail: fmt.Sprintf("container %s: %v", ref, err)})
+		r.add(pc)
+		return r.finish()
 	}
-	sub.spec = spec
+	spec = sub.container.Spec
 	sub.planPrefix = "for its spec (" + specFrom + "), "
 	sub.hostTmpfsSize = sys.tmpfsSize
 
@@ -107,7 +107,8 @@ func DockerContainer(ctx context.Context, sys *System, api DockerAPI, ref string
 
 	sub.shm = dockerShm(sys, c, spec, hostMem, running)
 	sub.cpu = dockerCPU(c, info)
-	r.Checks = append(r.Checks, assess(sub, pol)...)
+	checks, _ := assess(sub, pol)
+	r.Checks = append(r.Checks, checks...)
 	return r.finish()
 }
 
@@ -205,102 +206,6 @@ func dockerCPU(c container.InspectResponse, info system.Info) string {
 	return strings.Join(parts, "; ")
 }
 
-// dockerSpec builds the parts of the OCI spec dockerd writes for a
-// container that the planner reads, from docker inspect: env, GPU devices
-// and hooks, memory limit, annotations, IPC namespace and /dev/shm.
-func dockerSpec(c container.InspectResponse, dockerRoot string, donor *container.InspectResponse) *specs.Spec {
-	h := c.HostConfig
-	s := &specs.Spec{
-		Process:     &specs.Process{Env: append([]string(nil), c.Config.Env...)},
-		Linux:       &specs.Linux{},
-		Annotations: map[string]string{},
-	}
-	for k, v := range h.Annotations {
-		s.Annotations[k] = v
-	}
-	if h.Memory > 0 {
-		limit := h.Memory
-		s.Linux.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}}
-	}
-	gpuRequest := strings.Contains(h.Runtime, "nvidia")
-	for _, dr := range h.DeviceRequests {
-		if dr.Driver == "cdi" {
-			// --device vendor.com/class=name (Docker 25+): CDI device names.
-			for _, d := range dr.DeviceIDs {
-				s.Annotations[oci.CDIAnnotationPrefix+"docker"] = joinComma(s.Annotations[oci.CDIAnnotationPrefix+"docker"], d)
-			}
-			continue
-		}
-		isGPU := dr.Driver == "nvidia"
-		for _, caps := range dr.Capabilities {
-			for _, cp := range caps {
-				isGPU = isGPU || cp == "gpu"
-			}
-		}
-		if !isGPU {
-			continue
-		}
-		gpuRequest = true
-		switch {
-		case len(dr.DeviceIDs) > 0:
-			s.Process.Env = append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES="+strings.Join(dr.DeviceIDs, ","))
-		case dr.Count < 0:
-			s.Process.Env = append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES=all")
-		}
-	}
-	if gpuRequest {
-		//lint:ignore SA1019 this is where moby and the nvidia runtime put the hook.
-		s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: nvidiaHook, Args: []string{"nvidia-container-runtime-hook", "prestart"}}}}
-	}
-	for _, d := range h.Devices {
-		s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: path.Clean(d.PathInContainer), Type: "c"})
-	}
-
-	ipc := h.IpcMode
-	if !ipc.IsHost() {
-		s.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.IPCNamespace}}
-	}
-	// The user's own mount at /dev/shm wins, as in dockerd.
-	for _, m := range c.Mounts {
-		if path.Clean(m.Destination) == oci.ShmPath {
-			s.Mounts = append(s.Mounts, specs.Mount{Destination: oci.ShmPath, Type: string(m.Type), Source: m.Source, Options: []string{"rbind"}})
-			return s
-		}
-	}
-	if opts, ok := h.Tmpfs[oci.ShmPath]; ok {
-		m := specs.Mount{Destination: oci.ShmPath, Type: "tmpfs", Source: "tmpfs"}
-		if opts != "" {
-			m.Options = strings.Split(opts, ",")
-		}
-		s.Mounts = append(s.Mounts, m)
-		return s
-	}
-	containers := filepath.Join(dockerRoot, "containers")
-	switch {
-	case ipc.IsHost():
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: oci.ShmPath, Type: "bind", Source: oci.ShmPath, Options: []string{"rbind"}})
-	case ipc.IsNone():
-	case ipc.IsContainer() && donor != nil && dockerRoot != "":
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: oci.ShmPath, Type: "bind", Source: filepath.Join(containers, donor.ID, "mounts", "shm"), Options: []string{"rbind"}})
-	case ipc.IsShareable() && dockerRoot != "":
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: oci.ShmPath, Type: "bind", Source: filepath.Join(containers, c.ID, "mounts", "shm"), Options: []string{"rbind"}})
-	default:
-		size := h.ShmSize
-		if size <= 0 {
-			size = policy.EngineDefaultShm
-		}
-		s.Mounts = append(s.Mounts, oci.ShmMount(size))
-	}
-	return s
-}
-
-func joinComma(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "," + b
-}
-
 // bundleSpec reads the runtime config.json of the container whose init
 // process is pid: its parent is the containerd shim, whose working
 // directory is the bundle.
@@ -386,7 +291,7 @@ func CRIContainer(ctx context.Context, sys *System, cri CRIRuntime, id string, o
 
 	hostMem, _ := sys.MemTotal()
 	spec := info.RuntimeSpec
-	sub := subject{fix: fixTarget{mode: ModeCRI, ref: id}, spec: spec, hostMemory: hostMem,
+	sub := subject{fix: fixTarget{mode: ModeCRI, ref: id}, container: oci.FromSpec(spec), hostMemory: hostMem,
 		hostTmpfsSize: sys.tmpfsSize, planPrefix: "for its runtime spec, "}
 	if l := oci.MemoryLimit(spec); l > 0 {
 		sub.memoryLimit, sub.limitSource = l, "the container's resources.limits.memory"
@@ -422,6 +327,7 @@ func CRIContainer(ctx context.Context, sys *System, cri CRIRuntime, id string, o
 		}
 	}
 	sub.shm = sh
-	r.Checks = append(r.Checks, assess(sub, pol)...)
+	checks, _ := assess(sub, pol)
+	r.Checks = append(r.Checks, checks...)
 	return r.finish()
 }

@@ -4,18 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/system"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpurun/gpurun/dockerargs"
+	"github.com/gpurun/gpurun/dockercli"
+	"github.com/gpurun/gpurun/dockerspec"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/launcher"
 )
 
 const fixtures = "../../oci/testdata/fixtures"
@@ -169,16 +170,22 @@ func TestDockerSpecMatchesLauncher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ls, _, err := launcher.Spec(run, env, policy.EngineDefaultShm)
+			ls, _, err := dockercli.Container(run, env, policy.EngineDefaultShm)
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := inspected("x", 1, tt.hc, tt.env...)
-			ds := dockerSpec(c, "/var/lib/docker", nil)
-			in := func(s *specs.Spec) oci.Plan {
-				return oci.Decide(oci.Input{Spec: s, Policy: policy.Default(), HostMemory: fakeHostMemory})
+			ds, err := dockerspec.FromInspect(c, "/var/lib/docker", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := func(c *oci.Container) oci.Plan {
+				return oci.Decide(oci.Input{Container: c, Policy: policy.Default(), Facts: oci.Facts{HostMemory: fakeHostMemory}})
 			}
 			want, got := in(ls), in(ds)
+			if !slices.Equal(got.Evidence, want.Evidence) {
+				t.Errorf("doctor names the GPU evidence %q, gpurun run %q", got.Evidence, want.Evidence)
+			}
 			// The size of a plan that acts must agree; a plan that leaves
 			// /dev/shm alone reports its current size, which inspect knows
 			// better than a command line (a --tmpfs size).

@@ -151,7 +151,7 @@ func (h *Hook) apply(st State, pol *policy.Policy, log *slog.Logger, attrs []any
 	if err != nil {
 		log.Warn("host memory unknown", "err", err.Error())
 	}
-	pl := oci.Decide(oci.Input{Spec: cfg.Spec, Policy: pol, HostMemory: mem, HostTmpfsSize: h.HostTmpfsSize})
+	pl := oci.Decide(oci.Input{Container: oci.FromSpec(cfg.Spec), Policy: pol, Facts: oci.Facts{HostMemory: mem, TmpfsSize: h.HostTmpfsSize}})
 	attrs = append(attrs, "action", string(pl.Action), "size_bytes", pl.Size, "current_bytes", pl.Current, "gpu", pl.GPU, "reason", pl.Reason)
 	switch pl.Action {
 	case oci.ActionNone:

@@ -207,7 +207,7 @@ func (p *Plugin) handle(pol *policy.Policy, runtime string, pod *api.PodSandbox,
 		return out, errors.New("the request has no container")
 	}
 	spec := ToSpec(runtime, pod, ctr)
-	pl := oci.Decide(oci.Input{Spec: spec, Policy: pol, HostMemory: p.hostMemory, HostTmpfsSize: p.tmpfsSize})
+	pl := oci.Decide(oci.Input{Container: oci.FromSpec(spec), Policy: pol, Facts: oci.Facts{HostMemory: p.hostMemory, TmpfsSize: p.tmpfsSize}})
 	out.Plan = pl
 	attrs := append(containerAttrs(pod, ctr), "action", string(pl.Action), "size_bytes", pl.Size,
 		"current_bytes", pl.Current, "gpu", pl.GPU, "reason", pl.Reason)

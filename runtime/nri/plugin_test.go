@@ -314,7 +314,7 @@ func TestConfigure(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSize, _ := want.Target(policy.Request{HostMemory: testHostMemory, GPUs: 1})
-	if out.Plan.Container.Engine != "cri-o" || out.Plan.Action != oci.ActionRemount || out.Plan.Size != wantSize {
+	if out.Plan.Pod.Engine != "cri-o" || out.Plan.Action != oci.ActionRemount || out.Plan.Size != wantSize {
 		t.Errorf("CRI-O container: plan %+v, want a remount to %d as cri-o", out.Plan, wantSize)
 	}
 }

@@ -157,7 +157,7 @@ func TestToSpec(t *testing.T) {
 
 func TestToSpecNil(t *testing.T) {
 	s := ToSpec("", nil, &api.Container{})
-	pl := oci.Decide(oci.Input{Spec: s, Policy: policy.Default(), HostMemory: 1 << 36})
+	pl := oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: policy.Default(), Facts: oci.Facts{HostMemory: 1 << 36}})
 	if pl.Action != oci.ActionNone || pl.GPU {
 		t.Errorf("empty container: plan %+v, want none without GPU", pl)
 	}
@@ -241,7 +241,7 @@ func TestFixturesPlanLikeTheShim(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := cfg.Spec
-		c := oci.CRIContainer(s)
+		c := oci.CRIPod(s)
 		if c.Sandbox {
 			continue // NRI never asks about a pod's sandbox
 		}
@@ -249,7 +249,7 @@ func TestFixturesPlanLikeTheShim(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
 		t.Run(name, func(t *testing.T) {
 			for _, pol := range []*policy.Policy{policy.Default(), mustParse(t, `match = "all"`), mustParse(t, `mode = "mount"`), mustParse(t, "enforce_min = true\nmin = \"4g\"")} {
-				want := oci.Decide(oci.Input{Spec: s, Policy: pol, HostMemory: host, HostTmpfsSize: sizes})
+				want := oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: pol, Facts: oci.Facts{HostMemory: host, TmpfsSize: sizes}})
 				p := New(Config{Policy: pol, HostMemory: host, TmpfsSize: sizes,
 					Grow: func(string, int64, []string) (remount.Result, error) { return remount.Result{}, nil }})
 				podID := c.SandboxID
@@ -263,8 +263,8 @@ func TestFixturesPlanLikeTheShim(t *testing.T) {
 					got.Shm != want.Shm || !slices.Equal(got.Evidence, want.Evidence) {
 					t.Errorf("policy %+v:\n NRI plan %+v\nshim plan %+v", pol, got, want)
 				}
-				if c.Engine != "" && got.Container != want.Container {
-					t.Errorf("container %+v, want %+v", got.Container, want.Container)
+				if c.Engine != "" && got.Pod != want.Pod {
+					t.Errorf("container %+v, want %+v", got.Pod, want.Pod)
 				}
 			}
 		})

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gpurun/gpurun/dockerspec"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/remount"
@@ -82,27 +83,8 @@ func DockerTarget(ctx context.Context, d Docker, ref string) (Target, error) {
 	if c.HostConfig == nil {
 		return t, fmt.Errorf("container %s: inspect has no HostConfig", ref)
 	}
-	for _, m := range c.Mounts {
-		if filepath.Clean(m.Destination) == oci.ShmPath {
-			if m.Type == "tmpfs" {
-				// --mount type=tmpfs,dst=/dev/shm: the container's own.
-				t.Kind, t.Path, t.PID = Namespace, oci.ShmPath, c.State.Pid
-				return t, nil
-			}
-			return t, fmt.Errorf("container %s mounts a %s (%s) at /dev/shm, not a tmpfs Docker made; gpurun resizes only engine-made tmpfs", ref, m.Type, m.Source)
-		}
-	}
-	if _, ok := c.HostConfig.Tmpfs[oci.ShmPath]; ok {
-		t.Kind, t.Path, t.PID = Namespace, oci.ShmPath, c.State.Pid
-		return t, nil
-	}
 	mode := c.HostConfig.IpcMode
-	switch {
-	case mode.IsHost():
-		return t, fmt.Errorf("container %s uses the host's IPC namespace (--ipc host): its /dev/shm is the host's, which gpurun never resizes", ref)
-	case mode.IsNone():
-		return t, fmt.Errorf("container %s has --ipc none: Docker mounted nothing at /dev/shm", ref)
-	case mode.IsContainer():
+	if mode.IsContainer() {
 		donor := mode.Container()
 		dt, err := DockerTarget(ctx, d, donor)
 		if err != nil {
@@ -110,7 +92,9 @@ func DockerTarget(ctx context.Context, d Docker, ref string) (Target, error) {
 		}
 		dt.SharedWith = t.Name
 		return dt, nil
-	case mode.IsShareable():
+	}
+	root := ""
+	if mode.IsShareable() {
 		info, err := d.Info(ctx)
 		if err != nil {
 			return t, fmt.Errorf("docker info: %w", err)
@@ -118,14 +102,35 @@ func DockerTarget(ctx context.Context, d Docker, ref string) (Target, error) {
 		if info.DockerRootDir == "" {
 			return t, errors.New("docker info reports no DockerRootDir")
 		}
-		root := filepath.Join(info.DockerRootDir, "containers")
-		t.Kind, t.Path = HostTmpfs, filepath.Join(root, c.ID, "mounts", "shm")
-		t.Roots = []string{root}
-		return t, nil
-	default: // private, or "" from old daemons
-		t.Kind, t.Path, t.PID = Namespace, oci.ShmPath, c.State.Pid
-		return t, nil
+		root = info.DockerRootDir
+		t.Roots = []string{filepath.Join(root, "containers")}
 	}
+	form, err := dockerspec.FromInspect(c, root, nil)
+	if err != nil {
+		return t, fmt.Errorf("container %s: %w", ref, err)
+	}
+	sh := oci.ClassifyShm(form.Spec, 0)
+	switch sh.Kind {
+	case oci.ShmEngine:
+		t.Kind, t.Path = HostTmpfs, sh.Source
+	case oci.ShmPrivate:
+		t.Kind, t.Path, t.PID = Namespace, oci.ShmPath, c.State.Pid
+	case oci.ShmUser:
+		if sh.Type == "tmpfs" {
+			// --tmpfs /dev/shm, --mount type=tmpfs: the container's own.
+			t.Kind, t.Path, t.PID = Namespace, oci.ShmPath, c.State.Pid
+			return t, nil
+		}
+		return t, fmt.Errorf("container %s mounts %s at /dev/shm, not a tmpfs Docker made; gpurun resizes only engine-made tmpfs", ref, form.UserShm)
+	case oci.ShmHost:
+		if form.UserShm != "" {
+			return t, fmt.Errorf("container %s mounts %s at /dev/shm, not a tmpfs Docker made: the host's /dev/shm, which gpurun never resizes", ref, form.UserShm)
+		}
+		return t, fmt.Errorf("container %s uses the host's IPC namespace (--ipc host): its /dev/shm is the host's, which gpurun never resizes", ref)
+	default:
+		return t, fmt.Errorf("container %s has --ipc none: Docker mounted nothing at /dev/shm", ref)
+	}
+	return t, nil
 }
 
 // CRI is the part of the CRI runtime service client resize uses.

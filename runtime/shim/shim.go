@@ -130,11 +130,11 @@ func (s *Shim) prepare(inv Invocation, pol *policy.Policy, log *slog.Logger) (er
 	if s.Getenv(PanicEnv) == "plan" {
 		panic("test hook " + PanicEnv + "=plan")
 	}
-	mem, err := sysinfo.MemTotal()
+	facts, err := sysinfo.Facts()
 	if err != nil {
-		log.Warn("host memory unknown", "err", err.Error())
+		log.Warn("host facts incomplete", "err", err.Error())
 	}
-	pl := oci.Decide(oci.Input{Spec: cfg.Spec, Policy: pol, HostMemory: mem, HostTmpfsSize: sysinfo.TmpfsSize})
+	pl := oci.Decide(oci.Input{Container: oci.FromSpec(cfg.Spec), Policy: pol, Facts: facts})
 	attrs := []any{"id", inv.ID, "command", inv.Command, "action", string(pl.Action),
 		"size_bytes", pl.Size, "current_bytes", pl.Current, "gpu", pl.GPU, "reason", pl.Reason}
 	switch pl.Action {

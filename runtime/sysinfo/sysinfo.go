@@ -1,17 +1,72 @@
 // Package sysinfo reads the few facts about the host that the planner needs:
-// its total memory and the size of a tmpfs.
+// its total memory, its GPU count and the size of a tmpfs. Facts is the one
+// provider every front door that runs on the host uses, so that none of
+// them plans with a fact left out.
 package sysinfo
 
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpurun/gpurun/oci"
 )
+
+// Facts returns this host's facts for oci.Decide: its memory, its GPU
+// count from the device nodes under /dev, and the tmpfs size reader. What
+// it cannot learn stays unknown (0), and the error says why; the facts it
+// did learn are returned either way.
+func Facts() (oci.Facts, error) {
+	f := oci.Facts{TmpfsSize: TmpfsSize}
+	var errs []error
+	var err error
+	if f.HostMemory, err = MemTotal(); err != nil {
+		errs = append(errs, err)
+	}
+	if f.HostGPUs, err = GPUCount("/dev"); err != nil {
+		errs = append(errs, err)
+	}
+	return f, errors.Join(errs...)
+}
+
+// GPUCount returns how many GPUs the device nodes under dev (normally
+// /dev) show, counted as oci.ClassifyDevice counts a container's: per
+// family (NVIDIA nodes, render nodes, accel nodes), the largest. A missing
+// directory counts nothing; another read error is returned.
+func GPUCount(dev string) (int, error) {
+	counts := map[string]int{}
+	for _, sub := range []string{"", "dri", "accel"} {
+		dir := filepath.Join(dev, sub)
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("count GPUs: %w", err)
+		}
+		for _, e := range entries {
+			if e.Type()&os.ModeDevice == 0 {
+				continue
+			}
+			// Classify by the path the node has in a container's /dev.
+			if d := oci.ClassifyDevice(filepath.Join("/dev", sub, e.Name())); d.GPU {
+				counts[d.Family] += d.Count
+			}
+		}
+	}
+	n := 0
+	for _, c := range counts {
+		n = max(n, c)
+	}
+	return n, nil
+}
 
 // MemTotal returns the host's total memory in bytes from /proc/meminfo.
 func MemTotal() (int64, error) {

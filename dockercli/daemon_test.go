@@ -1,4 +1,4 @@
-package launcher
+package dockercli
 
 import (
 	"crypto/sha256"

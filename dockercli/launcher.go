@@ -3,21 +3,17 @@
 // GPUs and memory go), asks the shared planner what /dev/shm that container
 // should get, and turns the plan into docker's own flags (--shm-size, or
 // --ipc=host). The user's docker CLI then runs with everything else as given.
-package launcher
+package dockercli
 
 import (
 	"context"
-	"encoding/csv"
-	"errors"
 	"fmt"
-	"path"
 	"strconv"
 	"strings"
 	"sync"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/gpurun/gpurun/dockerargs"
+	"github.com/gpurun/gpurun/dockerspec"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -51,8 +47,13 @@ type Request struct {
 	LookupEnv func(string) (string, bool)
 	// ReadFile reads --env-file files.
 	ReadFile func(string) ([]byte, error)
-	// LocalMemory is this host's memory, used when the daemon cannot say.
-	LocalMemory func() (int64, error)
+	// LocalFacts are this host's (sysinfo.Facts): its memory stands in
+	// when the daemon cannot say its own, and its GPU count is the daemon
+	// host's when DaemonLocal says the daemon runs here. Nil: unknown.
+	LocalFacts func() (oci.Facts, error)
+	// DaemonLocal is true when the daemon listens on this host (a unix
+	// socket).
+	DaemonLocal bool
 }
 
 // Result is what to run and why.
@@ -112,27 +113,35 @@ func Prepare(ctx context.Context, req Request) Result {
 	}
 	env := dockerargs.MergeEnv(imageEnv, runEnv)
 
-	decide := func(defaultShm, mem int64) (oci.Plan, error) {
-		spec, why, err := Spec(run, env, defaultShm)
+	decide := func(defaultShm int64, facts oci.Facts) (oci.Plan, error) {
+		c, why, err := Container(run, env, defaultShm)
 		if err != nil {
 			return oci.Plan{}, err
 		}
-		pl := oci.Decide(oci.Input{Spec: spec, Policy: pol, HostMemory: mem})
+		pl := oci.Decide(oci.Input{Container: c, Policy: pol, Facts: facts})
 		if why != "" {
-			pl = oci.Plan{Action: oci.ActionNone, GPU: pl.GPU, GPUs: pl.GPUs, Reason: why, Evidence: pl.Evidence}
+			pl = oci.Plan{Action: oci.ActionNone, GPU: pl.GPU, GPUs: pl.GPUs, Reason: why, Evidence: pl.Evidence, Target: pl.Target, Why: pl.Why}
 		}
 		return pl, nil
 	}
-	pl, err := decide(policy.EngineDefaultShm, 0)
+	var local oci.Facts
+	if req.LocalFacts != nil {
+		local, _ = req.LocalFacts()
+	}
+	hostGPUs := 0
+	if req.DaemonLocal {
+		hostGPUs = local.HostGPUs
+	}
+	pl, err := decide(policy.EngineDefaultShm, oci.Facts{HostGPUs: hostGPUs})
 	if err != nil {
 		res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
 		res.Notes = append(res.Notes, fmt.Sprintf("not changing the command: %v", err))
 		return res
 	}
 	if pl.Action != oci.ActionNone || pl.GPU {
-		mem, defaultShm, notes := facts(ctx, req, run, daemonUp)
+		mem, defaultShm, notes := facts(ctx, req, run, daemonUp, local.HostMemory)
 		res.Notes = append(res.Notes, notes...)
-		if pl, err = decide(defaultShm, mem); err != nil {
+		if pl, err = decide(defaultShm, oci.Facts{HostMemory: mem, HostGPUs: hostGPUs}); err != nil {
 			res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
 			return res
 		}
@@ -156,7 +165,7 @@ func Prepare(ctx context.Context, req Request) Result {
 // the user set --shm-size — its default-shm-size, which gpurun must never
 // undercut. What it cannot learn falls back to this host's memory and
 // Docker's 64 MiB, with a note.
-func facts(ctx context.Context, req Request, run *dockerargs.Run, daemonUp bool) (mem, defaultShm int64, notes []string) {
+func facts(ctx context.Context, req Request, run *dockerargs.Run, daemonUp bool, localMem int64) (mem, defaultShm int64, notes []string) {
 	defaultShm = policy.EngineDefaultShm
 	if daemonUp {
 		var wg sync.WaitGroup
@@ -188,11 +197,9 @@ func facts(ctx context.Context, req Request, run *dockerargs.Run, daemonUp bool)
 			defaultShm = shm
 		}
 	}
-	if mem == 0 && req.LocalMemory != nil {
-		if m, err := req.LocalMemory(); err == nil {
-			mem = m
-			notes = append(notes, "using this host's memory for the daemon host's")
-		}
+	if mem == 0 && localMem > 0 {
+		mem = localMem
+		notes = append(notes, "using this host's memory for the daemon host's")
 	}
 	return mem, defaultShm, notes
 }
@@ -211,115 +218,76 @@ func insertFlag(run *dockerargs.Run, flag string) []string {
 	return append(out, run.Args[at:]...)
 }
 
-// Spec builds the parts of the OCI spec dockerd would write for this run
-// that the planner reads: env, GPU devices and hooks, memory limit,
-// annotations, the IPC namespace and the /dev/shm mount. defaultShm is the
-// daemon's default /dev/shm size. A non-empty reason means the run's
-// /dev/shm is not gpurun's to size from the docker command line.
-func Spec(run *dockerargs.Run, env []string, defaultShm int64) (*specs.Spec, string, error) {
-	s := &specs.Spec{
-		Process:     &specs.Process{Env: env},
-		Linux:       &specs.Linux{},
-		Annotations: map[string]string{},
-	}
+// Container translates a docker run into the one form, as dockerd would
+// lay the container out (dockerspec): the environment (env, the image's
+// and the run's, merged), annotations, --memory, each --gpus request,
+// --runtime, every --device (oci.ClassifyDevice judges them), --privileged,
+// and /dev/shm — the user's own mount there, else what --ipc and
+// --shm-size give (defaultShm is the daemon's default-shm-size). A
+// non-empty reason means the run's /dev/shm is not gpurun's to size from
+// the command line.
+func Container(run *dockerargs.Run, env []string, defaultShm int64) (*oci.Container, string, error) {
+	opts := []oci.Opt{oci.WithEnv(env...), dockerspec.Runtime(run.Runtime)}
 	if run.MemorySet {
 		n, err := policy.ParseSize(run.Memory)
 		if err != nil {
 			return nil, "", fmt.Errorf("--memory: %w", err)
 		}
-		if n > 0 {
-			s.Linux.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &n}}
-		}
+		opts = append(opts, oci.WithMemoryLimit(n))
 	}
+	ann := map[string]string{}
 	for _, a := range run.Annotations {
 		k, v, _ := strings.Cut(a, "=")
-		s.Annotations[k] = v
+		ann[k] = v
 	}
-	// GPUs: --gpus and an NVIDIA runtime both end in NVIDIA's prestart hook
-	// (moby adds it for --gpus; the nvidia runtime injects it); --gpus also
-	// sets NVIDIA_VISIBLE_DEVICES.
-	if run.GPUsSet || strings.Contains(run.Runtime, "nvidia") {
-		//lint:ignore SA1019 this is where moby and the nvidia runtime put the hook.
-		s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: "/usr/bin/nvidia-container-runtime-hook", Args: []string{"nvidia-container-runtime-hook", "prestart"}}}}
+	opts = append(opts, oci.WithAnnotations(ann))
+	for _, g := range run.GPURequests {
+		dr, err := dockerspec.ParseGPUs(g)
+		if err != nil {
+			// docker refuses the run with its own message.
+			return nil, "", err
+		}
+		opts = append(opts, dockerspec.GPURequest(dr))
 	}
-	if run.GPUsSet {
-		if devices, err := gpusValue(run.GPUs); err == nil && devices != "" {
-			s.Process.Env = append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES="+devices)
+	for _, d := range run.Devices {
+		if dst := dockerargs.DeviceTarget(d); dst != "" {
+			opts = append(opts, oci.WithDevices(dst))
 		}
 	}
-	for _, d := range run.GPUDevices() {
-		if dst := dockerargs.DeviceTarget(d); strings.HasPrefix(dst, "/") {
-			s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: path.Clean(dst), Type: "c"})
-		} else {
-			s.Annotations[oci.CDIAnnotationPrefix+"docker-cli"] = joinNonEmpty(s.Annotations[oci.CDIAnnotationPrefix+"docker-cli"], d)
-		}
+	if run.Privileged {
+		opts = append(opts, oci.WithPrivileged("--privileged"))
 	}
 
 	ipc := run.IPC
-	s.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.IPCNamespace}}
-	if how, ok := run.MountsDevShm(); ok {
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: oci.ShmPath, Type: "bind", Source: "user:" + how, Options: []string{"rbind"}})
-		return s, "", nil
-	}
-	switch {
-	case ipc == "host":
-		s.Linux.Namespaces = nil
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: oci.ShmPath, Type: "bind", Source: oci.ShmPath, Options: []string{"rbind"}})
-		return s, "", nil
-	case strings.HasPrefix(ipc, "container:"):
-		return s, fmt.Sprintf("--ipc %s shares that container's IPC namespace and /dev/shm (docker ignores --shm-size); grow it with `gpurun resize %s SIZE`", ipc, strings.TrimPrefix(ipc, "container:")), nil
-	case ipc == "none":
-		return s, "--ipc none: the user asked for no /dev/shm", nil
-	}
-	size := defaultShm
+	shm := dockerspec.Shm{Size: defaultShm}
 	if run.ShmSizeSet {
 		n, err := policy.ParseSize(run.ShmSize)
 		if err != nil {
 			return nil, "", fmt.Errorf("--shm-size: %w", err)
 		}
 		if n > 0 {
-			size = n
+			shm.Size, shm.Choice = n, "--shm-size "+run.ShmSize
 		}
 	}
-	m := oci.ShmMount(size)
-	s.Mounts = append(s.Mounts, m)
-	return s, "", nil
-}
-
-// gpusValue returns what --gpus puts in NVIDIA_VISIBLE_DEVICES: "all", a
-// device list, or "" for a count (which devices is the daemon's choice).
-func gpusValue(v string) (string, error) {
-	if strings.Trim(v, `"'`) == "all" {
-		return "all", nil
+	var why string
+	switch {
+	case strings.HasPrefix(ipc, "container:"):
+		// The donor's /dev/shm: not the command line's to size.
+		why = fmt.Sprintf("--ipc %s shares that container's IPC namespace and /dev/shm (docker ignores --shm-size); grow it with `gpurun resize %s SIZE`", ipc, strings.TrimPrefix(ipc, "container:"))
+		ipc = ""
+	case ipc == "none":
+		why = "--ipc none: the user asked for no /dev/shm"
 	}
-	if _, err := strconv.Atoi(v); err == nil {
-		return "", nil
+	opts = append(opts, dockerspec.IPC(ipc, shm))
+	if how, ok := run.MountsDevShm(); ok {
+		flag, value, _ := strings.Cut(strings.TrimPrefix(how, "--"), " ")
+		opts = append(opts, oci.WithUserShm(how, dockerspec.UserMount(flag, value)))
 	}
-	// docker reads --gpus as one CSV record, so `"device=0,1",capabilities=x`
-	// keeps its quoted commas.
-	fields, err := csv.NewReader(strings.NewReader(v)).Read()
+	c, err := oci.NewContainer(opts...)
 	if err != nil {
-		return "", fmt.Errorf("--gpus %q: %w", v, err)
+		return nil, "", err
 	}
-	for _, field := range fields {
-		k, val, _ := strings.Cut(field, "=")
-		switch k {
-		case "device":
-			return val, nil
-		case "count":
-			if val == "all" {
-				return "all", nil
-			}
-		}
-	}
-	return "", errors.New("no devices named")
-}
-
-func joinNonEmpty(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "," + b
+	return c, why, nil
 }
 
 // warnings are the one-line notices of a user's choice that defeats them.
