@@ -18,7 +18,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
 )
 
 // ctdRuncV2 is the shim type a runc-compatible runtime (gpurun-runtime)
@@ -119,7 +119,7 @@ func loadContainerd(sys *System, nodePath string) (ctdConfig, bool, error) {
 	if _, ok := tree["version"]; !ok && len(tree) > 0 {
 		return ctdConfig{version: 1, tree: tree, files: []string{nodePath}}, true, nil
 	}
-	version, err := engineconf.ContainerdVersion(data)
+	version, err := containerd.Version(data)
 	if err != nil {
 		return ctdConfig{}, true, fmt.Errorf("%s: %w", nodePath, err)
 	}

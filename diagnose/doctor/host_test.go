@@ -24,6 +24,10 @@ import (
 // after gpurun install.
 const engineconfData = "../../runtime/engineconf/testdata"
 
+// containerdData is the containerd configs of the containerd editor's
+// tests: real config.toml files, and what gpurun install makes of them.
+const containerdData = "../../runtime/engineconf/containerd/testdata"
+
 // The path gpurun-runtime has in engineconf's golden files.
 const goldenRuntime = "/usr/local/bin/gpurun-runtime"
 
@@ -300,7 +304,7 @@ func dropInTarget(t *testing.T, main []byte) string {
 // install in place, and of a drop-in install (main config plus the
 // imported file).
 func TestHostContainerdConfigs(t *testing.T) {
-	dir := filepath.Join(engineconfData, "containerd")
+	dir := containerdData
 	inputs, _ := filepath.Glob(filepath.Join(dir, "*.toml"))
 	installed, _ := filepath.Glob(filepath.Join(dir, "golden", "installed", "*.toml"))
 	mains, _ := filepath.Glob(filepath.Join(dir, "golden", "dropin", "*.main.toml"))
@@ -438,7 +442,7 @@ func (c *fakeCRI) ContainerStatus(_ context.Context, in *runtimeapi.ContainerSta
 // TestHostContainerdLoaded compares the config with what the running
 // containerd reports.
 func TestHostContainerdLoaded(t *testing.T) {
-	installed, err := os.ReadFile(filepath.Join(engineconfData, "containerd", "golden", "installed", "containerd-1.6.20-config-default.default.toml"))
+	installed, err := os.ReadFile(filepath.Join(containerdData, "golden", "installed", "containerd-1.6.20-config-default.default.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}

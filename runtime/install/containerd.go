@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/gpurun/gpurun/atomicfile"
-	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
 
@@ -54,12 +54,12 @@ func (c Containerd) configPath() string {
 	return c.host(c.ConfigPath)
 }
 
-func (c Containerd) options() engineconf.ContainerdOptions {
+func (c Containerd) options() containerd.Options {
 	ann := c.PodAnnotations
 	if ann == nil {
 		ann = DefaultPodAnnotations
 	}
-	return engineconf.ContainerdOptions{Name: RuntimeName, BinaryName: c.RuntimePath, SetAsDefault: c.SetAsDefault, PodAnnotations: ann}
+	return containerd.Options{Name: RuntimeName, BinaryName: c.RuntimePath, SetAsDefault: c.SetAsDefault, PodAnnotations: ann}
 }
 
 // dropIn returns the drop-in's node path (as containerd's imports name it)
@@ -77,17 +77,17 @@ func (c Containerd) Install() error {
 		return err
 	}
 	var after, dropIn, dropBefore []byte
-	var ch engineconf.ContainerdChange
+	var ch containerd.Change
 	dropNode, dropHere := "", ""
 	if c.DropInDir != "" {
 		dropNode, dropHere = c.dropIn()
-		if after, dropIn, ch, err = engineconf.ContainerdDropIn(before, dropNode, c.options()); err != nil {
+		if after, dropIn, ch, err = containerd.DropIn(before, dropNode, c.options()); err != nil {
 			return fmt.Errorf("install into %s: %w", path, err)
 		}
 		if dropBefore, _, err = readConfig(dropHere); err != nil {
 			return err
 		}
-	} else if after, ch, err = engineconf.InstallContainerd(before, c.options()); err != nil {
+	} else if after, ch, err = containerd.Install(before, c.options()); err != nil {
 		return fmt.Errorf("install into %s: %w", path, err)
 	}
 	dropChanged := dropHere != "" && string(dropBefore) != string(dropIn)
@@ -174,7 +174,7 @@ func (c Containerd) Uninstall() error {
 	if err != nil {
 		return err
 	}
-	st, rec, ch, recorded, err := recordFor[engineconf.ContainerdChange](c.Options, "containerd", path)
+	st, rec, ch, recorded, err := recordFor[containerd.Change](c.Options, "containerd", path)
 	if err != nil {
 		return err
 	}
@@ -192,9 +192,9 @@ func (c Containerd) Uninstall() error {
 	var after []byte
 	var changed bool
 	if dropNode != "" {
-		after, changed, err = engineconf.UninstallContainerdDropIn(before, dropNode, ch)
+		after, changed, err = containerd.UninstallDropIn(before, dropNode, ch)
 	} else {
-		after, changed, err = engineconf.UninstallContainerd(before, c.options(), ch)
+		after, changed, err = containerd.Uninstall(before, c.options(), ch)
 	}
 	if err != nil {
 		return fmt.Errorf("uninstall from %s: %w", path, err)

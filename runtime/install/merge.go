@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
 )
 
 // mergeDocker folds a later install's change into the first one's, so that
@@ -27,7 +28,7 @@ func mergeDocker(first, next engineconf.DockerChange) engineconf.DockerChange {
 }
 
 // mergeContainerd is mergeDocker for containerd's changes.
-func mergeContainerd(first, next engineconf.ContainerdChange) engineconf.ContainerdChange {
+func mergeContainerd(first, next containerd.Change) containerd.Change {
 	m := first
 	m.Changed = first.Changed || next.Changed
 	m.AddedRuntime = first.AddedRuntime || next.AddedRuntime

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const ctdTestdata = "../engineconf/testdata/containerd/"
+const ctdTestdata = "../engineconf/containerd/testdata/"
 
 // node is a fake node: a host root with a containerd config, and an image
 // directory with the two binaries.

@@ -12,7 +12,7 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
-	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
@@ -195,7 +195,7 @@ func (a *Agent) registered(rec *Record) (handler, isDefault bool, err error) {
 
 // handlerIn looks up the runtime handler name in a containerd config.
 func handlerIn(data []byte, name, binary string) (handler, isDefault bool, err error) {
-	v, err := engineconf.ContainerdVersion(data)
+	v, err := containerd.Version(data)
 	if err != nil {
 		return false, false, err
 	}
