@@ -19,10 +19,9 @@ import (
 	"github.com/gpurun/gpurun/policy"
 )
 
-// engineconfData is the engine configuration test data of
-// runtime/engineconf: real daemon.json and config.toml files, before and
-// after gpurun install.
-const engineconfData = "../../runtime/engineconf/testdata"
+// dockerData is the daemon.json files of the Docker editor's tests: real
+// files, and what gpurun install makes of them.
+const dockerData = "../../runtime/engineconf/docker/testdata"
 
 // containerdData is the containerd configs of the containerd editor's
 // tests: real config.toml files, and what gpurun install makes of them.
@@ -106,8 +105,8 @@ func TestHostNothingInstalled(t *testing.T) {
 // results of installing it (registered; "-default": the default runtime),
 // each with a daemon that loaded it.
 func TestHostDockerConfigs(t *testing.T) {
-	inputs, _ := filepath.Glob(filepath.Join(engineconfData, "docker", "*.json"))
-	golden, _ := filepath.Glob(filepath.Join(engineconfData, "docker", "golden", "*.json"))
+	inputs, _ := filepath.Glob(filepath.Join(dockerData, "*.json"))
+	golden, _ := filepath.Glob(filepath.Join(dockerData, "golden", "*.json"))
 	if len(inputs) == 0 || len(golden) == 0 {
 		t.Fatal("no engineconf docker test data")
 	}
