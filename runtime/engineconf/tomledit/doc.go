@@ -104,7 +104,7 @@ func Parse(name string, data []byte) (*Doc, error) {
 		var de *toml.DecodeError
 		if errors.As(err, &de) {
 			row, col := de.Position()
-			return nil, fmt.Errorf("%s line %d, column %d: %w", name, row, charColumn(data, row, col), err)
+			return nil, &SyntaxError{Name: name, Pos: textpos.Pos{Line: row, Column: charColumn(data, row, col)}, Err: err}
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -114,6 +114,23 @@ func Parse(name string, data []byte) (*Doc, error) {
 	}
 	return d, nil
 }
+
+// SyntaxError is a document that is not TOML, and where.
+type SyntaxError struct {
+	// Name is the document's, as given to Parse.
+	Name string
+	Pos  textpos.Pos
+	// Err is go-toml's error.
+	Err error
+}
+
+// Error writes "<name> line L, column C: <go-toml's error>".
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("%s %s: %v", e.Name, e.Pos, e.Err)
+}
+
+// Unwrap returns go-toml's error.
+func (e *SyntaxError) Unwrap() error { return e.Err }
 
 // charColumn turns go-toml's byte column on a line into a column in
 // characters.
