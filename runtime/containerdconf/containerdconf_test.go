@@ -254,7 +254,7 @@ func TestLoadErrors(t *testing.T) {
 		{"version 5", map[string]string{cfg: "version = 5\n"}, cfg + ":1: version: unsupported config version 5"},
 		{"version not an integer", map[string]string{cfg: "version = \"2\"\n"}, cfg + ":1: version is a string, want an integer"},
 		{"missing import", map[string]string{cfg: "version = 2\nimports = [\n  \"/etc/containerd/a.toml\",\n  \"/etc/containerd/gone.toml\",\n]\n", "/etc/containerd/a.toml": "version = 2\n"},
-			cfg + ":4: imports /etc/containerd/gone.toml: open"},
+			cfg + ":4: imports /etc/containerd/gone.toml, which does not exist: containerd does not start"},
 		{"an import with an error", map[string]string{cfg: "version = 2\nimports = [\"conf.d/*.toml\"]\n", "/etc/containerd/conf.d/x.toml": "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = 7\n"},
 			"/etc/containerd/conf.d/x.toml:4: plugins.\"io.containerd.grpc.v1.cri\".containerd.default_runtime_name is an integer, want a string"},
 		{"imports not strings", map[string]string{cfg: "version = 2\nimports = [1]\n"}, cfg + ":2: imports[0] is an integer, want a string"},
@@ -396,7 +396,7 @@ func TestMatchesConfigDump(t *testing.T) {
 			t.Run(s.Name()+"/"+label, func(t *testing.T) {
 				dir, _ := filepath.Abs(filepath.Join("testdata", "imports", s.Name()))
 				path := filepath.Join(dir, "config.toml")
-				dumped, err := Load(context.Background(), path, Options{Containerd: bin})
+				dumped, err := Load(context.Background(), path, Options{Containerd: bin, Dump: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -454,7 +454,7 @@ func TestMatchesConfigDump(t *testing.T) {
 // TestDumpFallsBack reads the files when the binary cannot dump.
 func TestDumpFallsBack(t *testing.T) {
 	dir, _ := filepath.Abs(filepath.Join("testdata", "imports", "v3-nested-imports"))
-	c, err := Load(context.Background(), filepath.Join(dir, "config.toml"), Options{Containerd: "/nonexistent/containerd"})
+	c, err := Load(context.Background(), filepath.Join(dir, "config.toml"), Options{Containerd: "/nonexistent/containerd", Dump: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,16 +70,22 @@ type Options struct {
 	// of the file that names it. Without it, the rule of current releases
 	// applies.
 	Release string
-	// Containerd, when set, is a containerd binary (a node path) to ask:
-	// its release (containerd --version) fills in Release and Generation
-	// where they are not set, and its merged configuration replaces the
-	// reading of the files (`containerd --config PATH config dump`, run
-	// chrooted into Root when there is one). Where that fails, the files
-	// are read, and Config.DumpErr says why.
+	// Containerd, when set, is a containerd binary (a node path) to ask
+	// for its release (containerd --version, run chrooted into Root when
+	// there is one), which fills in Release and Generation where they are
+	// not set.
 	Containerd string
+	// Dump has that binary merge the files itself: its output of
+	// `containerd --config PATH config dump` replaces the reading of the
+	// files. Where that fails, the files are read, and Config.DumpErr says
+	// why. (containerd is a large program: a dump costs tens of MiB for a
+	// moment.)
+	Dump bool
 }
 
 func (o Options) hosted() bool { return o.Root != "" && o.Root != "/" }
+
+func (o Options) dump() bool { return o.Dump && o.Containerd != "" }
 
 // host returns where a node path is here.
 func (o Options) host(p string) string {
@@ -161,18 +167,18 @@ func Load(ctx context.Context, path string, o Options) (*Config, error) {
 		}
 		c.tree = map[string]any{}
 	case err != nil:
-		if o.Containerd == "" {
+		if !o.dump() {
 			return nil, err
 		}
 	default:
-		if c, err = merge(path, files, o.Generation); err != nil && o.Containerd == "" {
+		if c, err = merge(path, files, o.Generation); err != nil && !o.dump() {
 			return nil, err
 		}
 	}
 	if c != nil {
 		c.Release = o.Release
 	}
-	if o.Containerd == "" {
+	if !o.dump() {
 		return c, nil
 	}
 	d, derr := dump(ctx, o, path)
@@ -218,6 +224,9 @@ func readAll(path string, o Options) ([]file, error) {
 		if err != nil {
 			if p.from == nil {
 				return nil, fmt.Errorf("read %s: %w", p.path, err)
+			}
+			if errors.Is(err, fs.ErrNotExist) {
+				return files, fmt.Errorf("%s:%d: imports %s, which does not exist: containerd does not start: %w", p.from.path, p.line, p.path, fs.ErrNotExist)
 			}
 			return files, fmt.Errorf("%s:%d: imports %s: %w: containerd does not start", p.from.path, p.line, p.path, err)
 		}
