@@ -2,6 +2,9 @@ package tomledit
 
 import (
 	"fmt"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -125,4 +128,58 @@ func QuoteLike(old, s string) string {
 		return "'" + s + "'"
 	}
 	return Quote(s)
+}
+
+// Format writes a decoded value as TOML: strings as basic strings,
+// integers, floats, booleans, arrays, and tables as inline tables (keys in
+// sorted order). Dates and times are not written.
+func Format(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return Quote(v), nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	case float64:
+		switch {
+		case math.IsNaN(v):
+			return "nan", nil
+		case math.IsInf(v, 1):
+			return "inf", nil
+		case math.IsInf(v, -1):
+			return "-inf", nil
+		}
+		s := strconv.FormatFloat(v, 'g', -1, 64)
+		if !strings.ContainsAny(s, ".eEn") {
+			s += ".0"
+		}
+		return s, nil
+	case []any:
+		parts := make([]string, len(v))
+		for i, e := range v {
+			s, err := Format(e)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = s
+		}
+		return "[" + strings.Join(parts, ", ") + "]", nil
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			s, err := Format(v[k])
+			if err != nil {
+				return "", err
+			}
+			parts[i] = KeyText([]string{k}) + " = " + s
+		}
+		return "{" + strings.Join(parts, ", ") + "}", nil
+	}
+	return "", fmt.Errorf("cannot write a %T as TOML", v)
 }

@@ -1,8 +1,11 @@
 package tomledit
 
 import (
+	"math"
 	"strings"
 	"testing"
+
+	"github.com/gpurun/gpurun/runtime/engineconf/cfgtree"
 )
 
 const sample = `# a comment
@@ -233,5 +236,31 @@ func TestQuote(t *testing.T) {
 	}
 	if PathText(nil) != "the document" {
 		t.Error("PathText(nil)")
+	}
+}
+
+func TestFormat(t *testing.T) {
+	v := map[string]any{
+		"s": "a\"b", "i": int64(-3), "f": 2.0, "g": 1.5e-9, "b": true, "n": math.Inf(1),
+		"arr": []any{"x", int64(1)}, "t": map[string]any{"SystemdCgroup": true, "odd key": "v"},
+	}
+	got, err := Format(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{arr = ["x", 1], b = true, f = 2.0, g = 1.5e-09, i = -3, n = inf, s = "a\"b", t = {SystemdCgroup = true, "odd key" = "v"}}`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	// It reads back as what it was written from.
+	back, err := Decode([]byte("v = " + got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := cfgtree.Equal(back["v"], v); !ok {
+		t.Errorf("read back differs at %v", p)
+	}
+	if _, err := Format(struct{}{}); err == nil {
+		t.Error("formatted a struct")
 	}
 }
