@@ -462,3 +462,22 @@ func TestDumpFallsBack(t *testing.T) {
 		t.Errorf("dumped %v, dump error %v, default %s", c.Dumped, c.DumpErr, c.DefaultRuntime())
 	}
 }
+
+// TestReleaseAndVersion: a 1.x release means containerd 1.x's rules for a
+// version 2 config, but not for a version 3 one (another containerd reads
+// that).
+func TestReleaseAndVersion(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, release string
+		want              Generation
+	}{
+		{"v2-cycle-and-arrays", "1.7.20", Containerd1},
+		{"v2-cycle-and-arrays", "2.1.0", Containerd2},
+		{"v3-nested-imports", "1.6.20~ds1", Containerd2},
+	} {
+		c, err := Load(context.Background(), "", Options{Root: hostWith(t, tc.scenario), Release: tc.release})
+		if err != nil || c.Generation != tc.want {
+			t.Errorf("%s with %s: %v, %v; want %v", tc.scenario, tc.release, c.Generation, err, tc.want)
+		}
+	}
+}

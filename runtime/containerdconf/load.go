@@ -64,11 +64,13 @@ type Options struct {
 	// as an edit would leave it.
 	Overlay map[string][]byte
 	// Release is the release of the containerd that reads the config
-	// ("1.6.20", as `containerd --version` prints it), when known: releases
-	// before 1.6.29 and 1.7.16 match a relative glob in imports against
+	// ("1.6.20", as `containerd --version` prints it), when known. It
+	// says the generation (when Generation does not), and releases before
+	// 1.6.29 and 1.7.16 match a relative glob in imports against
 	// containerd's working directory ("/" under systemd), not the directory
 	// of the file that names it. Without it, the rule of current releases
-	// applies.
+	// applies. A 1.x release is not taken for a version 3 or 4 config,
+	// which containerd 1.x does not read.
 	Release string
 	// Containerd, when set, is a containerd binary (a node path) to ask
 	// for its release (containerd --version, run chrooted into Root when
@@ -149,11 +151,17 @@ func Load(ctx context.Context, path string, o Options) (*Config, error) {
 	var releaseErr error
 	if o.Containerd != "" && o.Release == "" {
 		o.Release, releaseErr = release(ctx, o)
-		if releaseErr == nil && o.Generation == InferGeneration {
-			o.Generation = generationOf(o.Release)
-		}
 	}
 	files, err := readAll(path, o)
+	if len(files) > 0 && generationOf(o.Release) == Containerd1 && files[0].version >= 3 {
+		// A containerd 1.x binary does not read a version 3 or 4 config:
+		// another containerd does.
+		o.Release = ""
+		files, err = readAll(path, o)
+	}
+	if o.Generation == InferGeneration {
+		o.Generation = generationOf(o.Release)
+	}
 	var c *Config
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && len(files) == 0:

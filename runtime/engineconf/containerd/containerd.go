@@ -40,6 +40,12 @@ type Options struct {
 	// containerd passes to the runtime; they are merged with those of the
 	// runtime whose settings are copied.
 	PodAnnotations []string
+	// Effective, when set, is the configuration as containerd reads it now
+	// (the main config and the files it imports, runtime/containerdconf):
+	// the runtime gpurun stands in for is then its default handler, even
+	// when a drop-in sets it, and that runtime's settings are copied from
+	// wherever they are set. Without it only the edited file is read.
+	Effective *containerdconf.Config
 }
 
 // Change records what an install did, for the report and for
@@ -408,6 +414,9 @@ func install(d, src *doc, o Options) ([]byte, Change, error) {
 		}
 		current, hasDefault = s, true
 	}
+	if o.Effective != nil {
+		current = o.Effective.DefaultRuntime()
+	}
 
 	// The runtime.
 	if existing, ok := cfgtree.Get(d.Tree, rt...); ok {
@@ -548,16 +557,27 @@ type runtimePlan struct {
 func sourcePlan(src *doc, handlers []string, current string, o Options) (runtimePlan, error) {
 	plan := runtimePlan{name: "runc", value: map[string]any{}}
 	var srcMap map[string]any
+	fromEffective := false
 	for _, cand := range []string{current, "runc"} {
 		if cand == o.Name {
 			continue
 		}
 		v, ok := cfgtree.Get(src.Tree, cfgtree.Join(handlers, "runtimes", cand)...)
 		m, isMap := v.(map[string]any)
+		if o.Effective != nil {
+			// containerd reads it elsewhere too, or only elsewhere: copy
+			// what containerd sees.
+			if r, found := o.Effective.Runtime(cand); found {
+				if _, same := cfgtree.Equal(m, r.Settings); !isMap || !same {
+					m, ok, isMap, fromEffective = r.Settings, true, true, true
+				}
+			}
+		}
 		if !ok || !isMap {
 			continue
 		}
 		if t, ok := m["runtime_type"]; ok && t != containerdconf.RuncV2 && t != "" {
+			fromEffective = false
 			continue
 		}
 		plan.name, srcMap = cand, m
@@ -566,7 +586,12 @@ func sourcePlan(src *doc, handlers []string, current string, o Options) (runtime
 	annotations := []string{}
 	var rtCopied, optCopied []string
 	optValues := map[string]any{}
-	if srcMap != nil {
+	if fromEffective {
+		var err error
+		if rtCopied, optCopied, plan.chain, err = formatRuntime(srcMap, o); err != nil {
+			return plan, fmt.Errorf("containerd config: runtime %s, as containerd reads it: %w", plan.name, err)
+		}
+	} else if srcMap != nil {
 		srcRT := cfgtree.Join(handlers, "runtimes", plan.name)
 		for _, e := range src.Exprs {
 			if e.Kind == unstable.ArrayTable && len(e.Path) > len(srcRT) && tomledit.NamesEqual(e.Path[:len(srcRT)], srcRT) {
@@ -594,6 +619,8 @@ func sourcePlan(src *doc, handlers []string, current string, o Options) (runtime
 				rtCopied = append(rtCopied, tomledit.RawKey(rel)+" = "+text)
 			}
 		}
+	}
+	if srcMap != nil {
 		if v, ok := srcMap["pod_annotations"].([]any); ok {
 			for _, a := range v {
 				if s, ok := a.(string); ok && !slices.Contains(annotations, s) {
@@ -635,6 +662,47 @@ func sourcePlan(src *doc, handlers []string, current string, o Options) (runtime
 	optValues["BinaryName"] = o.BinaryName
 	plan.value["options"] = optValues
 	return plan, nil
+}
+
+// formatRuntime writes the settings of a runtime that gpurun copies from
+// the configuration containerd reads (not from the edited file's text):
+// the lines of the runtime's table and of its options table, and the
+// BinaryName to chain to.
+func formatRuntime(m map[string]any, o Options) (rtLines, optLines []string, chain string, err error) {
+	for _, k := range sortedKeys(m) {
+		if !copiedRuntimeKey(k) {
+			continue
+		}
+		text, err := tomledit.Format(m[k])
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("%s: %w", k, err)
+		}
+		rtLines = append(rtLines, tomledit.KeyText([]string{k})+" = "+text)
+	}
+	opts, _ := m["options"].(map[string]any)
+	for _, k := range sortedKeys(opts) {
+		if k == "BinaryName" {
+			if s, ok := opts[k].(string); ok && s != o.BinaryName {
+				chain = s
+			}
+			continue
+		}
+		text, err := tomledit.Format(opts[k])
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("options.%s: %w", k, err)
+		}
+		optLines = append(optLines, tomledit.KeyText([]string{k})+" = "+text)
+	}
+	return rtLines, optLines, chain, nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // ---------------------------------------------------------------------------

@@ -2,7 +2,9 @@ package containerd
 
 import (
 	"bytes"
+	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -920,5 +922,54 @@ func TestUninstallDropInLeavesInPlaceInstall(t *testing.T) {
 	back, changed, err := UninstallDropIn(out, testDropIn, Change{})
 	if err != nil || changed || !bytes.Equal(back, out) {
 		t.Errorf("changed %v, err %v\n%s", changed, err, engineconf.UnifiedDiff("x", out, back))
+	}
+}
+
+// TestInstallCopiesTheEffectiveDefault: NVIDIA's runtime is the default
+// in a drop-in (as nvidia-ctk writes one for containerd 2.x). Given the
+// configuration containerd reads, gpurun stands in for it, copying its
+// settings from the drop-in and chaining to it; reading the main file
+// alone, it would copy runc.
+func TestInstallCopiesTheEffectiveDefault(t *testing.T) {
+	const mainPath, dropPath = "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"
+	for _, version := range []int{2, 3} {
+		cri := containerdconf.RuntimePluginID(version)
+		main := fmt.Sprintf("version = %d\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n\n[plugins.%q.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n", version, cri)
+		drop := fmt.Sprintf("version = %d\n\n[plugins.%q.containerd]\n  default_runtime_name = \"nvidia\"\n\n[plugins.%q.containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n  privileged_without_host_devices = false\n\n[plugins.%q.containerd.runtimes.nvidia.options]\n  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n  SystemdCgroup = true\n", version, cri, cri, cri)
+		if version == 2 {
+			// containerd 1.x: the drop-in's CRI section replaces the main
+			// one, so it carries runc too.
+			drop += fmt.Sprintf("\n[plugins.%q.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n", cri)
+		}
+		eff, err := containerdconf.Load(context.Background(), mainPath, containerdconf.Options{Root: t.TempDir(), Overlay: map[string][]byte{mainPath: []byte(main), dropPath: []byte(drop)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := testOptions(false)
+		_, c, err := Install([]byte(main), o)
+		if err != nil || c.CopiedFrom != "runc" || c.Chain != "" {
+			t.Errorf("version %d, the main file alone: copied %q, chain %q, %v", version, c.CopiedFrom, c.Chain, err)
+		}
+		o.Effective = eff
+		out, c, err := Install([]byte(main), o)
+		if err != nil {
+			t.Fatalf("version %d: %v", version, err)
+		}
+		if c.CopiedFrom != "nvidia" || c.Chain != "/usr/bin/nvidia-container-runtime" {
+			t.Errorf("version %d: copied %q, chain %q", version, c.CopiedFrom, c.Chain)
+		}
+		_, rt := testPaths(version)
+		r, _ := cfgtree.Get(decode(t, out), rt...)
+		want := map[string]any{
+			"runtime_type": "io.containerd.runc.v2", "privileged_without_host_devices": false,
+			"pod_annotations": []any{"gpurun.io/*", "cdi.k8s.io/*"},
+			"options":         map[string]any{"BinaryName": testBinary, "SystemdCgroup": true},
+		}
+		if p, ok := cfgtree.Equal(r, want); !ok {
+			t.Errorf("version %d: runtime differs at %v:\n%s", version, p, out)
+		}
+		if !bytes.HasPrefix(out, []byte(main)) {
+			t.Errorf("version %d: the main config's own lines changed:\n%s", version, out)
+		}
 	}
 }
