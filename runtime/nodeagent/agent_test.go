@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const ctdTestdata = "../engineconf/containerd/testdata/"
+const containerdTestdata = "../engineconf/containerd/testdata/"
 
 // node is a fake node: a host root with a containerd config, and an image
 // directory with the two binaries.
@@ -52,7 +52,7 @@ type node struct {
 func newNode(t testing.TB, configFile string) *node {
 	t.Helper()
 	n := &node{root: t.TempDir(), image: t.TempDir()}
-	cfg, err := os.ReadFile(ctdTestdata + configFile)
+	cfg, err := os.ReadFile(containerdTestdata + configFile)
 	if err != nil {
 		t.Fatal(err)
 	}

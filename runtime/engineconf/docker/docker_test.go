@@ -64,7 +64,7 @@ func dockerTopKeys(t *testing.T, data []byte) []string {
 	return keys
 }
 
-// dockerWithout returns v less what c says InstallDocker added or changed.
+// dockerWithout returns v less what c says Install added or changed.
 func dockerWithout(v map[string]any, name string, c Change) map[string]any {
 	out := map[string]any{}
 	for k, val := range v {
@@ -117,7 +117,7 @@ func TestInstallFiles(t *testing.T) {
 				o := dockerTestOptions(setDefault)
 				out, c, err := Install(in, o)
 				if err != nil {
-					t.Fatalf("InstallDocker: %v", err)
+					t.Fatalf("Install: %v", err)
 				}
 
 				golden := filepath.Join("testdata", "golden", strings.TrimSuffix(tt.file, ".json")+suffix)
@@ -175,7 +175,7 @@ func TestInstallFiles(t *testing.T) {
 				// Idempotent.
 				again, c2, err := Install(out, o)
 				if err != nil {
-					t.Fatalf("second InstallDocker: %v", err)
+					t.Fatalf("second Install: %v", err)
 				}
 				if !bytes.Equal(again, out) || c2.Changed || c2.AddedRuntime || c2.SetDefault {
 					t.Errorf("second install changed something: %+v\n%s", c2, engineconf.UnifiedDiff("daemon.json", out, again))
@@ -184,10 +184,10 @@ func TestInstallFiles(t *testing.T) {
 				// Undone exactly.
 				back, changed, err := Uninstall(out, o, c)
 				if err != nil {
-					t.Fatalf("UninstallDocker: %v", err)
+					t.Fatalf("Uninstall: %v", err)
 				}
 				if !changed {
-					t.Errorf("UninstallDocker reported no change")
+					t.Errorf("Uninstall reported no change")
 				}
 				if tt.canonical && !bytes.Equal(back, in) {
 					t.Errorf("uninstall did not give back the original:\n%s", engineconf.UnifiedDiff(tt.file, in, back))
@@ -375,7 +375,7 @@ func TestInstallDefault(t *testing.T) {
 	t.Run("not a string is left alone when not setting it", func(t *testing.T) {
 		in := []byte(`{"default-runtime": null}`)
 		if _, _, err := Install(in, dockerTestOptions(false)); err != nil {
-			t.Errorf("InstallDocker: %v", err)
+			t.Errorf("Install: %v", err)
 		}
 	})
 }
@@ -482,7 +482,7 @@ func TestErrors(t *testing.T) {
 		in        string
 		o         Options
 		want      string
-		uninstall bool // UninstallDocker refuses it too
+		uninstall bool // Uninstall refuses it too
 	}{
 		{"missing comma", "{\n  \"debug\": true\n  \"mtu\": 1500\n}\n", o, "line 3, column 3: invalid character '\"' after object key:value pair", true},
 		{"trailing comma", "{\n\t\"debug\": true,\n}", o, "line 3, column 1: invalid character '}'", true},
@@ -516,9 +516,9 @@ func TestErrors(t *testing.T) {
 			out, changed, err := Uninstall([]byte(tt.in), tt.o, c)
 			switch {
 			case tt.uninstall && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("UninstallDocker: error %v, want it to contain %q", err, tt.want)
+				t.Errorf("Uninstall: error %v, want it to contain %q", err, tt.want)
 			case !tt.uninstall && (err != nil || changed || string(out) != tt.in):
-				t.Errorf("UninstallDocker: %q, %v, %v; want it left alone", out, changed, err)
+				t.Errorf("Uninstall: %q, %v, %v; want it left alone", out, changed, err)
 			}
 		})
 	}
@@ -528,7 +528,7 @@ func TestErrors(t *testing.T) {
 	}
 	c := Change{Changed: true, AddedRuntime: true, PreviousRuntime: json.RawMessage("{")}
 	if _, _, err := Uninstall([]byte(`{"runtimes": {"gpurun": {"path": "/usr/local/bin/gpurun-runtime"}}}`), o, c); err == nil {
-		t.Errorf("UninstallDocker restored a previous entry that is not JSON")
+		t.Errorf("Uninstall restored a previous entry that is not JSON")
 	}
 }
 
