@@ -257,14 +257,36 @@ func (c *Config) SandboxImage() string {
 }
 
 // Defines returns the file (the last one, in merge order) and line that
-// write the key or table at path, as the file's own version lays it out;
+// write the key or table at path (as the view lays it out, Layout's
+// version; in a file of an older version, where that version has it);
 // "" when no file does.
 func (c *Config) Defines(path ...string) (string, int) {
 	for i := len(c.files) - 1; i >= 0; i-- {
 		f := c.files[i]
-		if off := f.doc.Defines(path); off >= 0 {
+		if off := f.doc.Defines(inVersion(path, f.version)); off >= 0 {
 			return f.path, f.doc.Line(off)
 		}
 	}
 	return "", 0
+}
+
+// inVersion returns where a file of the version has the setting at path
+// of a version 3 or 4 layout: the CRI plugins' settings in the CRI plugin
+// of version 2, the gRPC server plugin's in [grpc] before version 4.
+func inVersion(path []string, version int) []string {
+	if version == 0 {
+		version = 2
+	}
+	if len(path) < 2 || path[0] != "plugins" {
+		return path
+	}
+	switch {
+	case version <= 2 && path[1] == CRIImagesPlugin && len(path) >= 4 && path[2] == "pinned_images" && path[3] == "sandbox":
+		return []string{"plugins", CRIPluginV2, "sandbox_image"}
+	case version <= 2 && (path[1] == CRIRuntimePlugin || path[1] == CRIImagesPlugin):
+		return append([]string{"plugins", CRIPluginV2}, path[2:]...)
+	case version <= 3 && path[1] == GRPCServerPlugin:
+		return append([]string{"grpc"}, path[2:]...)
+	}
+	return path
 }

@@ -481,3 +481,28 @@ func TestReleaseAndVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestDefinesInOlderFiles finds a setting of the merged (version 4) view
+// in the version 2 and 3 drop-ins that set it.
+func TestDefinesInOlderFiles(t *testing.T) {
+	c, err := Load(context.Background(), "", Options{Root: hostWith(t, "v4-with-older-drop-ins")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path []string
+		file string
+		line int
+	}{
+		{[]string{"plugins", CRIRuntimePlugin, "containerd", "default_runtime_name"}, "/etc/containerd/conf.d/20-v3.toml", 7},
+		{[]string{"plugins", CRIRuntimePlugin, "containerd", "runtimes", "kata"}, "/etc/containerd/conf.d/10-v2.toml", 10},
+		{[]string{"plugins", CRIImagesPlugin, "pinned_images", "sandbox"}, "/etc/containerd/conf.d/10-v2.toml", 5},
+		{[]string{"plugins", GRPCServerPlugin, "address"}, "/etc/containerd/conf.d/20-v3.toml", 4},
+		{[]string{"root"}, "/etc/containerd/config.toml", 2},
+		{[]string{"nowhere"}, "", 0},
+	} {
+		if file, line := c.Defines(tc.path...); file != tc.file || line != tc.line {
+			t.Errorf("%v: %s:%d, want %s:%d", tc.path, file, line, tc.file, tc.line)
+		}
+	}
+}
