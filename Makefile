@@ -80,8 +80,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME) ./runtime/shim
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./runtime/hook
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./dockerargs
-	$(GO) test -run '^$$' -fuzz '^FuzzInstallDocker$$' -fuzztime $(FUZZTIME) ./runtime/engineconf
-	$(GO) test -run '^$$' -fuzz '^FuzzInstallContainerd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./runtime/engineconf
+	$(GO) test -run '^$$' -fuzz '^FuzzInstall$$' -fuzztime $(FUZZTIME) ./runtime/engineconf/docker
+	$(GO) test -run '^$$' -fuzz '^FuzzInstall$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./runtime/engineconf/containerd
 	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./diagnose/explain
 	$(GO) test -run '^$$' -fuzz '^FuzzInsertFirst$$' -fuzztime $(FUZZTIME) ./compose/yamledit
 

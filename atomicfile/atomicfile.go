@@ -2,7 +2,9 @@
 package atomicfile
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -11,7 +13,13 @@ import (
 // directory, fsync, the mode of the file it replaces (else mode), rename
 // over path, then fsync of the directory. A reader sees the old file or the
 // new one, never a part, and a failure leaves the old file as it was.
-func Write(path string, data []byte, mode os.FileMode) (err error) {
+func Write(path string, data []byte, mode os.FileMode) error {
+	return WriteFrom(path, bytes.NewReader(data), mode)
+}
+
+// WriteFrom is Write with the content streamed from r, for files too large
+// to hold in memory at once (a binary copied onto a node).
+func WriteFrom(path string, r io.Reader, mode os.FileMode) (err error) {
 	if fi, statErr := os.Stat(path); statErr == nil {
 		mode = fi.Mode().Perm()
 	}
@@ -26,7 +34,7 @@ func Write(path string, data []byte, mode os.FileMode) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(data); err == nil {
+	if _, err = io.Copy(f, r); err == nil {
 		err = f.Sync()
 	}
 	if err == nil {

@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,3 +63,36 @@ func TestWrite(t *testing.T) {
 }
 
 func ptr(m os.FileMode) *os.FileMode { return &m }
+
+// failingReader returns some bytes, then an error.
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n > 0 {
+		r.n = 0
+		return copy(p, "partial"), nil
+	}
+	return 0, errors.New("source broke")
+}
+
+func TestWriteFrom(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bin")
+	if err := WriteFrom(path, strings.NewReader("streamed"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(path); string(data) != "streamed" {
+		t.Errorf("got %q", data)
+	}
+	// A source that fails leaves the old file and no temporary file.
+	err := WriteFrom(path, &failingReader{n: 1}, 0o755)
+	if err == nil || !strings.Contains(err.Error(), "source broke") {
+		t.Errorf("got %v", err)
+	}
+	if data, _ := os.ReadFile(path); string(data) != "streamed" {
+		t.Errorf("after a failed write: %q", data)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("temporary files left: %v", entries)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/textpos"
 )
 
 // Config is a bundle's config.json: the typed spec gpurun reads, and the
@@ -51,34 +52,22 @@ func LoadConfig(path string) (*Config, error) {
 func describeJSONError(data []byte, err error) string {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	off, ok := textpos.JSONOffset(data, err)
+	if !ok {
+		return err.Error()
+	}
+	p := textpos.Of(data, off)
 	switch {
 	case errors.As(err, &syn):
-		// Offset counts the bytes read, the bad one included.
-		at := syn.Offset
-		if at > 0 && at <= int64(len(data)) && syn.Error() != "unexpected end of JSON input" {
-			at--
-		}
-		line, col := lineCol(data, at)
-		return fmt.Sprintf("malformed JSON at offset %d (line %d, column %d): %v", at, line, col, syn)
+		return fmt.Sprintf("malformed JSON at offset %d (line %d, column %d): %v", off, p.Line, p.Column, syn)
 	case errors.As(err, &typ):
-		line, col := lineCol(data, typ.Offset)
 		field := typ.Field
 		if field == "" {
 			field = "(top level)"
 		}
-		return fmt.Sprintf("field %s at offset %d (line %d, column %d): cannot use a JSON %s as %s", field, typ.Offset, line, col, typ.Value, typ.Type)
+		return fmt.Sprintf("field %s at offset %d (line %d, column %d): cannot use a JSON %s as %s", field, typ.Offset, p.Line, p.Column, typ.Value, typ.Type)
 	}
 	return err.Error()
-}
-
-func lineCol(data []byte, offset int64) (int, int) {
-	if offset > int64(len(data)) {
-		offset = int64(len(data))
-	}
-	before := data[:offset]
-	line := bytes.Count(before, []byte("\n")) + 1
-	col := int(offset) - bytes.LastIndexByte(before, '\n')
-	return line, col
 }
 
 // Apply makes the spec change a plan calls for: set-size rewrites the

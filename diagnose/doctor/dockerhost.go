@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types/system"
 
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/textpos"
 )
 
 // daemonJSON is the part of dockerd's daemon.json doctor reads.
@@ -44,38 +45,9 @@ func readDaemonJSON(sys *System, nodePath string) (cfg daemonJSON, exists bool, 
 		return cfg, true, nil
 	}
 	if err := json.Unmarshal(data, &cfg); err != nil {
-		return cfg, true, jsonError(nodePath, data, err)
+		return cfg, true, textpos.JSONError(nodePath, data, err)
 	}
 	return cfg, true, nil
-}
-
-// jsonError names the file, line and column of a JSON decoding error.
-func jsonError(name string, data []byte, err error) error {
-	var off int64 = -1
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		// Offset counts the bytes read, the bad one included.
-		off = se.Offset
-		if off > 0 && off <= int64(len(data)) && se.Error() != "unexpected end of JSON input" {
-			off--
-		}
-	case errors.As(err, &te):
-		off = te.Offset
-	}
-	if off < 0 {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	line, col := 1, 1
-	for _, b := range data[:min(int(off), len(data))] {
-		if b == '\n' {
-			line, col = line+1, 1
-		} else {
-			col++
-		}
-	}
-	return fmt.Errorf("%s:%d:%d: %w", name, line, col, err)
 }
 
 func (d daemonJSON) runtimePaths() map[string]string {

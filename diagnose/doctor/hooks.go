@@ -8,6 +8,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/gpurun/gpurun/textpos"
 )
 
 // hookEntry is a hooks.d file (version 1.0.0 of the format Podman and
@@ -50,7 +52,7 @@ func hooksCheck(sys *System) Check {
 		}
 		var h hookEntry
 		if err := json.Unmarshal(data, &h); err != nil {
-			problems = append(problems, jsonError(p, data, err).Error())
+			problems = append(problems, textpos.JSONError(p, data, err).Error())
 			continue
 		}
 		problems = append(problems, checkHook(sys, p, h)...)

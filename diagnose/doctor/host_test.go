@@ -5,24 +5,30 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/system"
+	toml "github.com/pelletier/go-toml/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/containerdconf"
 )
 
-// engineconfData is the engine configuration test data of
-// runtime/engineconf: real daemon.json and config.toml files, before and
-// after gpurun install.
-const engineconfData = "../../runtime/engineconf/testdata"
+// dockerData is the daemon.json files of the Docker editor's tests: real
+// files, and what gpurun install makes of them.
+const dockerData = "../../runtime/engineconf/docker/testdata"
+
+// containerdData is the containerd configs of the containerd editor's
+// tests: real config.toml files, and what gpurun install makes of them.
+const containerdData = "../../runtime/engineconf/containerd/testdata"
 
 // The path gpurun-runtime has in engineconf's golden files.
 const goldenRuntime = "/usr/local/bin/gpurun-runtime"
@@ -102,8 +108,8 @@ func TestHostNothingInstalled(t *testing.T) {
 // results of installing it (registered; "-default": the default runtime),
 // each with a daemon that loaded it.
 func TestHostDockerConfigs(t *testing.T) {
-	inputs, _ := filepath.Glob(filepath.Join(engineconfData, "docker", "*.json"))
-	golden, _ := filepath.Glob(filepath.Join(engineconfData, "docker", "golden", "*.json"))
+	inputs, _ := filepath.Glob(filepath.Join(dockerData, "*.json"))
+	golden, _ := filepath.Glob(filepath.Join(dockerData, "golden", "*.json"))
 	if len(inputs) == 0 || len(golden) == 0 {
 		t.Fatal("no engineconf docker test data")
 	}
@@ -280,15 +286,19 @@ func TestHostChain(t *testing.T) {
 // config imports, or a file its glob matches.
 func dropInTarget(t *testing.T, main []byte) string {
 	t.Helper()
-	tree, err := decodeTOML("main", main)
-	if err != nil {
+	var cfg struct {
+		Imports []string `toml:"imports"`
+	}
+	if err := toml.Unmarshal(main, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	imports := importsOf(tree, DefaultContainerdConfig)
-	if len(imports) == 0 {
+	if len(cfg.Imports) == 0 {
 		t.Fatal("drop-in main config imports nothing")
 	}
-	last := imports[len(imports)-1]
+	last := cfg.Imports[len(cfg.Imports)-1]
+	if !path.IsAbs(last) {
+		last = path.Join(path.Dir(DefaultContainerdConfig), last)
+	}
 	if strings.Contains(last, "*") {
 		return strings.Replace(last, "*", "99-gpurun", 1)
 	}
@@ -300,7 +310,7 @@ func dropInTarget(t *testing.T, main []byte) string {
 // install in place, and of a drop-in install (main config plus the
 // imported file).
 func TestHostContainerdConfigs(t *testing.T) {
-	dir := filepath.Join(engineconfData, "containerd")
+	dir := containerdData
 	inputs, _ := filepath.Glob(filepath.Join(dir, "*.toml"))
 	installed, _ := filepath.Glob(filepath.Join(dir, "golden", "installed", "*.toml"))
 	mains, _ := filepath.Glob(filepath.Join(dir, "golden", "dropin", "*.main.toml"))
@@ -438,14 +448,14 @@ func (c *fakeCRI) ContainerStatus(_ context.Context, in *runtimeapi.ContainerSta
 // TestHostContainerdLoaded compares the config with what the running
 // containerd reports.
 func TestHostContainerdLoaded(t *testing.T) {
-	installed, err := os.ReadFile(filepath.Join(engineconfData, "containerd", "golden", "installed", "containerd-1.6.20-config-default.default.toml"))
+	installed, err := os.ReadFile(filepath.Join(containerdData, "golden", "installed", "containerd-1.6.20-config-default.default.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	loaded := func(def string, names ...string) string {
 		rts := map[string]any{}
 		for _, n := range names {
-			rts[n] = map[string]any{"runtimeType": ctdRuncV2}
+			rts[n] = map[string]any{"runtimeType": containerdconf.RuncV2}
 		}
 		data, _ := json.Marshal(map[string]any{"containerd": map[string]any{"defaultRuntimeName": def, "runtimes": rts}})
 		return string(data)

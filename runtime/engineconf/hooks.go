@@ -3,11 +3,12 @@ package engineconf
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
+
+	"github.com/gpurun/gpurun/textpos"
 )
 
 // HookFileName is the name of gpurun's hook definition in a hooks.d
@@ -125,12 +126,7 @@ func ValidateHookJSON(name string, data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&h); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			line, col := lineCol(data, se.Offset)
-			return fmt.Errorf("%s:%d:%d: %w", name, line, col, err)
-		}
-		return fmt.Errorf("%s: %w", name, err)
+		return textpos.JSONError(name, data, err)
 	}
 	switch {
 	case h.Version != "1.0.0":
@@ -148,16 +144,6 @@ func ValidateHookJSON(name string, data []byte) error {
 		}
 	}
 	return nil
-}
-
-// lineCol returns the 1-based line and column of the byte a JSON syntax
-// error's offset (the bytes read, the bad one included) points after.
-func lineCol(data []byte, offset int64) (int, int) {
-	offset = min(max(offset-1, 0), int64(len(data)))
-	before := data[:offset]
-	line := bytes.Count(before, []byte("\n")) + 1
-	col := int(offset) - bytes.LastIndexByte(before, '\n')
-	return line, col
 }
 
 // CRI-O's pod annotations that set the size of a pod's /dev/shm. CRI-O

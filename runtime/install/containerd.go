@@ -10,12 +10,13 @@ import (
 	"path/filepath"
 
 	"github.com/gpurun/gpurun/atomicfile"
-	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/containerdconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // DefaultContainerdConfig is containerd's configuration file.
-const DefaultContainerdConfig = "/etc/containerd/config.toml"
+const DefaultContainerdConfig = containerdconf.DefaultConfigPath
 
 // DropInName is the file a drop-in install writes in the drop-in directory.
 const DropInName = "99-gpurun.toml"
@@ -54,12 +55,12 @@ func (c Containerd) configPath() string {
 	return c.host(c.ConfigPath)
 }
 
-func (c Containerd) options() engineconf.ContainerdOptions {
+func (c Containerd) options() containerd.Options {
 	ann := c.PodAnnotations
 	if ann == nil {
 		ann = DefaultPodAnnotations
 	}
-	return engineconf.ContainerdOptions{Name: RuntimeName, BinaryName: c.RuntimePath, SetAsDefault: c.SetAsDefault, PodAnnotations: ann}
+	return containerd.Options{Name: RuntimeName, BinaryName: c.RuntimePath, SetAsDefault: c.SetAsDefault, PodAnnotations: ann}
 }
 
 // dropIn returns the drop-in's node path (as containerd's imports name it)
@@ -76,18 +77,31 @@ func (c Containerd) Install() error {
 	if err != nil {
 		return err
 	}
+	// The configuration as containerd reads it now, imports included:
+	// gpurun stands in for its default runtime, wherever that is set.
+	effective, effErr := c.effective(nil)
+	opts := c.options()
+	if effErr == nil {
+		opts.Effective = effective
+	}
 	var after, dropIn, dropBefore []byte
-	var ch engineconf.ContainerdChange
+	var ch containerd.Change
 	dropNode, dropHere := "", ""
 	if c.DropInDir != "" {
 		dropNode, dropHere = c.dropIn()
-		if after, dropIn, ch, err = engineconf.ContainerdDropIn(before, dropNode, c.options()); err != nil {
+		if after, dropIn, ch, err = containerd.DropIn(before, dropNode, opts); err != nil {
 			return fmt.Errorf("install into %s: %w", path, err)
 		}
 		if dropBefore, _, err = readConfig(dropHere); err != nil {
 			return err
 		}
-	} else if after, ch, err = engineconf.InstallContainerd(before, c.options()); err != nil {
+	} else if after, ch, err = containerd.Install(before, opts); err != nil {
+		return fmt.Errorf("install into %s: %w", path, err)
+	}
+	if effErr != nil {
+		return fmt.Errorf("install into %s: containerd cannot read its configuration as it is: %w", path, effErr)
+	}
+	if err := c.verify(effective, after, dropNode, dropIn); err != nil {
 		return fmt.Errorf("install into %s: %w", path, err)
 	}
 	dropChanged := dropHere != "" && string(dropBefore) != string(dropIn)
@@ -167,6 +181,68 @@ func (c Containerd) Install() error {
 	return c.restart()
 }
 
+// node is the config's node path.
+func (c Containerd) node() string {
+	if c.ConfigPath == "" {
+		return DefaultContainerdConfig
+	}
+	return c.ConfigPath
+}
+
+// containerdBinaries are where a node's containerd usually is.
+func containerdBinaries() []string {
+	return []string{"/usr/bin/containerd", "/usr/local/bin/containerd", "/usr/sbin/containerd", "/opt/bin/containerd"}
+}
+
+// effective reads the configuration as containerd reads it (the main
+// config and its imports), with the files of overlay (node paths) in
+// place of the disk's. The node's containerd binary, when there is one,
+// tells its release (containerd 1.x or 2.x merge the files differently).
+func (c Containerd) effective(overlay map[string][]byte) (*containerdconf.Config, error) {
+	o := containerdconf.Options{Root: c.HostRoot, Overlay: overlay}
+	for _, b := range containerdBinaries() {
+		if fi, err := os.Stat(c.host(b)); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			o.Containerd = b
+			break
+		}
+	}
+	return containerdconf.Load(context.Background(), c.node(), o)
+}
+
+// verify checks that containerd, reading the config as the install leaves
+// it (after, and the drop-in when there is one), sees gpurun's runtime
+// handler with gpurun-runtime, and as the default when asked: a file that
+// containerd reads later (an import) may set them otherwise.
+func (c Containerd) verify(before *containerdconf.Config, after []byte, dropNode string, dropIn []byte) error {
+	overlay := map[string][]byte{c.node(): after}
+	if dropNode != "" {
+		overlay[dropNode] = dropIn
+	}
+	cfg, err := containerdconf.Load(context.Background(), c.node(), containerdconf.Options{
+		Root: c.HostRoot, Overlay: overlay, Generation: before.Generation, Release: before.Release,
+	})
+	if err != nil {
+		return fmt.Errorf("containerd would not read the result: %w", err)
+	}
+	where := func(path ...string) string {
+		if file, line := cfg.Defines(path...); file != "" {
+			return fmt.Sprintf(", set in %s:%d", file, line)
+		}
+		return ""
+	}
+	handlers := []string{"plugins", cfg.RuntimePluginID(), "containerd"}
+	r, ok := cfg.Runtime(RuntimeName)
+	switch {
+	case !ok:
+		return fmt.Errorf("containerd (%s) would not see runtime handler %s: the CRI plugin's section%s, which containerd reads after gpurun's change, replaces the whole section: add gpurun's tables there, or change that file", cfg.Generation, RuntimeName, where(handlers[:2]...))
+	case r.BinaryName != c.RuntimePath:
+		return fmt.Errorf("containerd (%s) would run %q for runtime handler %s, not %s%s, which containerd reads after gpurun's change: change it there", cfg.Generation, r.BinaryName, RuntimeName, c.RuntimePath, where(append(handlers, "runtimes", RuntimeName, "options", "BinaryName")...))
+	case c.SetAsDefault && cfg.DefaultRuntime() != RuntimeName:
+		return fmt.Errorf("containerd (%s) would keep %s as its default runtime handler%s, which containerd reads after gpurun's change: change it there", cfg.Generation, cfg.DefaultRuntime(), where(append(handlers, "default_runtime_name")...))
+	}
+	return nil
+}
+
 // Uninstall undoes what Install recorded for this config.
 func (c Containerd) Uninstall() error {
 	path := c.configPath()
@@ -174,7 +250,7 @@ func (c Containerd) Uninstall() error {
 	if err != nil {
 		return err
 	}
-	st, rec, ch, recorded, err := recordFor[engineconf.ContainerdChange](c.Options, "containerd", path)
+	st, rec, ch, recorded, err := recordFor[containerd.Change](c.Options, "containerd", path)
 	if err != nil {
 		return err
 	}
@@ -192,9 +268,9 @@ func (c Containerd) Uninstall() error {
 	var after []byte
 	var changed bool
 	if dropNode != "" {
-		after, changed, err = engineconf.UninstallContainerdDropIn(before, dropNode, ch)
+		after, changed, err = containerd.UninstallDropIn(before, dropNode, ch)
 	} else {
-		after, changed, err = engineconf.UninstallContainerd(before, c.options(), ch)
+		after, changed, err = containerd.Uninstall(before, c.options(), ch)
 	}
 	if err != nil {
 		return fmt.Errorf("uninstall from %s: %w", path, err)
@@ -227,10 +303,6 @@ func (c Containerd) Uninstall() error {
 
 // restart restarts containerd as asked, else says how.
 func (c Containerd) restart() error {
-	node := c.ConfigPath
-	if node == "" {
-		node = DefaultContainerdConfig
-	}
-	r := restart.Containerd{HostRoot: c.HostRoot, Mode: c.Restart, ConfigPath: node, Out: c.Out}
+	r := restart.Containerd{HostRoot: c.HostRoot, Mode: c.Restart, ConfigPath: c.node(), Out: c.Out}
 	return r.Restart(context.Background())
 }

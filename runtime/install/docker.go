@@ -9,7 +9,7 @@ import (
 	"syscall"
 
 	"github.com/gpurun/gpurun/atomicfile"
-	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/docker"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
 
@@ -39,8 +39,8 @@ func (d Docker) configPath() string {
 	return d.host(d.ConfigPath)
 }
 
-func (d Docker) options() engineconf.DockerOptions {
-	return engineconf.DockerOptions{Name: RuntimeName, Path: d.RuntimePath, SetAsDefault: d.SetAsDefault}
+func (d Docker) options() docker.Options {
+	return docker.Options{Name: RuntimeName, Path: d.RuntimePath, SetAsDefault: d.SetAsDefault}
 }
 
 // Install registers gpurun-runtime. A second install changes nothing.
@@ -50,7 +50,7 @@ func (d Docker) Install() error {
 	if err != nil {
 		return err
 	}
-	after, ch, err := engineconf.InstallDocker(before, d.options())
+	after, ch, err := docker.Install(before, d.options())
 	if err != nil {
 		return fmt.Errorf("install into %s: %w", path, err)
 	}
@@ -125,17 +125,17 @@ func (d Docker) Uninstall() error {
 		fmt.Fprintf(d.Out, "%s: does not exist; nothing to do\n", path)
 		return nil
 	}
-	st, rec, ch, recorded, err := recordFor[engineconf.DockerChange](d.Options, "docker", path)
+	st, rec, ch, recorded, err := recordFor[docker.Change](d.Options, "docker", path)
 	if err != nil {
 		return err
 	}
 	if !recorded {
 		// No record (a lost state file): remove the runtime gpurun's name
 		// stands for, and the default if it names it.
-		ch = engineconf.DockerChange{Changed: true, AddedRuntime: true, SetDefault: true}
+		ch = docker.Change{Changed: true, AddedRuntime: true, SetDefault: true}
 		fmt.Fprintf(d.Out, "%s: no install recorded in %s; removing the %q runtime\n", path, d.statePath(), RuntimeName)
 	}
-	after, changed, err := engineconf.UninstallDocker(before, engineconf.DockerOptions{Name: RuntimeName, Path: d.RuntimePath}, ch)
+	after, changed, err := docker.Uninstall(before, docker.Options{Name: RuntimeName, Path: d.RuntimePath}, ch)
 	if err != nil {
 		return fmt.Errorf("uninstall from %s: %w", path, err)
 	}
@@ -166,7 +166,7 @@ func (d Docker) Uninstall() error {
 func (d Docker) reload(config []byte) error {
 	pidFile := d.PIDFile
 	if pidFile == "" {
-		pidFile = engineconf.DockerPIDFile(config)
+		pidFile = docker.PIDFile(config)
 	}
 	pidFile = d.host(pidFile)
 	if !d.Reload {

@@ -77,7 +77,7 @@ func (o Options) now() time.Time {
 
 // record is what one install changed in one engine config.
 type record struct {
-	// Change is the engine editor's record (DockerChange, ContainerdChange).
+	// Change is the engine editor's record (docker.Change, containerd.Change).
 	Change json.RawMessage `json:"change"`
 	// DropIn is the drop-in file a containerd install wrote, if any.
 	DropIn string `json:"drop_in,omitempty"`

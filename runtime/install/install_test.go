@@ -183,3 +183,53 @@ func TestContainerdRefusesVersion1(t *testing.T) {
 		t.Error("refused config was changed")
 	}
 }
+
+// TestContainerdReadsImports: NVIDIA's drop-in makes nvidia the default
+// (as nvidia-ctk does for containerd 2.x). gpurun copies and chains to
+// it, and refuses a --set-as-default that the drop-in, read after the
+// main config, would undo, naming the file and line.
+func TestContainerdReadsImports(t *testing.T) {
+	const main = "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
+	const nvidia = "version = 3\n\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\n  default_runtime_name = \"nvidia\"\n\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n  [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n    BinaryName = \"/usr/bin/nvidia-container-runtime\"\n    SystemdCgroup = true\n"
+	root := t.TempDir()
+	var out bytes.Buffer
+	cfg := filepath.Join(root, "etc/containerd/config.toml")
+	write(t, cfg, main)
+	write(t, filepath.Join(root, "etc/containerd/conf.d/99-nvidia.toml"), nvidia)
+
+	err := Containerd{Options: opts(root, &out), SetAsDefault: true}.Install()
+	want := "containerd (containerd 2.x) would keep nvidia as its default runtime handler, set in /etc/containerd/conf.d/99-nvidia.toml:4"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("set as default: %v\nwant %q", err, want)
+	}
+	if read(t, cfg) != main {
+		t.Error("a refused install changed the config")
+	}
+
+	if err := (Containerd{Options: opts(root, &out)}).Install(); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, cfg)
+	for _, line := range []string{"  SystemdCgroup = true\n", "BinaryName = \"/usr/local/bin/gpurun-runtime\""} {
+		if !strings.Contains(got, line) {
+			t.Errorf("the runtime copied from nvidia's lacks %q:\n%s", line, got)
+		}
+	}
+	pol, err := policy.Parse("policy", []byte(read(t, filepath.Join(root, "etc/gpurun/config.toml"))))
+	if err != nil || pol.Runtime != "/usr/bin/nvidia-container-runtime" {
+		t.Errorf("chained runtime %q, %v", pol.Runtime, err)
+	}
+}
+
+// TestContainerdRefusesABrokenImport: containerd does not start with an
+// import that does not exist; the install says so instead of editing.
+func TestContainerdRefusesABrokenImport(t *testing.T) {
+	root := t.TempDir()
+	var out bytes.Buffer
+	cfg := filepath.Join(root, "etc/containerd/config.toml")
+	write(t, cfg, "version = 2\nimports = [\"/etc/containerd/gone.toml\"]\n")
+	err := Containerd{Options: opts(root, &out)}.Install()
+	if err == nil || !strings.Contains(err.Error(), "/etc/containerd/config.toml:2: imports /etc/containerd/gone.toml, which does not exist") {
+		t.Errorf("got %v", err)
+	}
+}

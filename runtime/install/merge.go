@@ -3,13 +3,14 @@ package install
 import (
 	"encoding/json"
 
-	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
+	"github.com/gpurun/gpurun/runtime/engineconf/docker"
 )
 
 // mergeDocker folds a later install's change into the first one's, so that
 // uninstall undoes both: what the first added stays recorded, and what the
 // later one added (the default runtime, say) is added to it.
-func mergeDocker(first, next engineconf.DockerChange) engineconf.DockerChange {
+func mergeDocker(first, next docker.Change) docker.Change {
 	m := first
 	m.Changed = first.Changed || next.Changed
 	if next.AddedRuntime && !first.AddedRuntime {
@@ -27,7 +28,7 @@ func mergeDocker(first, next engineconf.DockerChange) engineconf.DockerChange {
 }
 
 // mergeContainerd is mergeDocker for containerd's changes.
-func mergeContainerd(first, next engineconf.ContainerdChange) engineconf.ContainerdChange {
+func mergeContainerd(first, next containerd.Change) containerd.Change {
 	m := first
 	m.Changed = first.Changed || next.Changed
 	m.AddedRuntime = first.AddedRuntime || next.AddedRuntime

@@ -271,10 +271,14 @@ func (a *Agent) containerd(rec *Record, out io.Writer) install.Containerd {
 }
 
 // installBinary copies one binary onto the node, atomically; a file that
-// was there before the first install is kept as a backup.
+// was there before the first install is kept as a backup. The files are
+// streamed, never held in memory whole.
 func (a *Agent) installBinary(rec *Record, name string) error {
 	src := filepath.Join(a.SourceDir, name)
-	data, err := os.ReadFile(src)
+	want, err := fileSHA(src)
+	if err == nil && want == "" {
+		err = fmt.Errorf("open %s: %w", src, fs.ErrNotExist)
+	}
 	if err != nil {
 		return fmt.Errorf("read %s to copy onto the node (--from): %w", name, err)
 	}
@@ -283,9 +287,9 @@ func (a *Agent) installBinary(rec *Record, name string) error {
 	b := rec.binary(name)
 	if b == nil {
 		nb := Binary{Name: name, Path: node}
-		if before, err := os.ReadFile(dst); err == nil {
+		if _, err := os.Lstat(dst); err == nil {
 			nb.Backup = node + backupSuffix
-			if err := atomicfile.Write(a.host(nb.Backup), before, modeOf(dst)); err != nil {
+			if err := copyFile(dst, a.host(nb.Backup), modeOf(dst)); err != nil {
 				return fmt.Errorf("back up %s: %w", dst, err)
 			}
 			a.log().Info("kept the file gpurun replaces", "path", node, "backup", nb.Backup)
@@ -298,23 +302,33 @@ func (a *Agent) installBinary(rec *Record, name string) error {
 		rec.Binaries = append(rec.Binaries, nb)
 		b = &rec.Binaries[len(rec.Binaries)-1]
 	}
-	want := sha(data)
-	if cur, err := fileSHA(dst); err != nil {
-		return fmt.Errorf("read %s: %w", dst, err)
-	} else if cur == want {
-		b.SHA256 = want
+	if b.SHA256 != want {
+		b.SHA256, b.Stat = want, nil
+	}
+	if verify(dst, b) {
 		a.log().Info("binary up to date", "path", node)
 		return nil
 	}
-	if err := atomicfile.Write(dst, data, 0o755); err != nil {
+	if err := copyFile(src, dst, 0o755); err != nil {
 		return err
 	}
 	if err := os.Chmod(dst, 0o755); err != nil {
 		return fmt.Errorf("chmod %s: %w", dst, err)
 	}
-	b.SHA256 = want
+	b.Stat = nil
 	a.log().Info("copied binary onto the node", "path", node, "sha256", want[:12])
 	return nil
+}
+
+// copyFile copies src over dst atomically, streaming it (atomicfile keeps
+// the mode of a file it replaces, else gives mode).
+func copyFile(src, dst string, mode os.FileMode) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return atomicfile.WriteFrom(dst, f, mode)
 }
 
 // mkdirs creates a node directory and its missing parents, recording those

@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/containerdconf"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
@@ -26,6 +28,9 @@ import (
 const fakeEnv = "GPURUN_TEST_FAKE_CONTAINERD"
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(runChild(mode))
+	}
 	if os.Getenv(fakeEnv) == "1" {
 		term := make(chan os.Signal, 1)
 		signal.Notify(term, syscall.SIGTERM)
@@ -35,7 +40,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const ctdTestdata = "../engineconf/testdata/containerd/"
+const containerdTestdata = "../engineconf/containerd/testdata/"
 
 // node is a fake node: a host root with a containerd config, and an image
 // directory with the two binaries.
@@ -44,10 +49,10 @@ type node struct {
 	log                 bytes.Buffer
 }
 
-func newNode(t *testing.T, configFile string) *node {
+func newNode(t testing.TB, configFile string) *node {
 	t.Helper()
 	n := &node{root: t.TempDir(), image: t.TempDir()}
-	cfg, err := os.ReadFile(ctdTestdata + configFile)
+	cfg, err := os.ReadFile(containerdTestdata + configFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,17 +66,30 @@ func newNode(t *testing.T, configFile string) *node {
 	if err := os.WriteFile(n.source, []byte("# the DaemonSet's policy\nsize = \"40%\"\nmin = \"2g\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The node's /proc: this host's, so that containerd (none, or a fake)
-	// is looked for among real processes.
-	if err := os.Symlink("/proc", filepath.Join(n.root, "proc")); err != nil {
+	// The node's /proc: the processes of this host that a test shows it
+	// (startFake), so that containerd (none, or a fake) is looked for
+	// among real processes, but not those of this host's own containerd.
+	proc := filepath.Join(n.root, "proc")
+	if err := os.Mkdir(proc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/proc/uptime", filepath.Join(proc, "uptime")); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
+// showProcess makes a process of this host one of the node's.
+func (n *node) showProcess(t testing.TB, pid int) {
+	t.Helper()
+	if err := os.Symlink(fmt.Sprintf("/proc/%d", pid), filepath.Join(n.root, "proc", strconv.Itoa(pid))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (n *node) path(p string) string { return filepath.Join(n.root, p) }
 
-func (n *node) write(t *testing.T, p, data string, mode os.FileMode) {
+func (n *node) write(t testing.TB, p, data string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(n.path(p)), 0o755); err != nil {
 		t.Fatal(err)
@@ -152,14 +170,16 @@ func diffSnapshots(a, b map[string]string) string {
 	return strings.Join(d, "\n")
 }
 
-// handler reads the runtime handler gpurun registered.
+// handler reads the runtime handler gpurun registered, as containerd
+// reads the node's config.
 func (n *node) handler(t *testing.T) (registered, isDefault bool) {
 	t.Helper()
-	h, d, err := handlerIn([]byte(n.read(t, install.DefaultContainerdConfig)), install.RuntimeName, filepath.Join(DefaultBinDir, RuntimeBinary))
+	c, err := containerdconf.Load(context.Background(), install.DefaultContainerdConfig, containerdconf.Options{Root: n.root})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return h, d
+	r, ok := c.Runtime(install.RuntimeName)
+	return ok && r.BinaryName == filepath.Join(DefaultBinDir, RuntimeBinary), c.DefaultRuntime() == install.RuntimeName
 }
 
 func TestInstallUninstall(t *testing.T) {
@@ -361,6 +381,13 @@ func TestPolicySync(t *testing.T) {
 // with the test.
 func startFake(t *testing.T, n *node) *exec.Cmd {
 	t.Helper()
+	return startFakeWith(t, n, n.path(install.DefaultContainerdConfig))
+}
+
+// startFakeWith starts a fake containerd of the node reading config (a
+// path here); it stops with the test.
+func startFakeWith(t *testing.T, n *node, config string) *exec.Cmd {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -369,11 +396,12 @@ func startFake(t *testing.T, n *node) *exec.Cmd {
 	if err := os.Symlink(self, link); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(link, "--config", n.path(install.DefaultContainerdConfig))
+	cmd := exec.Command(link, "--config", config)
 	cmd.Env = append(os.Environ(), fakeEnv+"=1")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	n.showProcess(t, cmd.Process.Pid)
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })

@@ -80,6 +80,11 @@ func (a *Agent) check1(last string) string {
 		}
 	}
 	st, ctd := a.status(rec)
+	if a.noteBinaries(rec) {
+		if err := rec.save(statePath); err != nil {
+			a.log().Error("cannot save the node record", "err", err)
+		}
+	}
 	if st.Ready && ctd != nil && ctd.proc != nil {
 		if err := a.noteLoaded(rec, *ctd, statePath); err != nil {
 			a.log().Error("cannot save the node record", "err", err)
@@ -94,4 +99,19 @@ func (a *Agent) check1(last string) string {
 		}
 	}
 	return summary
+}
+
+// noteBinaries records, for each binary that holds what the agent copied,
+// the FileStat that lets status tell it unchanged without reading it; it
+// reports whether the record changed.
+func (a *Agent) noteBinaries(rec *Record) bool {
+	changed := false
+	for i := range rec.Binaries {
+		b := &rec.Binaries[i]
+		old := b.Stat
+		if verify(a.host(b.Path), b) && b.Stat != old {
+			changed = true
+		}
+	}
+	return changed
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/gpurun/gpurun/atomicfile"
@@ -54,6 +56,51 @@ type Binary struct {
 	Backup string `json:"backup,omitempty"`
 	// Adopted says the same file was there already: uninstall leaves it.
 	Adopted bool `json:"adopted,omitempty"`
+	// Stat identifies the node file as it was when its content was last
+	// found to be SHA256, so that status need not read it again while it
+	// is unchanged.
+	Stat *FileStat `json:"stat,omitempty"`
+}
+
+// FileStat identifies a file's content without reading it: its inode and
+// size, and the times the kernel sets on every change of it (ctime cannot
+// be set back from user space). Renaming another file over it (as every
+// install does) changes the inode.
+type FileStat struct {
+	Dev     uint64 `json:"dev"`
+	Ino     uint64 `json:"ino"`
+	Size    int64  `json:"size"`
+	MtimeNS int64  `json:"mtime_ns"`
+	CtimeNS int64  `json:"ctime_ns"`
+	// Seen is when the content was found to be the recorded one.
+	Seen time.Time `json:"seen"`
+}
+
+// settleTime is how long before it was seen a file must have last changed
+// for its FileStat to vouch for its content: a change in the same tick of
+// the kernel's clock as the recording would leave the times as they were.
+const settleTime = time.Second
+
+// statFile returns a file's FileStat (Seen unset).
+func statFile(path string) (FileStat, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return FileStat{}, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return FileStat{
+		Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size,
+		MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano(),
+	}, nil
+}
+
+// vouches reports whether f, recorded when the content was checked,
+// vouches for the content of a file whose FileStat is now cur.
+func (f *FileStat) vouches(cur FileStat) bool {
+	if f == nil {
+		return false
+	}
+	same := f.Dev == cur.Dev && f.Ino == cur.Ino && f.Size == cur.Size && f.MtimeNS == cur.MtimeNS && f.CtimeNS == cur.CtimeNS
+	return same && time.Unix(0, f.CtimeNS).Add(settleTime).Before(f.Seen)
 }
 
 // PolicyRecord is the policy file the agent manages.
@@ -141,14 +188,69 @@ func sha(data []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// fileSHA returns the hex SHA-256 of a file, "" when it does not exist.
+// fileSHA returns the hex SHA-256 of a file, read in small pieces (a
+// binary is tens of MiB; status runs next to the agent in its memory
+// limit), "" when it does not exist.
 func fileSHA(path string) (string, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
 	}
-	return sha(data), nil
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// checkBinary says whether the node file of b (a path here) holds the
+// content the agent copied: without reading it when its recorded FileStat
+// vouches for it, else by its hash. missing says it is gone.
+func checkBinary(path string, b *Binary) (ok, missing bool, err error) {
+	cur, err := statFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, true, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	if b.Stat.vouches(cur) {
+		return true, false, nil
+	}
+	got, err := fileSHA(path)
+	if err != nil {
+		return false, false, err
+	}
+	return got == b.SHA256, got == "", nil
+}
+
+// verify says whether b's node file (a path here) holds b.SHA256: by its
+// recorded FileStat when that vouches for it, else by its hash, and then
+// it records the FileStat (taken before the hash, and the same after it)
+// when that vouches for the file from now on: once the file has not
+// changed for settleTime.
+func verify(path string, b *Binary) bool {
+	before, err := statFile(path)
+	if err != nil {
+		return false
+	}
+	if b.Stat.vouches(before) {
+		return true
+	}
+	before.Seen = time.Now()
+	got, err := fileSHA(path)
+	if err != nil || got != b.SHA256 {
+		return false
+	}
+	if after, err := statFile(path); err == nil {
+		after.Seen = before.Seen
+		if after == before && (&before).vouches(after) {
+			b.Stat = &before
+		}
+	}
+	return true
 }

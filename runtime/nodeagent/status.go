@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,22 +11,34 @@ import (
 	"strings"
 	"time"
 
-	toml "github.com/pelletier/go-toml/v2"
-
-	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/containerdconf"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // containerdState is what the agent can tell about the node's containerd.
 type containerdState struct {
-	// proc is the containerd that reads the config; nil: none runs.
+	// proc is the containerd that reads the config; nil: none does.
 	proc *restart.Process
+	// running are the containerd daemons on the node, each with the
+	// files its config reads.
+	running []RunningContainerd
 	// loaded says proc has read the config (and drop-in) as they are now.
 	loaded bool
 	// configSHA, dropInSHA and changed describe the files now.
 	configSHA, dropInSHA string
 	changed              time.Time
+}
+
+// RunningContainerd is a containerd daemon running on the node.
+type RunningContainerd struct {
+	PID int `json:"pid"`
+	// Config is its --config (or the default), as it sees it.
+	Config string `json:"config"`
+	// Files are the files that config reads: it and what it imports.
+	Files []string `json:"files,omitempty"`
+	// ReadsGPURun says it reads the config gpurun installed into.
+	ReadsGPURun bool `json:"reads_gpurun_config"`
 }
 
 // dropInPath is the drop-in file of the record, "" without one.
@@ -36,9 +49,10 @@ func dropInPath(rec *Record) string {
 	return filepath.Join(rec.Containerd.DropInDir, install.DropInName)
 }
 
-// containerdState finds the containerd that reads the record's config and
-// tells whether it has read the files as they are now: it started after
-// they last changed, or it is the run recorded as having read this content.
+// containerdState finds the containerd that reads the record's config (as
+// its main config or an import) and tells whether it has read the files as
+// they are now: it started after they last changed, or it is the run
+// recorded as having read this content.
 func (a *Agent) containerdState(rec *Record) (containerdState, error) {
 	var st containerdState
 	files := []string{rec.Containerd.Config}
@@ -61,18 +75,38 @@ func (a *Agent) containerdState(rec *Record) (containerdState, error) {
 			st.dropInSHA = sha(data)
 		}
 	}
-	procs, err := restart.FindContainerd(a.HostRoot, rec.Containerd.Config)
+	want, err := os.Stat(a.host(rec.Containerd.Config))
+	if err != nil {
+		return st, fmt.Errorf("find containerd: %w", err)
+	}
+	all, err := restart.ListContainerd(a.HostRoot)
 	if err != nil {
 		return st, err
 	}
-	switch len(procs) {
+	var ours []restart.Process
+	for _, p := range all {
+		r := RunningContainerd{PID: p.PID, Config: p.Config}
+		if read, err := p.ConfigFiles(context.Background()); err == nil {
+			r.Files = read
+		}
+		if p.Reads(context.Background(), want) {
+			r.ReadsGPURun = true
+			ours = append(ours, p)
+		}
+		st.running = append(st.running, r)
+	}
+	switch len(ours) {
 	case 0:
 		return st, nil
 	case 1:
 	default:
-		return st, fmt.Errorf("%d containerd processes read %s", len(procs), rec.Containerd.Config)
+		pids := make([]string, len(ours))
+		for i, p := range ours {
+			pids[i] = fmt.Sprint(p.PID)
+		}
+		return st, fmt.Errorf("%d containerd processes (pids %s) read %s", len(ours), strings.Join(pids, ", "), rec.Containerd.Config)
 	}
-	p := procs[0]
+	p := ours[0]
 	st.proc = &p
 	l := rec.Loaded
 	// Loaded only when it surely started after the change: where the two
@@ -96,12 +130,18 @@ type Status struct {
 	Default bool   `json:"default,omitempty"`
 	// ContainerdPID is the containerd that reads the config (0: none).
 	ContainerdPID int `json:"containerd_pid,omitempty"`
+	// Containerd lists the containerd daemons running on the node and
+	// the config each reads.
+	Containerd []RunningContainerd `json:"containerd,omitempty"`
 	// Problems lists what differs from the record.
 	Problems []string `json:"problems,omitempty"`
 }
 
 // Status reports the node's state from the record, the files and the
-// running containerd. It changes nothing.
+// running containerd. It changes nothing. It reads the binaries only
+// where the record cannot vouch for them unchanged, and then in small
+// pieces: it is the readiness probe, running next to the agent within the
+// pod's memory limit.
 func (a *Agent) Status() Status {
 	st, _ := a.status(nil)
 	return st
@@ -123,14 +163,15 @@ func (a *Agent) status(rec *Record) (Status, *containerdState) {
 		return Status{Reason: "uninstalled, but " + rec.Pending}, nil
 	}
 	s := Status{Handler: install.RuntimeName}
-	for _, b := range rec.Binaries {
-		got, err := fileSHA(a.host(b.Path))
+	for i := range rec.Binaries {
+		b := &rec.Binaries[i]
+		ok, missing, err := checkBinary(a.host(b.Path), b)
 		switch {
 		case err != nil:
 			s.Problems = append(s.Problems, err.Error())
-		case got == "":
+		case missing:
 			s.Problems = append(s.Problems, b.Path+" is missing")
-		case got != b.SHA256:
+		case !ok:
 			s.Problems = append(s.Problems, b.Path+" is not the file gpurun copied")
 		}
 	}
@@ -149,18 +190,22 @@ func (a *Agent) status(rec *Record) (Status, *containerdState) {
 		return s, nil
 	}
 	ctd, err := a.containerdState(rec)
+	s.Containerd = ctd.running
 	switch {
 	case err != nil:
 		s.Reason = "cannot tell whether containerd runs with gpurun: " + err.Error()
 		return s, nil
-	case ctd.proc == nil:
+	case ctd.proc == nil && len(ctd.running) == 0:
 		s.Reason = "containerd is not running"
+		return s, &ctd
+	case ctd.proc == nil:
+		s.Reason = otherContainerd(rec, ctd.running)
 		return s, &ctd
 	}
 	s.ContainerdPID = ctd.proc.PID
 	if !ctd.loaded {
-		s.Reason = fmt.Sprintf("containerd (pid %d, started %s) has not read the configuration changed at %s: restart containerd",
-			ctd.proc.PID, ctd.proc.Started.UTC().Format(time.RFC3339), ctd.changed.UTC().Format(time.RFC3339))
+		s.Reason = fmt.Sprintf("containerd (pid %d, --config %s, started %s) has not read the configuration changed at %s: restart containerd",
+			ctd.proc.PID, ctd.proc.Config, ctd.proc.Started.UTC().Format(time.RFC3339), ctd.changed.UTC().Format(time.RFC3339))
 		return s, &ctd
 	}
 	s.Ready = true
@@ -168,77 +213,56 @@ func (a *Agent) status(rec *Record) (Status, *containerdState) {
 	if s.Default {
 		what = "the default runtime handler"
 	}
-	s.Reason = fmt.Sprintf("gpurun-runtime is %s of containerd (pid %d)", what, ctd.proc.PID)
+	s.Reason = fmt.Sprintf("gpurun-runtime is %s of containerd (pid %d, --config %s)", what, ctd.proc.PID, ctd.proc.Config)
 	return s, &ctd
 }
 
-// registered reports whether the record's config (or drop-in) registers the
-// handler with the recorded binary, and whether it is the default.
-func (a *Agent) registered(rec *Record) (handler, isDefault bool, err error) {
-	files := []string{rec.Containerd.Config}
-	if d := dropInPath(rec); d != "" {
-		files = append(files, d)
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(a.host(f))
-		if err != nil {
-			return false, false, fmt.Errorf("read %s: %w", a.host(f), err)
+// otherContainerd says that containerd runs, but reads none of the files
+// gpurun installed into, and which it reads instead.
+func otherContainerd(rec *Record, running []RunningContainerd) string {
+	var b strings.Builder
+	b.WriteString("containerd is running, but not with " + rec.Containerd.Config + ", which gpurun installed into: ")
+	for i, r := range running {
+		if i > 0 {
+			b.WriteString("; ")
 		}
-		h, d, err := handlerIn(data, install.RuntimeName, rec.Containerd.RuntimePath)
-		if err != nil {
-			return false, false, fmt.Errorf("%s: %w", f, err)
+		fmt.Fprintf(&b, "containerd (pid %d, --config %s) reads ", r.PID, r.Config)
+		switch len(r.Files) {
+		case 0:
+			b.WriteString(r.Config)
+		case 1:
+			b.WriteString(r.Files[0])
+		default:
+			b.WriteString(r.Files[0] + " and its imports " + strings.Join(r.Files[1:], ", "))
 		}
-		handler, isDefault = handler || h, isDefault || d
 	}
-	return handler, isDefault, nil
+	fmt.Fprintf(&b, ". Set containerd-config (ConfigMap gpurun-node) to the config it reads, or have it read %s", rec.Containerd.Config)
+	return b.String()
 }
 
-// handlerIn looks up the runtime handler name in a containerd config.
-func handlerIn(data []byte, name, binary string) (handler, isDefault bool, err error) {
-	v, err := engineconf.ContainerdVersion(data)
+// registered reports whether the record's config, read as containerd
+// reads it (its imports, the drop-in, included), registers the handler
+// with the recorded binary, and whether it is the default.
+func (a *Agent) registered(rec *Record) (handler, isDefault bool, err error) {
+	c, err := containerdconf.Load(context.Background(), rec.Containerd.Config, containerdconf.Options{Root: a.HostRoot})
 	if err != nil {
 		return false, false, err
 	}
-	plugin := "io.containerd.grpc.v1.cri"
-	if v >= 3 {
-		plugin = "io.containerd.cri.v1.runtime"
+	if !c.Exists {
+		return false, false, fmt.Errorf("%s does not exist", rec.Containerd.Config)
 	}
-	var cfg map[string]any
-	if err := toml.Unmarshal(data, &cfg); err != nil {
-		return false, false, err
-	}
-	ctd, _ := dig(cfg, "plugins", plugin, "containerd").(map[string]any)
-	if ctd == nil {
-		return false, false, nil
-	}
-	got, _ := dig(ctd, "runtimes", name, "options", "BinaryName").(string)
-	def, _ := ctd["default_runtime_name"].(string)
-	return got == binary, def == name, nil
+	r, ok := c.Runtime(install.RuntimeName)
+	return ok && r.BinaryName == rec.Containerd.RuntimePath, c.DefaultRuntime() == install.RuntimeName, nil
 }
 
-// dig returns the value at a path of nested tables, or nil.
-func dig(m map[string]any, path ...string) any {
-	var cur any = m
-	for _, p := range path {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = mm[p]
+// containerdStateDir is the state directory of the containerd that reads
+// the record's config, else containerd's default.
+func (a *Agent) containerdStateDir(rec *Record) string {
+	c, err := containerdconf.Load(context.Background(), rec.Containerd.Config, containerdconf.Options{Root: a.HostRoot})
+	if err != nil {
+		return containerdconf.DefaultState
 	}
-	return cur
-}
-
-// containerdStateDir is the state directory the config names (top-level
-// state), else containerd's default.
-func containerdStateDir(data []byte) string {
-	var cfg struct {
-		State string `toml:"state"`
-	}
-	if err := toml.Unmarshal(data, &cfg); err != nil || cfg.State == "" {
-		return "/run/containerd"
-	}
-	return cfg.State
+	return c.State()
 }
 
 // runningWith lists the containers whose shim runs binary: containerd's

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
 
@@ -108,13 +107,9 @@ func (a *Agent) unload(ctx context.Context, rec *Record) (string, error) {
 // runtimeInUse says which running containers' shims call gpurun-runtime,
 // or "".
 func (a *Agent) runtimeInUse(rec *Record) (string, error) {
-	data, err := os.ReadFile(a.host(rec.Containerd.Config))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("read %s: %w", a.host(rec.Containerd.Config), err)
-	}
 	// A shim knows the binary by its node path; a containerd running in
 	// the agent's own mount namespace (tests) by the path seen from here.
-	ids, err := a.runningWith(containerdStateDir(data), rec.Containerd.RuntimePath, a.host(rec.Containerd.RuntimePath))
+	ids, err := a.runningWith(a.containerdStateDir(rec), rec.Containerd.RuntimePath, a.host(rec.Containerd.RuntimePath))
 	if err != nil {
 		return "", err
 	}
@@ -144,12 +139,8 @@ func (a *Agent) restorePolicy(rec *Record) error {
 // replaced.
 func (a *Agent) removeFile(node, backup string) error {
 	if backup != "" {
-		data, err := os.ReadFile(a.host(backup))
-		if err != nil {
-			return fmt.Errorf("restore %s: %w", node, err)
-		}
 		mode := modeOf(a.host(backup))
-		if err := atomicfile.Write(a.host(node), data, mode); err != nil {
+		if err := copyFile(a.host(backup), a.host(node), mode); err != nil {
 			return fmt.Errorf("restore %s: %w", node, err)
 		}
 		// atomicfile keeps the mode of the file it replaces: give the backup's.

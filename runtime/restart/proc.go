@@ -2,6 +2,7 @@ package restart
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,10 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpurun/gpurun/runtime/containerdconf"
 )
 
 // DefaultContainerdConfig is the config containerd reads without --config.
-const DefaultContainerdConfig = "/etc/containerd/config.toml"
+const DefaultContainerdConfig = containerdconf.DefaultConfigPath
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's start time: 100 on
 // every Linux architecture Go supports.
@@ -36,8 +39,41 @@ type Process struct {
 	// Started is when it started, from StartTicks and /proc/uptime, to
 	// within StartUncertainty.
 	Started time.Time
-	// Config is the config file it reads, as it names it.
+	// Config is its main config file: its --config (or the default),
+	// made absolute against its working directory, as it sees it.
 	Config string
+	// Root is its root directory, seen from here (/proc/<pid>/root): where
+	// its Config and the files that imports are.
+	Root string
+}
+
+// ConfigFiles returns the files its config reads (its Config and what that
+// imports), as it sees them, read as containerdconf reads them.
+func (p Process) ConfigFiles(ctx context.Context) ([]string, error) {
+	c, err := containerdconf.Load(ctx, p.Config, containerdconf.Options{Root: p.Root})
+	if err != nil {
+		return nil, err
+	}
+	if !c.Exists {
+		return nil, nil
+	}
+	return c.Files, nil
+}
+
+// Reads reports whether the process reads the file want (os.Stat's info of
+// it): its main config, or a file that imports. When its config cannot be
+// read, only its main config counts.
+func (p Process) Reads(ctx context.Context, want fs.FileInfo) bool {
+	files, err := p.ConfigFiles(ctx)
+	if err != nil {
+		files = []string{p.Config}
+	}
+	for _, f := range files {
+		if st, err := os.Stat(filepath.Join(p.Root, f)); err == nil && os.SameFile(st, want) {
+			return true
+		}
+	}
+	return false
 }
 
 // ProcDir is where the node's processes are listed: hostRoot/proc, or /proc
@@ -54,10 +90,10 @@ func orSlash(hostRoot string) string {
 }
 
 // FindContainerd returns the containerd processes that read the config file
-// at the node path config: processes named containerd whose --config (or
-// the default) is, seen from their own root, the same file as
-// hostRoot/config. Processes of other mount namespaces reading a file of
-// the same name (containerd in a kind node, say) do not count.
+// at the node path config: containerd daemons whose --config (or the
+// default), or a file it imports, is, seen from their own root, the same
+// file as hostRoot/config. Processes of other mount namespaces reading a
+// file of the same name (containerd in a kind node, say) do not count.
 func FindContainerd(hostRoot, config string) ([]Process, error) {
 	if config == "" {
 		config = DefaultContainerdConfig
@@ -66,6 +102,22 @@ func FindContainerd(hostRoot, config string) ([]Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find containerd: %w", err)
 	}
+	all, err := ListContainerd(hostRoot)
+	if err != nil {
+		return nil, err
+	}
+	var out []Process
+	for _, p := range all {
+		if p.Reads(context.Background(), want) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// ListContainerd returns the containerd daemons running on the node:
+// processes named containerd that run no subcommand (config dump, ...).
+func ListContainerd(hostRoot string) ([]Process, error) {
 	procDir := ProcDir(hostRoot)
 	ents, err := os.ReadDir(procDir)
 	if err != nil {
@@ -81,7 +133,7 @@ func FindContainerd(hostRoot, config string) ([]Process, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		p, ok := containerdProcess(procDir, pid, want)
+		p, ok := containerdProcess(procDir, pid)
 		if !ok {
 			continue
 		}
@@ -92,8 +144,8 @@ func FindContainerd(hostRoot, config string) ([]Process, error) {
 }
 
 // containerdProcess reads one process and reports whether it is a
-// containerd reading the file want.
-func containerdProcess(procDir string, pid int, want fs.FileInfo) (Process, bool) {
+// containerd daemon.
+func containerdProcess(procDir string, pid int) (Process, bool) {
 	dir := filepath.Join(procDir, strconv.Itoa(pid))
 	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
 	if err != nil || strings.TrimSpace(string(comm)) != "containerd" {
@@ -115,15 +167,11 @@ func containerdProcess(procDir string, pid int, want fs.FileInfo) (Process, bool
 		}
 		config = filepath.Join(cwd, config)
 	}
-	st, err := os.Stat(filepath.Join(dir, "root", config))
-	if err != nil || !os.SameFile(st, want) {
-		return Process{}, false
-	}
 	ticks, err := startTicks(dir)
 	if err != nil {
 		return Process{}, false
 	}
-	return Process{PID: pid, StartTicks: ticks, Config: config}, true
+	return Process{PID: pid, StartTicks: ticks, Config: config, Root: filepath.Join(dir, "root")}, true
 }
 
 // configArg returns the config file of a containerd command line: its

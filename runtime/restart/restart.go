@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	toml "github.com/pelletier/go-toml/v2"
+	"github.com/gpurun/gpurun/runtime/containerdconf"
 )
 
 // Mode says how containerd is restarted.
@@ -64,9 +64,6 @@ const DefaultUnit = "containerd.service"
 
 // DefaultTimeout bounds how long a restart may take.
 const DefaultTimeout = 2 * time.Minute
-
-// DefaultSocket is containerd's gRPC socket when the config names none.
-const DefaultSocket = "/run/containerd/containerd.sock"
 
 // Containerd restarts a node's containerd.
 type Containerd struct {
@@ -259,7 +256,10 @@ func (c Containerd) signal(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	socket := filepath.Join(orSlash(c.HostRoot), socketOf(filepath.Join(orSlash(c.HostRoot), c.config())))
+	socket, err := socketOf(ctx, c.HostRoot, c.config())
+	if err != nil {
+		return fmt.Errorf("restart containerd: %w", err)
+	}
 	if err := wait(fmt.Sprintf("the new containerd (pid %d) did not answer on %s", fresh.PID, socket), func() (bool, error) {
 		conn, err := net.DialTimeout("unix", socket, time.Second)
 		if err != nil {
@@ -274,30 +274,12 @@ func (c Containerd) signal(ctx context.Context) error {
 	return nil
 }
 
-// socketOf returns the gRPC socket a containerd config names ([grpc]
-// address in versions 2 and 3, the grpc server plugin's address in version
-// 4), else DefaultSocket.
-func socketOf(configFile string) string {
-	data, err := os.ReadFile(configFile)
+// socketOf returns the gRPC socket of the containerd that reads config (a
+// node path; its imports included), as a path here.
+func socketOf(ctx context.Context, hostRoot, config string) (string, error) {
+	c, err := containerdconf.Load(ctx, config, containerdconf.Options{Root: hostRoot})
 	if err != nil {
-		return DefaultSocket
+		return "", fmt.Errorf("the socket containerd listens on: %w", err)
 	}
-	type address struct {
-		Address string `toml:"address"`
-	}
-	var cfg struct {
-		GRPC    address `toml:"grpc"`
-		Plugins struct {
-			GRPC address `toml:"io.containerd.server.v1.grpc"`
-		} `toml:"plugins"`
-	}
-	if err := toml.Unmarshal(data, &cfg); err != nil {
-		return DefaultSocket
-	}
-	for _, a := range []string{cfg.Plugins.GRPC.Address, cfg.GRPC.Address} {
-		if a != "" {
-			return a
-		}
-	}
-	return DefaultSocket
+	return filepath.Join(orSlash(hostRoot), c.Address()), nil
 }

@@ -8,11 +8,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpurun/gpurun/runtime/containerdconf"
 )
 
 // fakeEnv makes the test binary act as a containerd: it listens on the
@@ -30,7 +33,10 @@ func fakeContainerd(args []string) int {
 	cfg, _ := configArg(append([]string{"containerd"}, args...))
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
-	sock := socketOf(cfg)
+	sock, err := socketOf(context.Background(), "", cfg)
+	if err != nil {
+		return 4
+	}
 	_ = os.Remove(sock)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -181,6 +187,34 @@ func TestFindContainerd(t *testing.T) {
 	if err != nil || len(procs) != 1 || procs[0].PID != ours.Process.Pid {
 		t.Errorf("through host root: %+v, %v", procs, err)
 	}
+	// A containerd whose config imports ours reads it too.
+	importer, _ := writeConfig(t)
+	if err := os.WriteFile(importer, []byte("version = 2\nimports = [\""+config+"\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	viaImport := startFake(t, "containerd", "--config", importer)
+	procs, err = FindContainerd("", config)
+	var pids []int
+	for _, p := range procs {
+		pids = append(pids, p.PID)
+	}
+	slices.Sort(pids)
+	want := []int{ours.Process.Pid, viaImport.Process.Pid}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(pids, want) {
+		t.Errorf("with an importing containerd: pids %v, %v; want %v", pids, err, want)
+	}
+	all, err := ListContainerd("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	configs := map[int]string{}
+	for _, p := range all {
+		configs[p.PID] = p.Config
+	}
+	if configs[ours.Process.Pid] != config || configs[viaImport.Process.Pid] != importer || len(configs) < 3 {
+		t.Errorf("ListContainerd: %v", configs)
+	}
 }
 
 func TestSignalRestart(t *testing.T) {
@@ -299,18 +333,41 @@ func TestNoneSaysHow(t *testing.T) {
 
 func TestSocketOf(t *testing.T) {
 	dir := t.TempDir()
-	for _, tc := range []struct{ name, config, want string }{
-		{"version 2", "version = 2\n[grpc]\n  address = \"/run/a.sock\"\n", "/run/a.sock"},
-		{"version 4", "version = 4\n[plugins]\n  [plugins.'io.containerd.server.v1.grpc']\n    address = '/run/b.sock'\n", "/run/b.sock"},
-		{"none", "version = 2\n", DefaultSocket},
-		{"not TOML", "version = \n", DefaultSocket},
+	for _, tc := range []struct{ name, config, want, err string }{
+		{"version 2", "version = 2\n[grpc]\n  address = \"/run/a.sock\"\n", "/run/a.sock", ""},
+		{"version 4", "version = 4\n[plugins]\n  [plugins.'io.containerd.server.v1.grpc']\n    address = '/run/b.sock'\n", "/run/b.sock", ""},
+		{"version 3, from a drop-in", "version = 3\nimports = [\"drop-in.toml\"]\n[grpc]\n  address = \"/run/main.sock\"\n", "/run/drop-in.sock", ""},
+		{"none", "version = 2\n", containerdconf.DefaultAddress, ""},
+		{"not TOML", "version = \n", "", "not-TOML.toml:1:11: toml:"},
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".toml")
+		p = strings.ReplaceAll(strings.ReplaceAll(p, ",", ""), "-from-a-drop-in", "")
 		if err := os.WriteFile(p, []byte(tc.config), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got := socketOf(p); got != tc.want {
-			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		if err := os.WriteFile(filepath.Join(dir, "drop-in.toml"), []byte("version = 3\n[grpc]\n  address = \"/run/drop-in.sock\"\n"), 0o644); err != nil {
+			t.Fatal(err)
 		}
+		got, err := socketOf(context.Background(), "", p)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %q, %v; want an error with %q", tc.name, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+	// Through a host root, a path here.
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc/containerd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, DefaultContainerdConfig), []byte("version = 2\n[grpc]\n  address = \"/run/k3s/containerd.sock\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := socketOf(context.Background(), root, DefaultContainerdConfig); err != nil || got != filepath.Join(root, "/run/k3s/containerd.sock") {
+		t.Errorf("host root: %q, %v", got, err)
 	}
 }

@@ -1,4 +1,13 @@
-package engineconf
+// Package docker registers gpurun-runtime in dockerd's daemon.json: a
+// runtimes entry and, when asked, default-runtime, chaining to a wrapper
+// runtime (NVIDIA's) that was the default. Every byte it does not own is
+// kept (other keys, their order, spelling, numbers and layout), a second
+// install changes nothing, and uninstall undoes exactly what install did.
+// Every edit is checked the way containerd's are: the result is decoded
+// again and compared with the document before it, and an edit that would
+// change anything but gpurun's keys is refused. Positions in errors follow
+// package textpos. The functions are pure (bytes in, bytes out).
+package docker
 
 import (
 	"bytes"
@@ -8,29 +17,29 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
-	udiff "github.com/aymanbagabas/go-udiff"
+	"github.com/gpurun/gpurun/runtime/engineconf/cfgtree"
+	"github.com/gpurun/gpurun/textpos"
 )
 
-// DockerDefaultPIDFile is where dockerd writes its PID unless daemon.json's
+// DefaultPIDFile is where dockerd writes its PID unless daemon.json's
 // "pidfile" says otherwise.
-const DockerDefaultPIDFile = "/var/run/docker.pid"
+const DefaultPIDFile = "/var/run/docker.pid"
 
-// DockerOptions says how to register gpurun-runtime in daemon.json.
-type DockerOptions struct {
+// Options says how to register gpurun-runtime in daemon.json.
+type Options struct {
 	Name         string   // runtime name, "gpurun"
 	Path         string   // absolute path of gpurun-runtime
 	RuntimeArgs  []string // optional runtimeArgs
 	SetAsDefault bool     // also make it "default-runtime"
 }
 
-// DockerChange says what InstallDocker did, so UninstallDocker can undo
+// Change says what Install did, so Uninstall can undo
 // exactly that. It is meant to be kept (for instance as JSON) from the
 // install that changed the file: a later install that finds everything in
 // place reports Changed false and nothing to undo.
-type DockerChange struct {
-	// Changed says whether InstallDocker changed the document at all.
+type Change struct {
+	// Changed says whether Install changed the document at all.
 	Changed bool `json:"changed"`
 	// AddedRuntime says runtimes.<Name> was added or replaced by us.
 	AddedRuntime bool `json:"addedRuntime,omitempty"`
@@ -52,7 +61,7 @@ type DockerChange struct {
 	// uninstall restores it even when PreviousDefault is "".
 	PreviousDefaultSet bool `json:"previousDefaultSet,omitempty"`
 	// AddedNewline says the document did not end with a newline and
-	// InstallDocker added one; uninstall takes it away again.
+	// Install added one; uninstall takes it away again.
 	AddedNewline bool `json:"addedNewline,omitempty"`
 	// Chain is the low-level runtime gpurun-runtime must exec so an
 	// existing wrapper keeps working: when the default runtime before the
@@ -68,8 +77,8 @@ type DockerChange struct {
 // MarshalJSON encodes the change for keeping, PreviousRuntime as a JSON
 // string holding its exact text: encoding/json would compact a
 // json.RawMessage, and uninstall could then not restore its layout.
-func (c DockerChange) MarshalJSON() ([]byte, error) {
-	type plain DockerChange
+func (c Change) MarshalJSON() ([]byte, error) {
+	type plain Change
 	return json.Marshal(struct {
 		plain
 		PreviousRuntime string `json:"previousRuntime,omitempty"`
@@ -78,8 +87,8 @@ func (c DockerChange) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON decodes what MarshalJSON writes. A previousRuntime that is
 // not a string is taken as the JSON text itself.
-func (c *DockerChange) UnmarshalJSON(data []byte) error {
-	type plain DockerChange
+func (c *Change) UnmarshalJSON(data []byte) error {
+	type plain Change
 	var v struct {
 		plain
 		PreviousRuntime json.RawMessage `json:"previousRuntime,omitempty"`
@@ -87,7 +96,7 @@ func (c *DockerChange) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &v); err != nil {
 		return fmt.Errorf("decode docker change: %w", err)
 	}
-	*c = DockerChange(v.plain)
+	*c = Change(v.plain)
 	c.PreviousRuntime = nil
 	switch raw := v.PreviousRuntime; {
 	case len(raw) == 0 || string(raw) == "null":
@@ -105,35 +114,35 @@ func (c *DockerChange) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// djReserved says whether dockerd keeps name for its built-in runc.
-func djReserved(name string) bool {
+// reserved says whether dockerd keeps name for its built-in runc.
+func reserved(name string) bool {
 	return name == "runc" || name == "io.containerd.runc.v2"
 }
 
-// djRuntime is the runtimes.<Name> entry InstallDocker writes, in the field
+// runtimeEntry is the runtimes.<Name> entry Install writes, in the field
 // order it writes them (dockerd's types.Runtime spelling).
-type djRuntime struct {
+type runtimeEntry struct {
 	Path string   `json:"path"`
 	Args []string `json:"runtimeArgs,omitempty"`
 }
 
-// InstallDocker registers gpurun-runtime in the daemon.json document data
+// Install registers gpurun-runtime in the daemon.json document data
 // and returns the new document and what changed. Empty or blank data
-// stands for a missing daemon.json. Everything InstallDocker does not own
+// stands for a missing daemon.json. Everything Install does not own
 // is kept byte for byte: other keys, their order, spelling, numbers and
 // layout. New keys go after the existing ones, laid out in the document's
 // own style (indentation detected from the file; two spaces by default).
 // A changed document ends with a newline (AddedNewline records one added).
 // Installing into a document that already has the registration returns
 // data unchanged with Changed false (and Chain filled in).
-func InstallDocker(data []byte, o DockerOptions) ([]byte, DockerChange, error) {
-	if err := o.djValidate(true); err != nil {
-		return nil, DockerChange{}, fmt.Errorf("install docker runtime: %w", err)
+func Install(data []byte, o Options) ([]byte, Change, error) {
+	if err := o.validate(true); err != nil {
+		return nil, Change{}, fmt.Errorf("install docker runtime: %w", err)
 	}
-	bom, body := djSplitBOM(data)
-	out, c, err := djInstall(body, o)
+	bom, body := splitBOM(data)
+	out, c, err := install(body, o)
 	if err != nil {
-		return nil, DockerChange{}, err
+		return nil, Change{}, err
 	}
 	if !c.Changed {
 		return data, c, nil
@@ -141,15 +150,15 @@ func InstallDocker(data []byte, o DockerOptions) ([]byte, DockerChange, error) {
 	return slices.Concat(bom, out), c, nil
 }
 
-// djInstall is InstallDocker on a document without a byte order mark.
-func djInstall(data []byte, o DockerOptions) ([]byte, DockerChange, error) {
-	var c DockerChange
-	blank := len(bytes.Trim(data, djSpace)) == 0
+// install is Install on a document without a byte order mark.
+func install(data []byte, o Options) ([]byte, Change, error) {
+	var c Change
+	blank := len(bytes.Trim(data, space)) == 0
 	src := data
 	if blank {
 		src = []byte("{}")
 	}
-	top, st, err := djLoad(src)
+	top, st, err := load(src)
 	if err != nil {
 		return nil, c, fmt.Errorf("install docker runtime: %w", err)
 	}
@@ -166,36 +175,39 @@ func djInstall(data []byte, o DockerOptions) ([]byte, DockerChange, error) {
 		curIsString = json.Unmarshal(src[m.valStart:m.valEnd], &curDefault) == nil && src[m.valStart] == '"'
 		if !curIsString && o.SetAsDefault {
 			return nil, c, fmt.Errorf("install docker runtime: %s: default-runtime is %s, want a string",
-				djPos(src, m.valStart), djKind(src[m.valStart]))
+				pos(src, m.valStart), kind(src[m.valStart]))
 		}
 	}
-	c.Chain, err = djChain(src, top, curDefault, o)
+	c.Chain, err = chain(src, top, curDefault, o)
 	if err != nil {
 		return nil, c, fmt.Errorf("install docker runtime: %w", err)
 	}
 
-	out, err := djPutRuntime(src, top, st, o, &c)
+	out, err := putRuntime(src, top, st, o, &c)
 	if err != nil {
 		return nil, c, fmt.Errorf("install docker runtime: %w", err)
 	}
 
 	if o.SetAsDefault && curDefault != o.Name {
-		top, err = djParseObject(out, top.open)
+		top, err = parseObject(out, top.open)
 		if err != nil {
 			return nil, c, fmt.Errorf("install docker runtime: %w", err)
 		}
-		val := djQuote(o.Name)
+		val := quote(o.Name)
 		if di >= 0 {
-			out = djReplaceValue(out, top, di, val, st)
+			out = replaceValue(out, top, di, val, st)
 			c.PreviousDefault, c.PreviousDefaultSet = curDefault, true
 		} else {
-			out = djInsert(out, top, true, st, djQuote("default-runtime"), val)
+			out = insert(out, top, true, st, quote("default-runtime"), val)
 		}
 		c.SetDefault = true
 	}
 
 	if !blank && bytes.Equal(out, src) {
-		return data, DockerChange{Chain: c.Chain}, nil
+		return data, Change{Chain: c.Chain}, nil
+	}
+	if err := checkInstall(src, out, o, c); err != nil {
+		return nil, c, fmt.Errorf("install docker runtime: %w", err)
 	}
 	c.Changed = true
 	if !bytes.HasSuffix(out, []byte("\n")) {
@@ -205,11 +217,11 @@ func djInstall(data []byte, o DockerOptions) ([]byte, DockerChange, error) {
 	return out, c, nil
 }
 
-// djPutRuntime makes runtimes.<Name> our entry, recording in c what it did.
-func djPutRuntime(src []byte, top djObject, st djStyle, o DockerOptions, c *DockerChange) ([]byte, error) {
-	entry := djCompact(djRuntime{Path: o.Path, Args: o.RuntimeArgs})
+// putRuntime makes runtimes.<Name> our entry, recording in c what it did.
+func putRuntime(src []byte, top object, st style, o Options, c *Change) ([]byte, error) {
+	entry := compact(runtimeEntry{Path: o.Path, Args: o.RuntimeArgs})
 	withName := func() []byte {
-		return slices.Concat([]byte("{"), djQuote(o.Name), []byte(":"), entry, []byte("}"))
+		return slices.Concat([]byte("{"), quote(o.Name), []byte(":"), entry, []byte("}"))
 	}
 	ri, err := top.find(src, "runtimes", true)
 	if err != nil {
@@ -217,18 +229,18 @@ func djPutRuntime(src []byte, top djObject, st djStyle, o DockerOptions, c *Dock
 	}
 	if ri < 0 {
 		c.AddedRuntime, c.CreatedRuntimes = true, true
-		return djInsert(src, top, true, st, djQuote("runtimes"), withName()), nil
+		return insert(src, top, true, st, quote("runtimes"), withName()), nil
 	}
 	m := top.members[ri]
 	switch src[m.valStart] {
 	case 'n': // "runtimes": null, which dockerd reads as no runtimes
 		c.AddedRuntime, c.CreatedRuntimes, c.RuntimesWasNull = true, true, true
-		return djReplaceValue(src, top, ri, withName(), st), nil
+		return replaceValue(src, top, ri, withName(), st), nil
 	case '{':
 	default:
-		return nil, fmt.Errorf("%s: runtimes is %s, want an object", djPos(src, m.valStart), djKind(src[m.valStart]))
+		return nil, fmt.Errorf("%s: runtimes is %s, want an object", pos(src, m.valStart), kind(src[m.valStart]))
 	}
-	rts, err := djParseObject(src, m.valStart)
+	rts, err := parseObject(src, m.valStart)
 	if err != nil {
 		return nil, err
 	}
@@ -238,31 +250,31 @@ func djPutRuntime(src []byte, top djObject, st djStyle, o DockerOptions, c *Dock
 	}
 	if ni < 0 {
 		c.AddedRuntime = true
-		return djInsert(src, rts, top.multiline(src), st, djQuote(o.Name), entry), nil
+		return insert(src, rts, top.multiline(src), st, quote(o.Name), entry), nil
 	}
 	nm := rts.members[ni]
 	prev := src[nm.valStart:nm.valEnd]
-	if djRuntimeIs(prev, o) {
+	if runtimeIs(prev, o) {
 		return src, nil
 	}
 	c.AddedRuntime = true
 	c.PreviousRuntime = bytes.Clone(prev)
-	return djReplaceValue(src, rts, ni, entry, st), nil
+	return replaceValue(src, rts, ni, entry, st), nil
 }
 
-// UninstallDocker undoes what InstallDocker did according to c, and says
+// Uninstall undoes what Install did according to c, and says
 // whether it changed anything. It removes runtimes.<Name> (or puts back
 // c.PreviousRuntime) only while that entry still runs o.Path (any path when
-// o.Path is ""), removes the "runtimes" object only when InstallDocker
+// o.Path is ""), removes the "runtimes" object only when Install
 // created it and it is empty again, and restores "default-runtime" only
 // while it still names o.Name, so an administrator's later choices stay.
 // Everything else is kept byte for byte. Undoing twice changes nothing.
-func UninstallDocker(data []byte, o DockerOptions, c DockerChange) ([]byte, bool, error) {
-	if err := o.djValidate(false); err != nil {
+func Uninstall(data []byte, o Options, c Change) ([]byte, bool, error) {
+	if err := o.validate(false); err != nil {
 		return nil, false, fmt.Errorf("uninstall docker runtime: %w", err)
 	}
-	bom, body := djSplitBOM(data)
-	out, changed, err := djUninstall(body, o, c)
+	bom, body := splitBOM(data)
+	out, changed, err := uninstall(body, o, c)
 	if err != nil {
 		return nil, false, err
 	}
@@ -272,12 +284,12 @@ func UninstallDocker(data []byte, o DockerOptions, c DockerChange) ([]byte, bool
 	return slices.Concat(bom, out), true, nil
 }
 
-// djUninstall is UninstallDocker on a document without a byte order mark.
-func djUninstall(data []byte, o DockerOptions, c DockerChange) ([]byte, bool, error) {
-	if !c.Changed || len(bytes.Trim(data, djSpace)) == 0 {
+// uninstall is Uninstall on a document without a byte order mark.
+func uninstall(data []byte, o Options, c Change) ([]byte, bool, error) {
+	if !c.Changed || len(bytes.Trim(data, space)) == 0 {
 		return data, false, nil
 	}
-	top, st, err := djLoad(data)
+	top, st, err := load(data)
 	if err != nil {
 		return nil, false, fmt.Errorf("uninstall docker runtime: %w", err)
 	}
@@ -293,20 +305,20 @@ func djUninstall(data []byte, o DockerOptions, c DockerChange) ([]byte, bool, er
 			m := top.members[di]
 			if json.Unmarshal(out[m.valStart:m.valEnd], &cur) == nil && out[m.valStart] == '"' && cur == o.Name {
 				if c.PreviousDefault != "" || c.PreviousDefaultSet {
-					out = djReplaceValue(out, top, di, djQuote(c.PreviousDefault), st)
+					out = replaceValue(out, top, di, quote(c.PreviousDefault), st)
 				} else {
-					out = djRemove(out, top, di)
+					out = remove(out, top, di)
 				}
 			}
 		}
 	}
 
 	if c.AddedRuntime {
-		top, err = djParseObject(out, top.open)
+		top, err = parseObject(out, top.open)
 		if err != nil {
 			return nil, false, fmt.Errorf("uninstall docker runtime: %w", err)
 		}
-		out, err = djDropRuntime(out, top, st, o, c)
+		out, err = dropRuntime(out, top, st, o, c)
 		if err != nil {
 			return nil, false, fmt.Errorf("uninstall docker runtime: %w", err)
 		}
@@ -318,11 +330,18 @@ func djUninstall(data []byte, o DockerOptions, c DockerChange) ([]byte, bool, er
 	if c.AddedNewline {
 		out = bytes.TrimSuffix(out, []byte(st.nl))
 	}
+	allowed := [][]string{{"runtimes", o.Name}, {"default-runtime"}}
+	if c.CreatedRuntimes {
+		allowed = append(allowed, []string{"runtimes"})
+	}
+	if err := checkOnly(data, out, allowed); err != nil {
+		return nil, false, fmt.Errorf("uninstall docker runtime: %w", err)
+	}
 	return out, true, nil
 }
 
-// djDropRuntime removes or restores runtimes.<Name> as c says.
-func djDropRuntime(data []byte, top djObject, st djStyle, o DockerOptions, c DockerChange) ([]byte, error) {
+// dropRuntime removes or restores runtimes.<Name> as c says.
+func dropRuntime(data []byte, top object, st style, o Options, c Change) ([]byte, error) {
 	ri, err := top.find(data, "runtimes", true)
 	if err != nil || ri < 0 {
 		return data, err
@@ -331,7 +350,7 @@ func djDropRuntime(data []byte, top djObject, st djStyle, o DockerOptions, c Doc
 	if data[m.valStart] != '{' {
 		return data, nil // not ours to fix any more
 	}
-	rts, err := djParseObject(data, m.valStart)
+	rts, err := parseObject(data, m.valStart)
 	if err != nil {
 		return nil, err
 	}
@@ -352,44 +371,35 @@ func djDropRuntime(data []byte, top djObject, st djStyle, o DockerOptions, c Doc
 	case len(c.PreviousRuntime) > 0 && !json.Valid(c.PreviousRuntime):
 		return nil, fmt.Errorf("the previous runtimes.%s entry to restore is not JSON: %q", o.Name, c.PreviousRuntime)
 	case len(c.PreviousRuntime) > 0:
-		return djRestoreValue(data, rts, ni, c.PreviousRuntime), nil
+		return restoreValue(data, rts, ni, c.PreviousRuntime), nil
 	case len(rts.members) == 1 && c.CreatedRuntimes && c.RuntimesWasNull:
-		return djRestoreValue(data, top, ri, []byte("null")), nil
+		return restoreValue(data, top, ri, []byte("null")), nil
 	case len(rts.members) == 1 && c.CreatedRuntimes:
-		return djRemove(data, top, ri), nil
+		return remove(data, top, ri), nil
 	default:
-		return djRemove(data, rts, ni), nil
+		return remove(data, rts, ni), nil
 	}
 }
 
 // DockerPIDFile returns where dockerd writes its PID according to the
-// daemon.json document data: its "pidfile", or DockerDefaultPIDFile when
+// daemon.json document data: its "pidfile", or DefaultPIDFile when
 // that is unset, empty or the document cannot be read.
-func DockerPIDFile(data []byte) string {
+func PIDFile(data []byte) string {
 	var cfg struct {
 		PIDFile string `json:"pidfile"`
 	}
-	if _, body := djSplitBOM(data); json.Unmarshal(body, &cfg) != nil || cfg.PIDFile == "" {
-		return DockerDefaultPIDFile
+	if _, body := splitBOM(data); json.Unmarshal(body, &cfg) != nil || cfg.PIDFile == "" {
+		return DefaultPIDFile
 	}
 	return cfg.PIDFile
 }
 
-// UnifiedDiff returns a unified diff (three lines of context) from before
-// to after, both headers naming name, or "" when they are equal.
-func UnifiedDiff(name string, before, after []byte) string {
-	if bytes.Equal(before, after) {
-		return ""
-	}
-	return udiff.Unified(name, name, string(before), string(after))
-}
-
-// djValidate checks the options; install needs a path, uninstall only a name.
-func (o DockerOptions) djValidate(install bool) error {
+// validate checks the options; install needs a path, uninstall only a name.
+func (o Options) validate(install bool) error {
 	switch {
 	case o.Name == "":
 		return errors.New("runtime name is empty")
-	case djReserved(o.Name):
+	case reserved(o.Name):
 		return fmt.Errorf("runtime name %q is reserved by dockerd", o.Name)
 	case install && !filepath.IsAbs(o.Path):
 		return fmt.Errorf("runtime path %q is not absolute", o.Path)
@@ -397,10 +407,10 @@ func (o DockerOptions) djValidate(install bool) error {
 	return nil
 }
 
-// djChain returns the path of the wrapper runtime that is the default now,
-// if any (see DockerChange.Chain).
-func djChain(data []byte, top djObject, def string, o DockerOptions) (string, error) {
-	if def == "" || def == o.Name || djReserved(def) {
+// chain returns the path of the wrapper runtime that is the default now,
+// if any (see Change.Chain).
+func chain(data []byte, top object, def string, o Options) (string, error) {
+	if def == "" || def == o.Name || reserved(def) {
 		return "", nil
 	}
 	ri, err := top.find(data, "runtimes", true)
@@ -411,7 +421,7 @@ func djChain(data []byte, top djObject, def string, o DockerOptions) (string, er
 	if data[m.valStart] != '{' {
 		return "", nil
 	}
-	rts, err := djParseObject(data, m.valStart)
+	rts, err := parseObject(data, m.valStart)
 	if err != nil {
 		return "", err
 	}
@@ -432,13 +442,13 @@ func djChain(data []byte, top djObject, def string, o DockerOptions) (string, er
 	return rt.Path, nil
 }
 
-// djRuntimeIs says whether the runtimes entry raw is exactly what
-// InstallDocker writes for o: the same path and runtimeArgs, nothing else.
-func djRuntimeIs(raw []byte, o DockerOptions) bool {
+// runtimeIs says whether the runtimes entry raw is exactly what
+// Install writes for o: the same path and runtimeArgs, nothing else.
+func runtimeIs(raw []byte, o Options) bool {
 	if raw[0] != '{' {
 		return false
 	}
-	obj, err := djParseObject(raw, 0)
+	obj, err := parseObject(raw, 0)
 	if err != nil {
 		return false
 	}
@@ -470,47 +480,47 @@ func djRuntimeIs(raw []byte, o DockerOptions) bool {
 
 // --- a byte-preserving view of a JSON document ---
 
-const djSpace = " \t\r\n"
+const space = " \t\r\n"
 
-// djMember is one member of a JSON object, located in the document.
-type djMember struct {
+// member is one member of a JSON object, located in the document.
+type member struct {
 	key              string // decoded
 	keyStart, keyEnd int    // the key's quotes, inclusive..exclusive
 	valStart, valEnd int    // the value's bytes
 }
 
-// djObject is a JSON object located in the document.
-type djObject struct {
+// object is a JSON object located in the document.
+type object struct {
 	open, close int // offsets of '{' and '}'
-	members     []djMember
+	members     []member
 }
 
-// djStyle is how the document is laid out, for the text we add.
-type djStyle struct {
+// style is how the document is laid out, for the text we add.
+type style struct {
 	nl    string // line ending
 	unit  string // one level of indentation
 	colon string // between a key and its value
 	comma string // between members of a one-line object
 }
 
-// djLoad checks that data is one JSON object and returns it with its style.
-func djLoad(data []byte) (djObject, djStyle, error) {
+// load checks that data is one JSON object and returns it with its style.
+func load(data []byte) (object, style, error) {
 	if err := json.Unmarshal(data, new(json.RawMessage)); err != nil {
-		return djObject{}, djStyle{}, djSyntaxError(data, err)
+		return object{}, style{}, syntaxError(data, err)
 	}
-	i := djSkipSpace(data, 0)
+	i := skipSpace(data, 0)
 	if data[i] != '{' {
-		return djObject{}, djStyle{}, fmt.Errorf("parse daemon.json: %s: top level is %s, want an object", djPos(data, i), djKind(data[i]))
+		return object{}, style{}, fmt.Errorf("parse daemon.json: %s: top level is %s, want an object", pos(data, i), kind(data[i]))
 	}
-	top, err := djParseObject(data, i)
+	top, err := parseObject(data, i)
 	if err != nil {
-		return djObject{}, djStyle{}, err
+		return object{}, style{}, err
 	}
-	return top, djDetectStyle(data, top), nil
+	return top, detectStyle(data, top), nil
 }
 
-// djSyntaxError names the line and column of a JSON syntax error.
-func djSyntaxError(data []byte, err error) error {
+// syntaxError names the line and column of a JSON syntax error.
+func syntaxError(data []byte, err error) error {
 	var se *json.SyntaxError
 	if !errors.As(err, &se) {
 		return fmt.Errorf("parse daemon.json: %w", err)
@@ -522,17 +532,17 @@ func djSyntaxError(data []byte, err error) error {
 		var se2 *json.SyntaxError
 		err2 := json.Unmarshal(append(bytes.Clone(data), '\n'), new(json.RawMessage))
 		if !errors.As(err2, &se2) || se2.Offset > int64(len(data)) {
-			return fmt.Errorf("parse daemon.json: %s: unexpected end of JSON input", djPos(data, len(data)))
+			return fmt.Errorf("parse daemon.json: %s: unexpected end of JSON input", pos(data, len(data)))
 		}
 	}
-	return fmt.Errorf("parse daemon.json: %s: %w", djPos(data, max(int(se.Offset)-1, 0)), se)
+	return fmt.Errorf("parse daemon.json: %s: %w", pos(data, max(int(se.Offset)-1, 0)), se)
 }
 
-// djDetectStyle reads the layout off the document: CRLF or LF, the
+// detectStyle reads the layout off the document: CRLF or LF, the
 // smallest indentation any line has (one level), and the spacing around
 // the first member's colon.
-func djDetectStyle(data []byte, top djObject) djStyle {
-	st := djStyle{nl: "\n", unit: "  ", colon: ": "}
+func detectStyle(data []byte, top object) style {
+	st := style{nl: "\n", unit: "  ", colon: ": "}
 	if bytes.Contains(data, []byte("\r\n")) {
 		st.nl = "\r\n"
 	}
@@ -560,27 +570,27 @@ func djDetectStyle(data []byte, top djObject) djStyle {
 	return st
 }
 
-// djParseObject locates the members of the object whose '{' is at open in a
+// parseObject locates the members of the object whose '{' is at open in a
 // document already known to be valid JSON.
-func djParseObject(data []byte, open int) (djObject, error) {
-	obj := djObject{open: open}
-	i := djSkipSpace(data, open+1)
+func parseObject(data []byte, open int) (object, error) {
+	obj := object{open: open}
+	i := skipSpace(data, open+1)
 	for data[i] != '}' {
 		if data[i] == ',' {
-			i = djSkipSpace(data, i+1)
+			i = skipSpace(data, i+1)
 		}
-		var m djMember
+		var m member
 		m.keyStart = i
-		m.keyEnd = djSkipValue(data, i)
+		m.keyEnd = skipValue(data, i)
 		if err := json.Unmarshal(data[m.keyStart:m.keyEnd], &m.key); err != nil {
-			return obj, fmt.Errorf("parse daemon.json: %s: %w", djPos(data, i), err)
+			return obj, fmt.Errorf("parse daemon.json: %s: %w", pos(data, i), err)
 		}
-		i = djSkipSpace(data, m.keyEnd)
-		i = djSkipSpace(data, i+1) // the colon
+		i = skipSpace(data, m.keyEnd)
+		i = skipSpace(data, i+1) // the colon
 		m.valStart = i
-		m.valEnd = djSkipValue(data, i)
+		m.valEnd = skipValue(data, i)
 		obj.members = append(obj.members, m)
-		i = djSkipSpace(data, m.valEnd)
+		i = skipSpace(data, m.valEnd)
 	}
 	obj.close = i
 	return obj, nil
@@ -589,16 +599,16 @@ func djParseObject(data []byte, open int) (djObject, error) {
 // find returns the index of the member named key, or -1. A key that occurs
 // twice (or, with fold, also under another letter case, which dockerd
 // would refuse) is an error: which one dockerd reads is not ours to guess.
-func (obj djObject) find(data []byte, key string, fold bool) (int, error) {
+func (obj object) find(data []byte, key string, fold bool) (int, error) {
 	idx := -1
 	for i, m := range obj.members {
 		switch {
 		case m.key != key && !(fold && strings.EqualFold(m.key, key)):
 			continue
 		case m.key != key:
-			return -1, fmt.Errorf("%s: key %q is another spelling of %q, which dockerd does not accept", djPos(data, m.keyStart), m.key, key)
+			return -1, fmt.Errorf("%s: key %q is another spelling of %q, which dockerd does not accept", pos(data, m.keyStart), m.key, key)
 		case idx >= 0:
-			return -1, fmt.Errorf("%s: key %q appears twice", djPos(data, m.keyStart), key)
+			return -1, fmt.Errorf("%s: key %q appears twice", pos(data, m.keyStart), key)
 		}
 		idx = i
 	}
@@ -606,74 +616,74 @@ func (obj djObject) find(data []byte, key string, fold bool) (int, error) {
 }
 
 // multiline says whether the object's members start on lines of their own.
-func (obj djObject) multiline(data []byte) bool {
+func (obj object) multiline(data []byte) bool {
 	return len(obj.members) > 0 && bytes.ContainsAny(data[obj.open+1:obj.members[0].keyStart], "\n")
 }
 
-// djInsert adds key: value (compact JSON) as the object's last member, laid
+// insert adds key: value (compact JSON) as the object's last member, laid
 // out like the object's members; an empty object is laid out on lines of
 // its own when multi is set.
-func djInsert(data []byte, obj djObject, multi bool, st djStyle, key, value []byte) []byte {
+func insert(data []byte, obj object, multi bool, st style, key, value []byte) []byte {
 	var b bytes.Buffer
 	switch {
 	case len(obj.members) == 0:
 		if !multi {
-			return djSplice(data, obj.open+1, obj.close, slices.Concat(key, []byte(st.colon), djRender(value, st, false, "")))
+			return splice(data, obj.open+1, obj.close, slices.Concat(key, []byte(st.colon), render(value, st, false, "")))
 		}
-		outer := djLineIndent(data, obj.open)
+		outer := lineIndent(data, obj.open)
 		ind := outer + st.unit
 		b.WriteString(st.nl + ind)
 		b.Write(key)
 		b.WriteString(st.colon)
-		b.Write(djRender(value, st, true, ind))
+		b.Write(render(value, st, true, ind))
 		b.WriteString(st.nl + outer)
-		return djSplice(data, obj.open+1, obj.close, b.Bytes())
+		return splice(data, obj.open+1, obj.close, b.Bytes())
 	case obj.multiline(data):
-		ind := djLineIndent(data, obj.members[0].keyStart)
+		ind := lineIndent(data, obj.members[0].keyStart)
 		b.WriteString("," + st.nl + ind)
 		b.Write(key)
 		b.WriteString(st.colon)
-		b.Write(djRender(value, st, true, ind))
+		b.Write(render(value, st, true, ind))
 	default:
 		b.WriteString(st.comma)
 		b.Write(key)
 		b.WriteString(st.colon)
-		b.Write(djRender(value, st, false, ""))
+		b.Write(render(value, st, false, ""))
 	}
 	end := obj.members[len(obj.members)-1].valEnd
-	return djSplice(data, end, end, b.Bytes())
+	return splice(data, end, end, b.Bytes())
 }
 
-// djReplaceValue puts value (compact JSON) in place of member i's value,
+// replaceValue puts value (compact JSON) in place of member i's value,
 // laid out like the object's members.
-func djReplaceValue(data []byte, obj djObject, i int, value []byte, st djStyle) []byte {
+func replaceValue(data []byte, obj object, i int, value []byte, st style) []byte {
 	m := obj.members[i]
-	return djSplice(data, m.valStart, m.valEnd, djRender(value, st, obj.multiline(data), djLineIndent(data, m.keyStart)))
+	return splice(data, m.valStart, m.valEnd, render(value, st, obj.multiline(data), lineIndent(data, m.keyStart)))
 }
 
-// djRestoreValue puts back raw, the exact text member i's value had.
-func djRestoreValue(data []byte, obj djObject, i int, raw []byte) []byte {
+// restoreValue puts back raw, the exact text member i's value had.
+func restoreValue(data []byte, obj object, i int, raw []byte) []byte {
 	m := obj.members[i]
-	return djSplice(data, m.valStart, m.valEnd, raw)
+	return splice(data, m.valStart, m.valEnd, raw)
 }
 
-// djRemove deletes member i together with the separator that belongs to
-// it, the exact inverse of djInsert.
-func djRemove(data []byte, obj djObject, i int) []byte {
+// remove deletes member i together with the separator that belongs to
+// it, the exact inverse of insert.
+func remove(data []byte, obj object, i int) []byte {
 	switch n := len(obj.members); {
 	case n == 1:
-		return djSplice(data, obj.open+1, obj.close, nil)
+		return splice(data, obj.open+1, obj.close, nil)
 	case i == n-1:
-		return djSplice(data, obj.members[i-1].valEnd, obj.members[i].valEnd, nil)
+		return splice(data, obj.members[i-1].valEnd, obj.members[i].valEnd, nil)
 	default:
-		return djSplice(data, obj.members[i].keyStart, obj.members[i+1].keyStart, nil)
+		return splice(data, obj.members[i].keyStart, obj.members[i+1].keyStart, nil)
 	}
 }
 
-// djRender lays out compact JSON either inline (with the document's colon
+// render lays out compact JSON either inline (with the document's colon
 // and comma spacing) or over lines, each starting with prefix and one unit
 // per level, the first line excepted.
-func djRender(compact []byte, st djStyle, multi bool, prefix string) []byte {
+func render(compact []byte, st style, multi bool, prefix string) []byte {
 	var b bytes.Buffer
 	depth := 0
 	newline := func() {
@@ -731,8 +741,8 @@ func djRender(compact []byte, st djStyle, multi bool, prefix string) []byte {
 	return b.Bytes()
 }
 
-// djCompact encodes v as compact JSON without HTML escaping.
-func djCompact(v any) []byte {
+// compact encodes v as compact JSON without HTML escaping.
+func compact(v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -742,16 +752,16 @@ func djCompact(v any) []byte {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
-// djQuote returns s as a JSON string.
-func djQuote(s string) []byte { return djCompact(s) }
+// quote returns s as a JSON string.
+func quote(s string) []byte { return compact(s) }
 
-// djSplice returns data with data[from:to] replaced by text, in new memory.
-func djSplice(data []byte, from, to int, text []byte) []byte {
+// splice returns data with data[from:to] replaced by text, in new memory.
+func splice(data []byte, from, to int, text []byte) []byte {
 	return slices.Concat(data[:from], text, data[to:])
 }
 
-// djLineIndent returns the leading blanks of the line holding pos.
-func djLineIndent(data []byte, pos int) string {
+// lineIndent returns the leading blanks of the line holding pos.
+func lineIndent(data []byte, pos int) string {
 	start := bytes.LastIndexByte(data[:pos], '\n') + 1
 	end := start
 	for end < pos && (data[end] == ' ' || data[end] == '\t') {
@@ -760,26 +770,26 @@ func djLineIndent(data []byte, pos int) string {
 	return string(data[start:end])
 }
 
-// djSplitBOM splits off a UTF-8 byte order mark, which dockerd skips and
+// splitBOM splits off a UTF-8 byte order mark, which dockerd skips and
 // editors on Windows write.
-func djSplitBOM(data []byte) (bom, body []byte) {
+func splitBOM(data []byte) (bom, body []byte) {
 	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
 		return data[:3], data[3:]
 	}
 	return nil, data
 }
 
-// djSkipSpace returns the offset of the first non-blank byte at or after i.
-func djSkipSpace(data []byte, i int) int {
-	for i < len(data) && strings.IndexByte(djSpace, data[i]) >= 0 {
+// skipSpace returns the offset of the first non-blank byte at or after i.
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && strings.IndexByte(space, data[i]) >= 0 {
 		i++
 	}
 	return i
 }
 
-// djSkipValue returns the offset just past the JSON value starting at i, in
+// skipValue returns the offset just past the JSON value starting at i, in
 // a document already known to be valid.
-func djSkipValue(data []byte, i int) int {
+func skipValue(data []byte, i int) int {
 	depth := 0
 	inString, escaped := false, false
 	for ; i < len(data); i++ {
@@ -820,17 +830,14 @@ func djSkipValue(data []byte, i int) int {
 	return i
 }
 
-// djPos names the line and column (both from 1, the column in characters)
-// of the byte at pos.
-func djPos(data []byte, pos int) string {
-	pos = min(pos, len(data))
-	start := bytes.LastIndexByte(data[:pos], '\n') + 1
-	line := bytes.Count(data[:pos], []byte("\n")) + 1
-	return fmt.Sprintf("line %d, column %d", line, utf8.RuneCount(data[start:pos])+1)
+// pos names the line and column of the byte at off (package textpos's
+// convention: from 1, columns in characters).
+func pos(data []byte, off int) string {
+	return textpos.Of(data, off).String()
 }
 
-// djKind names the kind of JSON value that starts with ch.
-func djKind(ch byte) string {
+// kind names the kind of JSON value that starts with ch.
+func kind(ch byte) string {
 	switch ch {
 	case '{':
 		return "an object"
@@ -845,4 +852,69 @@ func djKind(ch byte) string {
 	default:
 		return "a number"
 	}
+}
+
+// decodeTree decodes a JSON object as dockerd reads it into a tree for
+// cfgtree (numbers kept as written).
+func decodeTree(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	return m, nil
+}
+
+// checkInstall checks that out, the document Install made of src, decodes
+// to src plus exactly what c says Install did: runtimes.<Name> is gpurun's
+// entry (when AddedRuntime) and default-runtime names it (when
+// SetDefault), and nothing else differs.
+func checkInstall(src, out []byte, o Options, c Change) error {
+	want, err := decodeTree(src)
+	if err != nil {
+		return fmt.Errorf("gpurun's edit: %w (a bug; nothing written)", err)
+	}
+	got, err := decodeTree(out)
+	if err != nil {
+		return fmt.Errorf("gpurun's edit does not parse (a bug; nothing written): %w", err)
+	}
+	if c.AddedRuntime {
+		entry := map[string]any{"path": o.Path}
+		if len(o.RuntimeArgs) > 0 {
+			args := make([]any, len(o.RuntimeArgs))
+			for i, a := range o.RuntimeArgs {
+				args[i] = a
+			}
+			entry["runtimeArgs"] = args
+		}
+		cfgtree.Set(want, []string{"runtimes", o.Name}, entry)
+	}
+	if c.SetDefault {
+		want["default-runtime"] = o.Name
+	}
+	if p, ok := cfgtree.Equal(want, got); !ok {
+		return fmt.Errorf("refusing to edit: the result would differ at %s from what gpurun intends (a bug; nothing written)", strings.Join(p, "."))
+	}
+	return nil
+}
+
+// checkOnly checks that out decodes to what data does but under the
+// allowed paths.
+func checkOnly(data, out []byte, allowed [][]string) error {
+	before, err := decodeTree(data)
+	if err != nil {
+		return fmt.Errorf("gpurun's edit: %w (a bug; nothing written)", err)
+	}
+	after, err := decodeTree(out)
+	if err != nil {
+		return fmt.Errorf("gpurun's edit does not parse (a bug; nothing written): %w", err)
+	}
+	if ch, found := cfgtree.Only(before, after, allowed); found {
+		return fmt.Errorf("refusing to edit: the result would change %s (a bug; nothing written)", strings.Join(ch.Path, "."))
+	}
+	return nil
 }

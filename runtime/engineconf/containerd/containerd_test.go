@@ -1,8 +1,10 @@
-package engineconf
+package containerd
 
 import (
 	"bytes"
+	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,27 +14,32 @@ import (
 	"testing"
 
 	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/gpurun/gpurun/runtime/containerdconf"
+	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/cfgtree"
+	"github.com/gpurun/gpurun/runtime/engineconf/tomledit"
 )
 
-var ctdUpdate = flag.Bool("update-containerd", false, "rewrite the golden files under testdata/containerd/golden")
+var update = flag.Bool("update-containerd", false, "rewrite the golden files under testdata/containerd/golden")
 
 const (
-	ctdTestBinary = "/usr/local/bin/gpurun-runtime"
-	ctdTestDropIn = "/etc/containerd/conf.d/gpurun.toml"
+	testBinary = "/usr/local/bin/gpurun-runtime"
+	testDropIn = "/etc/containerd/conf.d/gpurun.toml"
 )
 
-func ctdTestOptions(setDefault bool) ContainerdOptions {
-	return ContainerdOptions{
+func testOptions(setDefault bool) Options {
+	return Options{
 		Name:           "gpurun",
-		BinaryName:     ctdTestBinary,
+		BinaryName:     testBinary,
 		SetAsDefault:   setDefault,
 		PodAnnotations: []string{"gpurun.io/*", "cdi.k8s.io/*"},
 	}
 }
 
-// ctdFileCase is a real config under testdata/containerd and what an install
+// fileCase is a real config under testdata/containerd and what an install
 // must find in it.
-type ctdFileCase struct {
+type fileCase struct {
 	file        string
 	version     int
 	copiedFrom  string
@@ -42,8 +49,8 @@ type ctdFileCase struct {
 	systemd     any // options.SystemdCgroup of the added runtime; nil: absent
 }
 
-func ctdFileCases() []ctdFileCase {
-	return []ctdFileCase{
+func fileCases() []fileCase {
+	return []fileCase{
 		{file: "debian-bookworm-containerd-1.6.20-etc-config.toml", version: 2, copiedFrom: "runc"},
 		{file: "containerd-1.6.20-config-default.toml", version: 2, copiedFrom: "runc", prevDefault: "runc", hadDefault: true, systemd: false},
 		{file: "containerd-2.2.9-config-default.toml", version: 3, copiedFrom: "runc", prevDefault: "runc", hadDefault: true, systemd: false},
@@ -57,21 +64,21 @@ func ctdFileCases() []ctdFileCase {
 	}
 }
 
-func ctdRead(t testing.TB, name string) []byte {
+func readTestdata(t testing.TB, name string) []byte {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", "containerd", name))
+	data, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return data
 }
 
-// ctdGolden compares got with a golden file, or rewrites it with
+// golden compares got with a golden file, or rewrites it with
 // -update-containerd.
-func ctdGolden(t *testing.T, name string, got []byte) {
+func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", "containerd", "golden", name)
-	if *ctdUpdate {
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -85,11 +92,11 @@ func ctdGolden(t *testing.T, name string, got []byte) {
 		t.Fatalf("%v (run go test -run Containerd -update-containerd)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s:\n%s", path, UnifiedDiff(name, want, got))
+		t.Errorf("output differs from %s:\n%s", path, engineconf.UnifiedDiff(name, want, got))
 	}
 }
 
-func ctdTestDecode(t testing.TB, data []byte) map[string]any {
+func decode(t testing.TB, data []byte) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := toml.Unmarshal(data, &m); err != nil {
@@ -101,11 +108,11 @@ func ctdTestDecode(t testing.TB, data []byte) map[string]any {
 	return m
 }
 
-// ctdPrune removes empty tables, recursively.
-func ctdPrune(m map[string]any) {
+// prune removes empty tables, recursively.
+func prune(m map[string]any) {
 	for k, v := range m {
 		if c, ok := v.(map[string]any); ok {
-			ctdPrune(c)
+			prune(c)
 			if len(c) == 0 {
 				delete(m, k)
 			}
@@ -113,58 +120,47 @@ func ctdPrune(m map[string]any) {
 	}
 }
 
-func ctdDelete(m map[string]any, path ...string) {
-	for _, p := range path[:len(path)-1] {
-		next, ok := m[p].(map[string]any)
-		if !ok {
-			return
-		}
-		m = next
-	}
-	delete(m, path[len(path)-1])
+func testPaths(version int) (handlers, rt []string) {
+	handlers = []string{"plugins", containerdconf.RuntimePluginID(version), "containerd"}
+	return handlers, cfgtree.Join(handlers, "runtimes", "gpurun")
 }
 
-func ctdTestPaths(version int) (ctd, rt []string) {
-	ctd = []string{"plugins", ctdPluginID(version), "containerd"}
-	return ctd, ctdJoin(ctd, "runtimes", "gpurun")
-}
-
-// ctdCheckKept checks that out keeps every setting of in outside gpurun's:
+// checkKept checks that out keeps every setting of in outside gpurun's:
 // the runtime, default_runtime_name when setDefault, and the version of an
 // empty file.
-func ctdCheckKept(t *testing.T, in, out []byte, version int, setDefault bool) {
+func checkKept(t *testing.T, in, out []byte, version int, setDefault bool) {
 	t.Helper()
-	before, after := ctdTestDecode(t, in), ctdTestDecode(t, out)
-	ctd, rt := ctdTestPaths(version)
-	ctdDelete(before, rt...)
-	ctdDelete(after, rt...)
-	if _, ok := ctdGet(before, ctdJoin(ctd, "runtimes", "runc")...); !ok && version == 2 {
+	before, after := decode(t, in), decode(t, out)
+	ctd, rt := testPaths(version)
+	cfgtree.Delete(before, rt...)
+	cfgtree.Delete(after, rt...)
+	if _, ok := cfgtree.Get(before, cfgtree.Join(ctd, "runtimes", "runc")...); !ok && version == 2 {
 		// Added to keep containerd 1.x's built-in runc.
-		ctdDelete(after, ctdJoin(ctd, "runtimes", "runc")...)
+		cfgtree.Delete(after, cfgtree.Join(ctd, "runtimes", "runc")...)
 	}
 	if setDefault {
-		if v, _ := ctdGet(after, ctdJoin(ctd, "default_runtime_name")...); v != "gpurun" {
+		if v, _ := cfgtree.Get(after, cfgtree.Join(ctd, "default_runtime_name")...); v != "gpurun" {
 			t.Errorf("default_runtime_name = %v, want gpurun", v)
 		}
-		if v, ok := ctdGet(before, ctdJoin(ctd, "default_runtime_name")...); ok {
-			ctdSet(after, ctdJoin(ctd, "default_runtime_name"), v)
+		if v, ok := cfgtree.Get(before, cfgtree.Join(ctd, "default_runtime_name")...); ok {
+			cfgtree.Set(after, cfgtree.Join(ctd, "default_runtime_name"), v)
 		} else {
-			ctdDelete(after, ctdJoin(ctd, "default_runtime_name")...)
+			cfgtree.Delete(after, cfgtree.Join(ctd, "default_runtime_name")...)
 		}
 	}
 	if len(before) == 0 {
 		delete(after, "version")
 	}
-	ctdPrune(before)
-	ctdPrune(after)
+	prune(before)
+	prune(after)
 	if !reflect.DeepEqual(before, after) {
 		t.Errorf("settings outside gpurun's changed:\nbefore %v\nafter  %v", before, after)
 	}
 }
 
-// ctdCheckLines checks that every line of in is still in out, in order,
+// checkLines checks that every line of in is still in out, in order,
 // except a line setting key, which may have been edited.
-func ctdCheckLines(t *testing.T, in, out []byte, key string) {
+func checkLines(t *testing.T, in, out []byte, key string) {
 	t.Helper()
 	inLines := strings.SplitAfter(string(in), "\n")
 	outLines := strings.SplitAfter(string(out), "\n")
@@ -185,11 +181,11 @@ func ctdCheckLines(t *testing.T, in, out []byte, key string) {
 	}
 }
 
-// ctdRuntime returns the gpurun runtime of a decoded config.
-func ctdRuntime(t *testing.T, m map[string]any, version int) map[string]any {
+// runtime returns the gpurun runtime of a decoded config.
+func runtimeOf(t *testing.T, m map[string]any, version int) map[string]any {
 	t.Helper()
-	_, rt := ctdTestPaths(version)
-	v, ok := ctdGet(m, rt...)
+	_, rt := testPaths(version)
+	v, ok := cfgtree.Get(m, rt...)
 	r, isMap := v.(map[string]any)
 	if !ok || !isMap {
 		t.Fatalf("no runtimes.gpurun table in %v", m)
@@ -197,20 +193,20 @@ func ctdRuntime(t *testing.T, m map[string]any, version int) map[string]any {
 	return r
 }
 
-func TestContainerdFilesListed(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "containerd", "*.toml"))
+func TestFilesListed(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(ctdRead(t, "README.md"))
+	readme := string(readTestdata(t, "README.md"))
 	var listed []string
-	for _, c := range ctdFileCases() {
+	for _, c := range fileCases() {
 		listed = append(listed, c.file)
 	}
 	for _, f := range files {
 		name := filepath.Base(f)
 		if !slices.Contains(listed, name) {
-			t.Errorf("%s has no case in ctdFileCases", name)
+			t.Errorf("%s has no case in fileCases", name)
 		}
 		if !strings.Contains(readme, name) {
 			t.Errorf("%s is not described in testdata/containerd/README.md", name)
@@ -218,9 +214,9 @@ func TestContainerdFilesListed(t *testing.T) {
 	}
 }
 
-func TestContainerdVersion(t *testing.T) {
-	for _, c := range ctdFileCases() {
-		v, err := ContainerdVersion(ctdRead(t, c.file))
+func TestVersion(t *testing.T) {
+	for _, c := range fileCases() {
+		v, err := Version(readTestdata(t, c.file))
 		if err != nil || v != c.version {
 			t.Errorf("%s: version %d, %v; want %d", c.file, v, err, c.version)
 		}
@@ -239,7 +235,7 @@ func TestContainerdVersion(t *testing.T) {
 		{in: "version = 2\n\n[plugins\nx = 1\n", err: "line 3, column 9"},
 		{in: "version = 2\n[a]\nx = 1\n[a]\ny = 2\n", err: "line 4, column 2"},
 	} {
-		v, err := ContainerdVersion([]byte(tc.in))
+		v, err := Version([]byte(tc.in))
 		if tc.err == "" {
 			if err != nil || v != tc.version {
 				t.Errorf("%q: %d, %v; want %d", tc.in, v, err, tc.version)
@@ -252,46 +248,46 @@ func TestContainerdVersion(t *testing.T) {
 	}
 }
 
-func TestInstallContainerdFiles(t *testing.T) {
-	for _, fc := range ctdFileCases() {
+func TestInstallFiles(t *testing.T) {
+	for _, fc := range fileCases() {
 		for _, setDefault := range []bool{false, true} {
 			name := strings.TrimSuffix(fc.file, ".toml")
 			if setDefault {
 				name += ".default"
 			}
 			t.Run(name, func(t *testing.T) {
-				in := ctdRead(t, fc.file)
-				o := ctdTestOptions(setDefault)
-				out, c, err := InstallContainerd(in, o)
+				in := readTestdata(t, fc.file)
+				o := testOptions(setDefault)
+				out, c, err := Install(in, o)
 				if err != nil {
 					t.Fatal(err)
 				}
-				ctdGolden(t, "installed/"+name+".toml", out)
-				want := ContainerdChange{Changed: true, Version: fc.version, AddedRuntime: true, Chain: fc.chain, CopiedFrom: fc.copiedFrom}
+				golden(t, "installed/"+name+".toml", out)
+				want := Change{Changed: true, Version: fc.version, AddedRuntime: true, Chain: fc.chain, CopiedFrom: fc.copiedFrom}
 				if setDefault {
 					want.SetDefault, want.PreviousDefault, want.HadDefaultKey = true, fc.prevDefault, fc.hadDefault
 				}
 				if c != want {
 					t.Errorf("change %+v\nwant   %+v", c, want)
 				}
-				ctdCheckKept(t, in, out, fc.version, setDefault)
-				ctdCheckLines(t, in, out, "default_runtime_name")
+				checkKept(t, in, out, fc.version, setDefault)
+				checkLines(t, in, out, "default_runtime_name")
 				for _, l := range strings.Split(string(in), "\n") {
 					if l := strings.TrimSpace(l); strings.HasPrefix(l, "#") && !bytes.Contains(out, []byte(l)) {
 						t.Errorf("comment %q lost", l)
 					}
 				}
-				if !bytes.Contains(out, []byte(ctdMarker+"\n")) {
+				if !bytes.Contains(out, []byte(marker+"\n")) {
 					t.Errorf("no marker comment")
 				}
 
-				m := ctdTestDecode(t, out)
-				r := ctdRuntime(t, m, fc.version)
+				m := decode(t, out)
+				r := runtimeOf(t, m, fc.version)
 				if r["runtime_type"] != "io.containerd.runc.v2" {
 					t.Errorf("runtime_type %v", r["runtime_type"])
 				}
 				opts, _ := r["options"].(map[string]any)
-				if opts["BinaryName"] != ctdTestBinary {
+				if opts["BinaryName"] != testBinary {
 					t.Errorf("BinaryName %v", opts["BinaryName"])
 				}
 				if opts["SystemdCgroup"] != fc.systemd {
@@ -304,8 +300,8 @@ func TestInstallContainerdFiles(t *testing.T) {
 					}
 				}
 				// Everything copied from the runtime gpurun replaces.
-				ctd, _ := ctdTestPaths(fc.version)
-				if srcV, ok := ctdGet(ctdTestDecode(t, in), ctdJoin(ctd, "runtimes", fc.copiedFrom)...); ok {
+				ctd, _ := testPaths(fc.version)
+				if srcV, ok := cfgtree.Get(decode(t, in), cfgtree.Join(ctd, "runtimes", fc.copiedFrom)...); ok {
 					src := srcV.(map[string]any)
 					for k, v := range src {
 						switch {
@@ -315,21 +311,21 @@ func TestInstallContainerdFiles(t *testing.T) {
 									t.Errorf("options.%s = %v, want %v copied from %s", ok, opts[ok], ov, fc.copiedFrom)
 								}
 							}
-						case ctdCopiedRuntimeKey(k) && !reflect.DeepEqual(r[k], v):
+						case copiedRuntimeKey(k) && !reflect.DeepEqual(r[k], v):
 							t.Errorf("%s = %v, want %v copied from %s", k, r[k], v, fc.copiedFrom)
 						}
 					}
 				}
 
-				again, c2, err := InstallContainerd(out, o)
+				again, c2, err := Install(out, o)
 				if err != nil || c2.Changed || !bytes.Equal(again, out) {
-					t.Errorf("second install: changed %v, err %v\n%s", c2.Changed, err, UnifiedDiff(name, out, again))
+					t.Errorf("second install: changed %v, err %v\n%s", c2.Changed, err, engineconf.UnifiedDiff(name, out, again))
 				}
-				back, changed, err := UninstallContainerd(out, o, c)
+				back, changed, err := Uninstall(out, o, c)
 				if err != nil || !changed || !bytes.Equal(back, in) {
-					t.Errorf("uninstall: changed %v, err %v\n%s", changed, err, UnifiedDiff(name, in, back))
+					t.Errorf("uninstall: changed %v, err %v\n%s", changed, err, engineconf.UnifiedDiff(name, in, back))
 				}
-				if same, changed, err := UninstallContainerd(in, o, ContainerdChange{}); err != nil || changed || !bytes.Equal(same, in) {
+				if same, changed, err := Uninstall(in, o, Change{}); err != nil || changed || !bytes.Equal(same, in) {
 					t.Errorf("uninstall of a config without gpurun: changed %v, err %v", changed, err)
 				}
 			})
@@ -337,7 +333,7 @@ func TestInstallContainerdFiles(t *testing.T) {
 	}
 }
 
-func TestInstallContainerdForms(t *testing.T) {
+func TestInstallForms(t *testing.T) {
 	const cri = `[plugins."io.containerd.grpc.v1.cri"`
 	for _, tc := range []struct {
 		name       string
@@ -345,7 +341,7 @@ func TestInstallContainerdForms(t *testing.T) {
 		setDefault bool
 		contains   []string // in the output
 		err        string
-		change     *ContainerdChange
+		change     *Change
 		keepOnUndo bool // uninstall does not give the input back (a runtime that existed)
 	}{
 		{
@@ -365,7 +361,7 @@ func TestInstallContainerdForms(t *testing.T) {
 			in:         "version = 2\n" + cri + "]\n  containerd.snapshotter = \"overlayfs\" # fast\n  sandbox_image = \"pause\"\n",
 			setDefault: true,
 			contains:   []string{"  containerd.snapshotter = \"overlayfs\" # fast\n  containerd.default_runtime_name = \"gpurun\"\n  sandbox_image"},
-			change:     &ContainerdChange{Changed: true, Version: 2, AddedRuntime: true, SetDefault: true, CopiedFrom: "runc"},
+			change:     &Change{Changed: true, Version: 2, AddedRuntime: true, SetDefault: true, CopiedFrom: "runc"},
 		},
 		{
 			name:       "literal string default keeps its quotes",
@@ -377,7 +373,7 @@ func TestInstallContainerdForms(t *testing.T) {
 			name:       "default already gpurun",
 			in:         "version = 2\n" + cri + ".containerd]\n  default_runtime_name = \"gpurun\"\n",
 			setDefault: true,
-			change:     &ContainerdChange{Changed: true, Version: 2, AddedRuntime: true, CopiedFrom: "runc"},
+			change:     &Change{Changed: true, Version: 2, AddedRuntime: true, CopiedFrom: "runc"},
 		},
 		{
 			name: "kata default: copy runc, no chain",
@@ -387,21 +383,21 @@ func TestInstallContainerdForms(t *testing.T) {
 				cri + ".containerd.runtimes.runc.options]\n  BinaryName = \"/opt/runc\"\n  SystemdCgroup = true\n",
 			setDefault: true,
 			contains:   []string{"default_runtime_name = \"gpurun\"", "  snapshotter = \"stargz\"\n", "  SystemdCgroup = true\n"},
-			change:     &ContainerdChange{Changed: true, Version: 2, AddedRuntime: true, SetDefault: true, PreviousDefault: "kata", HadDefaultKey: true, Chain: "/opt/runc", CopiedFrom: "runc"},
+			change:     &Change{Changed: true, Version: 2, AddedRuntime: true, SetDefault: true, PreviousDefault: "kata", HadDefaultKey: true, Chain: "/opt/runc", CopiedFrom: "runc"},
 		},
 		{
 			name: "existing runtime: BinaryName replaced in place",
 			in: "version = 2\n" + cri + ".containerd.runtimes.gpurun]\n  runtime_type = \"io.containerd.runc.v2\"\n" +
 				cri + ".containerd.runtimes.gpurun.options]\n  BinaryName = '/old/gpurun-runtime' # old\n",
 			contains:   []string{"  BinaryName = '/usr/local/bin/gpurun-runtime' # old\n"},
-			change:     &ContainerdChange{Changed: true, Version: 2},
+			change:     &Change{Changed: true, Version: 2},
 			keepOnUndo: true,
 		},
 		{
 			name:     "existing runtime without options: options table appended",
 			in:       "version = 2\n" + cri + ".containerd.runtimes.gpurun]\n  runtime_type = \"io.containerd.runc.v2\"\n",
-			contains: []string{ctdMarker + "\n" + cri + ".containerd.runtimes.gpurun.options]\n  BinaryName = \"/usr/local/bin/gpurun-runtime\"\n"},
-			change:   &ContainerdChange{Changed: true, Version: 2},
+			contains: []string{marker + "\n" + cri + ".containerd.runtimes.gpurun.options]\n  BinaryName = \"/usr/local/bin/gpurun-runtime\"\n"},
+			change:   &Change{Changed: true, Version: 2},
 		},
 		{
 			name:       "existing runtime with dotted options",
@@ -456,18 +452,18 @@ func TestInstallContainerdForms(t *testing.T) {
 			name:       "no final newline",
 			in:         "version = 2\n" + cri + ".containerd]",
 			setDefault: true,
-			contains:   []string{cri + ".containerd]\n  default_runtime_name = \"gpurun\"\n" + ctdMarker},
+			contains:   []string{cri + ".containerd]\n  default_runtime_name = \"gpurun\"\n" + marker},
 		},
 		{
 			name:       "CRLF line ends",
 			in:         "version = 2\r\n" + cri + ".containerd]\r\n  snapshotter = \"overlayfs\"\r\n",
 			setDefault: true,
-			contains:   []string{"  default_runtime_name = \"gpurun\"\r\n  snapshotter", "\r\n" + ctdMarker + "\r\n" + cri + ".containerd.runtimes.runc]\r\n  runtime_type = \"io.containerd.runc.v2\"\r\n\r\n" + cri + ".containerd.runtimes.gpurun]\r\n"},
+			contains:   []string{"  default_runtime_name = \"gpurun\"\r\n  snapshotter", "\r\n" + marker + "\r\n" + cri + ".containerd.runtimes.runc]\r\n  runtime_type = \"io.containerd.runc.v2\"\r\n\r\n" + cri + ".containerd.runtimes.gpurun]\r\n"},
 		},
 		{
 			name:     "comments only",
 			in:       "# containerd runs on defaults\n",
-			contains: []string{"# containerd runs on defaults\n\n" + ctdMarker + "\nversion = 2\n\n" + cri + ".containerd.runtimes.runc]\n"},
+			contains: []string{"# containerd runs on defaults\n\n" + marker + "\nversion = 2\n\n" + cri + ".containerd.runtimes.runc]\n"},
 		},
 		{
 			name:     "copied keys keep their spelling: quoted keys, sub-tables, multi-line arrays",
@@ -478,8 +474,8 @@ func TestInstallContainerdForms(t *testing.T) {
 		{name: "malformed", in: "version = 2\n[plugins]\n  a = \n", err: "containerd config line 3, column 7"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := ctdTestOptions(tc.setDefault)
-			out, c, err := InstallContainerd([]byte(tc.in), o)
+			o := testOptions(tc.setDefault)
+			out, c, err := Install([]byte(tc.in), o)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q\n%s", err, tc.err, out)
@@ -497,132 +493,132 @@ func TestInstallContainerdForms(t *testing.T) {
 			if tc.change != nil && c != *tc.change {
 				t.Errorf("change %+v\nwant   %+v", c, *tc.change)
 			}
-			m := ctdTestDecode(t, out)
-			version, _ := ContainerdVersion(out)
-			opts, _ := ctdRuntime(t, m, version)["options"].(map[string]any)
-			if opts["BinaryName"] != ctdTestBinary {
+			m := decode(t, out)
+			version, _ := Version(out)
+			opts, _ := runtimeOf(t, m, version)["options"].(map[string]any)
+			if opts["BinaryName"] != testBinary {
 				t.Errorf("BinaryName %v", opts["BinaryName"])
 			}
 			if !tc.keepOnUndo {
-				ctdCheckKept(t, []byte(tc.in), out, version, tc.setDefault)
+				checkKept(t, []byte(tc.in), out, version, tc.setDefault)
 			}
-			again, c2, err := InstallContainerd(out, o)
+			again, c2, err := Install(out, o)
 			if err != nil || c2.Changed || !bytes.Equal(again, out) {
 				t.Errorf("second install: changed %v, err %v", c2.Changed, err)
 			}
-			back, _, err := UninstallContainerd(out, o, c)
+			back, _, err := Uninstall(out, o, c)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !tc.keepOnUndo && string(back) != tc.in {
-				t.Errorf("uninstall:\n%s", UnifiedDiff(tc.name, []byte(tc.in), back))
+				t.Errorf("uninstall:\n%s", engineconf.UnifiedDiff(tc.name, []byte(tc.in), back))
 			}
 			if tc.keepOnUndo && !bytes.Equal(back, out) {
-				t.Errorf("uninstall touched a runtime it did not add:\n%s", UnifiedDiff(tc.name, out, back))
+				t.Errorf("uninstall touched a runtime it did not add:\n%s", engineconf.UnifiedDiff(tc.name, out, back))
 			}
 		})
 	}
 }
 
-func TestInstallContainerdOptionErrors(t *testing.T) {
+func TestInstallOptionErrors(t *testing.T) {
 	in := []byte("version = 2\n")
 	for _, tc := range []struct {
-		o   ContainerdOptions
+		o   Options
 		err string
 	}{
-		{ContainerdOptions{Name: "gpu run", BinaryName: ctdTestBinary}, `runtime name "gpu run"`},
-		{ContainerdOptions{Name: "", BinaryName: ctdTestBinary}, `runtime name ""`},
-		{ContainerdOptions{Name: "runc", BinaryName: ctdTestBinary}, `would replace runc`},
-		{ContainerdOptions{Name: "gpurun", BinaryName: "gpurun-runtime"}, "not an absolute path"},
-		{ContainerdOptions{Name: "gpurun", BinaryName: "/bin/x\n"}, "control characters"},
-		{ContainerdOptions{Name: "gpurun", BinaryName: ctdTestBinary, PodAnnotations: []string{""}}, "pod annotation"},
+		{Options{Name: "gpu run", BinaryName: testBinary}, `runtime name "gpu run"`},
+		{Options{Name: "", BinaryName: testBinary}, `runtime name ""`},
+		{Options{Name: "runc", BinaryName: testBinary}, `would replace runc`},
+		{Options{Name: "gpurun", BinaryName: "gpurun-runtime"}, "not an absolute path"},
+		{Options{Name: "gpurun", BinaryName: "/bin/x\n"}, "control characters"},
+		{Options{Name: "gpurun", BinaryName: testBinary, PodAnnotations: []string{""}}, "pod annotation"},
 	} {
-		if _, _, err := InstallContainerd(in, tc.o); err == nil || !strings.Contains(err.Error(), tc.err) {
+		if _, _, err := Install(in, tc.o); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%+v: error %v, want one containing %q", tc.o, err, tc.err)
 		}
 	}
-	if _, _, _, err := ContainerdDropIn(in, "conf.d/gpurun.toml", ctdTestOptions(false)); err == nil || !strings.Contains(err.Error(), "absolute") {
+	if _, _, _, err := DropIn(in, "conf.d/gpurun.toml", testOptions(false)); err == nil || !strings.Contains(err.Error(), "absolute") {
 		t.Errorf("relative drop-in path: %v", err)
 	}
 }
 
-func TestUninstallContainerdAfterAdminEdits(t *testing.T) {
-	in := ctdRead(t, "containerd-1.6.20-config-default.toml")
-	o := ctdTestOptions(true)
-	out, c, err := InstallContainerd(in, o)
+func TestUninstallAfterAdminEdits(t *testing.T) {
+	in := readTestdata(t, "containerd-1.6.20-config-default.toml")
+	o := testOptions(true)
+	out, c, err := Install(in, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctd, rt := ctdTestPaths(2)
-	def := ctdJoin(ctd, "default_runtime_name")
+	ctd, rt := testPaths(2)
+	def := cfgtree.Join(ctd, "default_runtime_name")
 
 	t.Run("table appended after the block stays", func(t *testing.T) {
 		edited := append(slices.Clone(out), "\n# mine\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"x\"]\n  endpoint = [\"https://x\"]\n"...)
-		back, _, err := UninstallContainerd(edited, o, c)
+		back, _, err := Uninstall(edited, o, c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := append(slices.Clone(in), "\n# mine\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"x\"]\n  endpoint = [\"https://x\"]\n"...)
 		if !bytes.Equal(back, want) {
-			t.Errorf("got:\n%s", UnifiedDiff("edited", want, back))
+			t.Errorf("got:\n%s", engineconf.UnifiedDiff("edited", want, back))
 		}
 	})
 	t.Run("default changed by the admin is left alone", func(t *testing.T) {
 		edited := bytes.Replace(out, []byte(`default_runtime_name = "gpurun"`), []byte(`default_runtime_name = "crun"`), 1)
-		back, _, err := UninstallContainerd(edited, o, c)
+		back, _, err := Uninstall(edited, o, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := ctdTestDecode(t, back)
-		if v, _ := ctdGet(m, def...); v != "crun" {
+		m := decode(t, back)
+		if v, _ := cfgtree.Get(m, def...); v != "crun" {
 			t.Errorf("default %v, want crun", v)
 		}
-		if _, ok := ctdGet(m, rt...); ok {
+		if _, ok := cfgtree.Get(m, rt...); ok {
 			t.Errorf("runtime not removed")
 		}
 	})
 	t.Run("lost change record: the default naming the removed runtime goes", func(t *testing.T) {
-		back, changed, err := UninstallContainerd(out, o, ContainerdChange{})
+		back, changed, err := Uninstall(out, o, Change{})
 		if err != nil || !changed {
 			t.Fatal(changed, err)
 		}
-		m := ctdTestDecode(t, back)
-		if v, ok := ctdGet(m, def...); ok {
+		m := decode(t, back)
+		if v, ok := cfgtree.Get(m, def...); ok {
 			t.Errorf("default %v left", v)
 		}
-		if _, ok := ctdGet(m, rt...); ok {
+		if _, ok := cfgtree.Get(m, rt...); ok {
 			t.Errorf("runtime not removed")
 		}
 	})
 	t.Run("CRLF no final newline", func(t *testing.T) {
 		in := []byte("version = 2\r\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]")
-		out, c, err := InstallContainerd(in, o)
+		out, c, err := Install(in, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, _, err := UninstallContainerd(out, o, c)
+		back, _, err := Uninstall(out, o, c)
 		if err != nil || !bytes.Equal(back, in) {
 			t.Errorf("%v\n%q\n%q", err, out, back)
 		}
 	})
 }
 
-func TestContainerdDropIn(t *testing.T) {
-	for _, fc := range ctdFileCases() {
+func TestDropIn(t *testing.T) {
+	for _, fc := range fileCases() {
 		for _, setDefault := range []bool{false, true} {
 			name := strings.TrimSuffix(fc.file, ".toml")
 			if setDefault {
 				name += ".default"
 			}
 			t.Run(name, func(t *testing.T) {
-				in := ctdRead(t, fc.file)
-				o := ctdTestOptions(setDefault)
-				newMain, dropIn, c, err := ContainerdDropIn(in, ctdTestDropIn, o)
+				in := readTestdata(t, fc.file)
+				o := testOptions(setDefault)
+				newMain, dropIn, c, err := DropIn(in, testDropIn, o)
 				if err != nil {
 					t.Fatal(err)
 				}
-				ctdGolden(t, "dropin/"+name+".main.toml", newMain)
-				ctdGolden(t, "dropin/"+name+".dropin.toml", dropIn)
+				golden(t, "dropin/"+name+".main.toml", newMain)
+				golden(t, "dropin/"+name+".dropin.toml", dropIn)
 				covered := fc.version >= 3 // their default config imports /etc/containerd/conf.d/*.toml
 				if c.Changed == covered || bytes.Equal(newMain, in) != covered {
 					t.Errorf("main changed %v (%v), want %v", c.Changed, !bytes.Equal(newMain, in), !covered)
@@ -632,9 +628,9 @@ func TestContainerdDropIn(t *testing.T) {
 				}
 
 				// The main config: only imports changed.
-				before, after := ctdTestDecode(t, in), ctdTestDecode(t, newMain)
+				before, after := decode(t, in), decode(t, newMain)
 				imports, _ := after["imports"].([]any)
-				if !covered && !slices.Contains(imports, any(ctdTestDropIn)) {
+				if !covered && !slices.Contains(imports, any(testDropIn)) {
 					t.Errorf("imports %v", imports)
 				}
 				delete(before, "imports")
@@ -645,39 +641,39 @@ func TestContainerdDropIn(t *testing.T) {
 				if !reflect.DeepEqual(before, after) {
 					t.Errorf("main config changed beyond imports")
 				}
-				ctdCheckLines(t, in, newMain, "imports")
+				checkLines(t, in, newMain, "imports")
 
 				// The drop-in: same version; for version 2 the whole CRI
 				// section of the main config plus gpurun's tables.
-				dm := ctdTestDecode(t, dropIn)
+				dm := decode(t, dropIn)
 				if v, _ := dm["version"].(int64); int(v) != fc.version {
 					t.Errorf("drop-in version %v", dm["version"])
 				}
-				r := ctdRuntime(t, dm, fc.version)
-				if opts, _ := r["options"].(map[string]any); opts["BinaryName"] != ctdTestBinary || opts["SystemdCgroup"] != fc.systemd {
+				r := runtimeOf(t, dm, fc.version)
+				if opts, _ := r["options"].(map[string]any); opts["BinaryName"] != testBinary || opts["SystemdCgroup"] != fc.systemd {
 					t.Errorf("drop-in options %v", opts)
 				}
-				ctd, rt := ctdTestPaths(fc.version)
-				if v, _ := ctdGet(dm, ctdJoin(ctd, "default_runtime_name")...); setDefault && v != "gpurun" {
+				ctd, rt := testPaths(fc.version)
+				if v, _ := cfgtree.Get(dm, cfgtree.Join(ctd, "default_runtime_name")...); setDefault && v != "gpurun" {
 					t.Errorf("drop-in default %v", v)
 				}
 				if fc.version == 2 {
-					mainCRI, _ := ctdGet(ctdTestDecode(t, in), "plugins", ctdPluginID(2))
-					ctdDelete(dm, rt...)
+					mainCRI, _ := cfgtree.Get(decode(t, in), "plugins", containerdconf.RuntimePluginID(2))
+					cfgtree.Delete(dm, rt...)
 					if setDefault {
-						if v, ok := ctdGet(ctdTestDecode(t, in), ctdJoin(ctd, "default_runtime_name")...); ok {
-							ctdSet(dm, ctdJoin(ctd, "default_runtime_name"), v)
+						if v, ok := cfgtree.Get(decode(t, in), cfgtree.Join(ctd, "default_runtime_name")...); ok {
+							cfgtree.Set(dm, cfgtree.Join(ctd, "default_runtime_name"), v)
 						} else {
-							ctdDelete(dm, ctdJoin(ctd, "default_runtime_name")...)
+							cfgtree.Delete(dm, cfgtree.Join(ctd, "default_runtime_name")...)
 						}
 					}
-					if _, ok := ctdGet(ctdTestDecode(t, in), ctdJoin(ctd, "runtimes", "runc")...); !ok {
-						ctdDelete(dm, ctdJoin(ctd, "runtimes", "runc")...)
+					if _, ok := cfgtree.Get(decode(t, in), cfgtree.Join(ctd, "runtimes", "runc")...); !ok {
+						cfgtree.Delete(dm, cfgtree.Join(ctd, "runtimes", "runc")...)
 					}
-					ctdPrune(dm)
-					dropCRI, _ := ctdGet(dm, "plugins", ctdPluginID(2))
+					prune(dm)
+					dropCRI, _ := cfgtree.Get(dm, "plugins", containerdconf.RuntimePluginID(2))
 					if m, ok := mainCRI.(map[string]any); ok {
-						ctdPrune(m)
+						prune(m)
 						if len(m) == 0 {
 							mainCRI = nil
 						}
@@ -687,21 +683,21 @@ func TestContainerdDropIn(t *testing.T) {
 					}
 				}
 
-				newMain2, dropIn2, c2, err := ContainerdDropIn(newMain, ctdTestDropIn, o)
+				newMain2, dropIn2, c2, err := DropIn(newMain, testDropIn, o)
 				if err != nil || c2.Changed || !bytes.Equal(newMain2, newMain) || !bytes.Equal(dropIn2, dropIn) {
-					t.Errorf("second drop-in install: changed %v, err %v\n%s%s", c2.Changed, err, UnifiedDiff("main", newMain, newMain2), UnifiedDiff("drop-in", dropIn, dropIn2))
+					t.Errorf("second drop-in install: changed %v, err %v\n%s%s", c2.Changed, err, engineconf.UnifiedDiff("main", newMain, newMain2), engineconf.UnifiedDiff("drop-in", dropIn, dropIn2))
 				}
-				back, changed, err := UninstallContainerdDropIn(newMain, ctdTestDropIn, c)
+				back, changed, err := UninstallDropIn(newMain, testDropIn, c)
 				if err != nil || changed != c.Changed || !bytes.Equal(back, in) {
-					t.Errorf("uninstall: changed %v, err %v\n%s", changed, err, UnifiedDiff(name, in, back))
+					t.Errorf("uninstall: changed %v, err %v\n%s", changed, err, engineconf.UnifiedDiff(name, in, back))
 				}
 			})
 		}
 	}
 }
 
-func TestContainerdDropInImports(t *testing.T) {
-	o := ctdTestOptions(false)
+func TestDropInImports(t *testing.T) {
+	o := testOptions(false)
 	for _, tc := range []struct {
 		name, in, want string
 		undo           string // uninstall's result when not in
@@ -713,39 +709,39 @@ func TestContainerdDropInImports(t *testing.T) {
 		{"covered by a glob", "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n", "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n", ""},
 		// Uninstall removes the entry even so: an import of the deleted drop-in would stop containerd.
 		{"already there", "version = 2\nimports = [\"/etc/containerd/conf.d/gpurun.toml\"]\n", "version = 2\nimports = [\"/etc/containerd/conf.d/gpurun.toml\"]\n", "version = 2\nimports = []\n"},
-		{"no imports", "# c\nversion = 2 # v\n[plugins]\n", "# c\nversion = 2 # v\nimports = [\"/etc/containerd/conf.d/gpurun.toml\"] " + ctdMarker + "\n[plugins]\n", ""},
-		{"no imports, no final newline", "version = 2", "version = 2\nimports = [\"/etc/containerd/conf.d/gpurun.toml\"] " + ctdMarker, ""},
-		{"empty", "", ctdMarker + "\nversion = 2\nimports = [\"/etc/containerd/conf.d/gpurun.toml\"]\n", ""},
+		{"no imports", "# c\nversion = 2 # v\n[plugins]\n", "# c\nversion = 2 # v\nimports = [\"/etc/containerd/conf.d/gpurun.toml\"] " + marker + "\n[plugins]\n", ""},
+		{"no imports, no final newline", "version = 2", "version = 2\nimports = [\"/etc/containerd/conf.d/gpurun.toml\"] " + marker, ""},
+		{"empty", "", marker + "\nversion = 2\nimports = [\"/etc/containerd/conf.d/gpurun.toml\"]\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			newMain, _, c, err := ContainerdDropIn([]byte(tc.in), ctdTestDropIn, o)
+			newMain, _, c, err := DropIn([]byte(tc.in), testDropIn, o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if string(newMain) != tc.want {
-				t.Errorf("got:\n%s", UnifiedDiff(tc.name, []byte(tc.want), newMain))
+				t.Errorf("got:\n%s", engineconf.UnifiedDiff(tc.name, []byte(tc.want), newMain))
 			}
 			undo := tc.in
 			if tc.undo != "" {
 				undo = tc.undo
 			}
-			back, changed, err := UninstallContainerdDropIn(newMain, ctdTestDropIn, c)
+			back, changed, err := UninstallDropIn(newMain, testDropIn, c)
 			if err != nil || string(back) != undo || changed != (undo != tc.want) {
-				t.Errorf("uninstall: changed %v, err %v\n%s", changed, err, UnifiedDiff(tc.name, []byte(undo), back))
+				t.Errorf("uninstall: changed %v, err %v\n%s", changed, err, engineconf.UnifiedDiff(tc.name, []byte(undo), back))
 			}
 		})
 	}
-	if _, _, _, err := ContainerdDropIn([]byte("version = 2\nimports = \"/a\"\n"), ctdTestDropIn, o); err == nil || !strings.Contains(err.Error(), "line 2: imports is not an array") {
+	if _, _, _, err := DropIn([]byte("version = 2\nimports = \"/a\"\n"), testDropIn, o); err == nil || !strings.Contains(err.Error(), "line 2: imports is not an array") {
 		t.Errorf("imports not an array: %v", err)
 	}
-	if _, _, _, err := ContainerdDropIn([]byte("version = 2\n[plugins]\n  \"io.containerd.grpc.v1.cri\" = { sandbox_image = \"x\" }\n"), ctdTestDropIn, o); err == nil || !strings.Contains(err.Error(), "inline table") {
+	if _, _, _, err := DropIn([]byte("version = 2\n[plugins]\n  \"io.containerd.grpc.v1.cri\" = { sandbox_image = \"x\" }\n"), testDropIn, o); err == nil || !strings.Contains(err.Error(), "inline table") {
 		t.Errorf("inline CRI section: %v", err)
 	}
 }
 
-// ctdContainerd2 returns a containerd 2.x binary for version 3 and 4
+// containerd2 returns a containerd 2.x binary for version 3 and 4
 // configs: $GPURUN_TEST_CONTAINERD2, which `make test-unit` builds and sets.
-func ctdContainerd2(t *testing.T) string {
+func containerd2(t *testing.T) string {
 	p := os.Getenv("GPURUN_TEST_CONTAINERD2")
 	if p == "" {
 		t.Fatal("GPURUN_TEST_CONTAINERD2 is not set: run the tests with make (it builds containerd 2.x into .tools/), or point it at a containerd 2.3+ binary")
@@ -753,9 +749,9 @@ func ctdContainerd2(t *testing.T) string {
 	return p
 }
 
-// ctdDump runs containerd config dump over config (and the files it
+// dump runs containerd config dump over config (and the files it
 // imports) and decodes the result.
-func ctdDump(t *testing.T, bin, config string) map[string]any {
+func dump(t *testing.T, bin, config string) map[string]any {
 	t.Helper()
 	cmd := exec.Command(bin, "--config", config, "config", "dump")
 	var stderr bytes.Buffer
@@ -764,18 +760,18 @@ func ctdDump(t *testing.T, bin, config string) map[string]any {
 	if err != nil {
 		t.Fatalf("%s --config %s config dump: %v\n%s", bin, config, err, stderr.Bytes())
 	}
-	return ctdTestDecode(t, out)
+	return decode(t, out)
 }
 
 // TestContainerdConfigDump has containerd itself load every installed
 // config: Debian's containerd 1.6 for version 2 (required: CI installs it),
 // containerd 2.x for versions 3 and 4 (GPURUN_TEST_CONTAINERD2, set by make).
-func TestContainerdConfigDump(t *testing.T) {
+func TestConfigDump(t *testing.T) {
 	ctd16, err := exec.LookPath("containerd")
 	if err != nil {
 		t.Fatalf("containerd binary not found (apt-get install containerd): %v", err)
 	}
-	for _, fc := range ctdFileCases() {
+	for _, fc := range fileCases() {
 		for _, setDefault := range []bool{false, true} {
 			for _, mode := range []string{"in-place", "drop-in"} {
 				name := strings.TrimSuffix(fc.file, ".toml") + "/" + mode
@@ -785,19 +781,19 @@ func TestContainerdConfigDump(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					bin := ctd16
 					if fc.version >= 3 {
-						bin = ctdContainerd2(t)
+						bin = containerd2(t)
 					}
-					in := ctdRead(t, fc.file)
-					o := ctdTestOptions(setDefault)
+					in := readTestdata(t, fc.file)
+					o := testOptions(setDefault)
 					dir := t.TempDir()
 					mainPath := filepath.Join(dir, "config.toml")
 					if err := os.WriteFile(mainPath, in, 0o644); err != nil {
 						t.Fatal(err)
 					}
-					before := ctdDump(t, bin, mainPath)
+					before := dump(t, bin, mainPath)
 					switch mode {
 					case "in-place":
-						out, _, err := InstallContainerd(in, o)
+						out, _, err := Install(in, o)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -806,7 +802,7 @@ func TestContainerdConfigDump(t *testing.T) {
 						}
 					case "drop-in":
 						dropInPath := filepath.Join(dir, "conf.d", "gpurun.toml")
-						newMain, dropIn, _, err := ContainerdDropIn(in, dropInPath, o)
+						newMain, dropIn, _, err := DropIn(in, dropInPath, o)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -820,38 +816,38 @@ func TestContainerdConfigDump(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					after := ctdDump(t, bin, mainPath)
+					after := dump(t, bin, mainPath)
 					// containerd 2.x dumps the current version's layout.
 					version := fc.version
 					if v, ok := after["version"].(int64); ok && v >= 3 {
 						version = int(v)
 					}
-					ctd, rt := ctdTestPaths(version)
-					r := ctdRuntime(t, after, version)
+					ctd, rt := testPaths(version)
+					r := runtimeOf(t, after, version)
 					opts, _ := r["options"].(map[string]any)
-					if opts["BinaryName"] != ctdTestBinary || r["runtime_type"] != "io.containerd.runc.v2" {
+					if opts["BinaryName"] != testBinary || r["runtime_type"] != "io.containerd.runc.v2" {
 						t.Errorf("containerd sees runtime %v", r)
 					}
 					if fc.systemd == true && opts["SystemdCgroup"] != true {
 						t.Errorf("containerd sees SystemdCgroup %v", opts["SystemdCgroup"])
 					}
-					def, _ := ctdGet(after, ctdJoin(ctd, "default_runtime_name")...)
+					def, _ := cfgtree.Get(after, cfgtree.Join(ctd, "default_runtime_name")...)
 					if setDefault && def != "gpurun" {
 						t.Errorf("containerd sees default_runtime_name %v", def)
 					}
 					// Nothing else changed in what containerd sees.
-					ctdDelete(after, rt...)
-					ctdDelete(after, "imports")
-					ctdDelete(before, "imports")
+					cfgtree.Delete(after, rt...)
+					cfgtree.Delete(after, "imports")
+					cfgtree.Delete(before, "imports")
 					if setDefault {
-						v, _ := ctdGet(before, ctdJoin(ctd, "default_runtime_name")...)
-						ctdSet(after, ctdJoin(ctd, "default_runtime_name"), v)
+						v, _ := cfgtree.Get(before, cfgtree.Join(ctd, "default_runtime_name")...)
+						cfgtree.Set(after, cfgtree.Join(ctd, "default_runtime_name"), v)
 					}
 					// containerd 1.x shows its built-in runc with every option
 					// at its zero value; the runc table gpurun keeps it with
 					// has none, which means the same.
 					for _, m := range []map[string]any{before, after} {
-						if o, ok := ctdGet(m, ctdJoin(ctd, "runtimes", "runc", "options")...); ok {
+						if o, ok := cfgtree.Get(m, cfgtree.Join(ctd, "runtimes", "runc", "options")...); ok {
 							for k, v := range o.(map[string]any) {
 								if v == "" || v == false || v == int64(0) {
 									delete(o.(map[string]any), k)
@@ -859,8 +855,8 @@ func TestContainerdConfigDump(t *testing.T) {
 							}
 						}
 					}
-					if p, ok := ctdEqual(before, after, nil); !ok {
-						t.Errorf("containerd sees another change at %s", ctdPathText(p))
+					if p, ok := cfgtree.Equal(before, after); !ok {
+						t.Errorf("containerd sees another change at %s", tomledit.PathText(p))
 					}
 					t.Logf("containerd config dump: runtimes.gpurun = %v; default_runtime_name = %v", r, def)
 				})
@@ -869,10 +865,10 @@ func TestContainerdConfigDump(t *testing.T) {
 	}
 }
 
-func FuzzInstallContainerd(f *testing.F) {
-	for _, fc := range ctdFileCases() {
-		f.Add(ctdRead(f, fc.file), false)
-		f.Add(ctdRead(f, fc.file), true)
+func FuzzInstall(f *testing.F) {
+	for _, fc := range fileCases() {
+		f.Add(readTestdata(f, fc.file), false)
+		f.Add(readTestdata(f, fc.file), true)
 	}
 	f.Add([]byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  containerd.snapshotter = \"x\"\n"), true)
 	f.Add([]byte("version = 3\r\n[plugins.'io.containerd.cri.v1.runtime'.containerd]"), true)
@@ -880,17 +876,17 @@ func FuzzInstallContainerd(f *testing.F) {
 	f.Add([]byte("version = 2\nimports = [\n  \"/a.toml\", # a\n]\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  runtimes = { runc = { options = { SystemdCgroup = true } } }\n"), false)
 	f.Add([]byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.rt]\n  options.BinaryName = '/x'\n  options.'Root' = \"/r\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = 'rt'\n"), true)
 	f.Fuzz(func(t *testing.T, data []byte, setDefault bool) {
-		o := ctdTestOptions(setDefault)
-		out, c, err := InstallContainerd(data, o)
+		o := testOptions(setDefault)
+		out, c, err := Install(data, o)
 		if err == nil {
 			if err := toml.Unmarshal(out, new(map[string]any)); err != nil {
 				t.Fatalf("output does not parse: %v\n%q", err, out)
 			}
-			again, c2, err := InstallContainerd(out, o)
+			again, c2, err := Install(out, o)
 			if err != nil || c2.Changed || !bytes.Equal(again, out) {
 				t.Fatalf("second install: changed %v, err %v\n%q\n%q", c2.Changed, err, out, again)
 			}
-			back, _, err := UninstallContainerd(out, o, c)
+			back, _, err := Uninstall(out, o, c)
 			if err != nil {
 				t.Fatalf("uninstall: %v\n%q", err, out)
 			}
@@ -898,7 +894,7 @@ func FuzzInstallContainerd(f *testing.F) {
 				t.Fatalf("install+uninstall:\n%q\n%q\n%q", data, out, back)
 			}
 		}
-		newMain, dropIn, c, err := ContainerdDropIn(data, ctdTestDropIn, o)
+		newMain, dropIn, c, err := DropIn(data, testDropIn, o)
 		if err == nil {
 			if err := toml.Unmarshal(newMain, new(map[string]any)); err != nil {
 				t.Fatalf("main does not parse: %v\n%q", err, newMain)
@@ -906,7 +902,7 @@ func FuzzInstallContainerd(f *testing.F) {
 			if err := toml.Unmarshal(dropIn, new(map[string]any)); err != nil {
 				t.Fatalf("drop-in does not parse: %v\n%q", err, dropIn)
 			}
-			back, _, err := UninstallContainerdDropIn(newMain, ctdTestDropIn, c)
+			back, _, err := UninstallDropIn(newMain, testDropIn, c)
 			if err != nil {
 				t.Fatalf("uninstall drop-in: %v\n%q", err, newMain)
 			}
@@ -917,14 +913,63 @@ func FuzzInstallContainerd(f *testing.F) {
 	})
 }
 
-func TestUninstallContainerdDropInLeavesInPlaceInstall(t *testing.T) {
-	in := ctdRead(t, "containerd-1.6.20-config-default.toml")
-	out, _, err := InstallContainerd(in, ctdTestOptions(false))
+func TestUninstallDropInLeavesInPlaceInstall(t *testing.T) {
+	in := readTestdata(t, "containerd-1.6.20-config-default.toml")
+	out, _, err := Install(in, testOptions(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, changed, err := UninstallContainerdDropIn(out, ctdTestDropIn, ContainerdChange{})
+	back, changed, err := UninstallDropIn(out, testDropIn, Change{})
 	if err != nil || changed || !bytes.Equal(back, out) {
-		t.Errorf("changed %v, err %v\n%s", changed, err, UnifiedDiff("x", out, back))
+		t.Errorf("changed %v, err %v\n%s", changed, err, engineconf.UnifiedDiff("x", out, back))
+	}
+}
+
+// TestInstallCopiesTheEffectiveDefault: NVIDIA's runtime is the default
+// in a drop-in (as nvidia-ctk writes one for containerd 2.x). Given the
+// configuration containerd reads, gpurun stands in for it, copying its
+// settings from the drop-in and chaining to it; reading the main file
+// alone, it would copy runc.
+func TestInstallCopiesTheEffectiveDefault(t *testing.T) {
+	const mainPath, dropPath = "/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"
+	for _, version := range []int{2, 3} {
+		cri := containerdconf.RuntimePluginID(version)
+		main := fmt.Sprintf("version = %d\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n\n[plugins.%q.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n", version, cri)
+		drop := fmt.Sprintf("version = %d\n\n[plugins.%q.containerd]\n  default_runtime_name = \"nvidia\"\n\n[plugins.%q.containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n  privileged_without_host_devices = false\n\n[plugins.%q.containerd.runtimes.nvidia.options]\n  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n  SystemdCgroup = true\n", version, cri, cri, cri)
+		if version == 2 {
+			// containerd 1.x: the drop-in's CRI section replaces the main
+			// one, so it carries runc too.
+			drop += fmt.Sprintf("\n[plugins.%q.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n", cri)
+		}
+		eff, err := containerdconf.Load(context.Background(), mainPath, containerdconf.Options{Root: t.TempDir(), Overlay: map[string][]byte{mainPath: []byte(main), dropPath: []byte(drop)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := testOptions(false)
+		_, c, err := Install([]byte(main), o)
+		if err != nil || c.CopiedFrom != "runc" || c.Chain != "" {
+			t.Errorf("version %d, the main file alone: copied %q, chain %q, %v", version, c.CopiedFrom, c.Chain, err)
+		}
+		o.Effective = eff
+		out, c, err := Install([]byte(main), o)
+		if err != nil {
+			t.Fatalf("version %d: %v", version, err)
+		}
+		if c.CopiedFrom != "nvidia" || c.Chain != "/usr/bin/nvidia-container-runtime" {
+			t.Errorf("version %d: copied %q, chain %q", version, c.CopiedFrom, c.Chain)
+		}
+		_, rt := testPaths(version)
+		r, _ := cfgtree.Get(decode(t, out), rt...)
+		want := map[string]any{
+			"runtime_type": "io.containerd.runc.v2", "privileged_without_host_devices": false,
+			"pod_annotations": []any{"gpurun.io/*", "cdi.k8s.io/*"},
+			"options":         map[string]any{"BinaryName": testBinary, "SystemdCgroup": true},
+		}
+		if p, ok := cfgtree.Equal(r, want); !ok {
+			t.Errorf("version %d: runtime differs at %v:\n%s", version, p, out)
+		}
+		if !bytes.HasPrefix(out, []byte(main)) {
+			t.Errorf("version %d: the main config's own lines changed:\n%s", version, out)
+		}
 	}
 }

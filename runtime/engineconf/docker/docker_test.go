@@ -1,4 +1,4 @@
-package engineconf
+package docker
 
 import (
 	"bytes"
@@ -11,14 +11,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpurun/gpurun/runtime/engineconf"
 )
 
 var dockerUpdate = flag.Bool("update-docker", false, "rewrite the golden files under testdata/docker/golden")
 
 const dockerTestPath = "/usr/local/bin/gpurun-runtime"
 
-func dockerTestOptions(setDefault bool) DockerOptions {
-	return DockerOptions{Name: "gpurun", Path: dockerTestPath, SetAsDefault: setDefault}
+func dockerTestOptions(setDefault bool) Options {
+	return Options{Name: "gpurun", Path: dockerTestPath, SetAsDefault: setDefault}
 }
 
 // dockerGeneric decodes data (blank: {}) keeping numbers as text.
@@ -62,8 +64,8 @@ func dockerTopKeys(t *testing.T, data []byte) []string {
 	return keys
 }
 
-// dockerWithout returns v less what c says InstallDocker added or changed.
-func dockerWithout(v map[string]any, name string, c DockerChange) map[string]any {
+// dockerWithout returns v less what c says Install added or changed.
+func dockerWithout(v map[string]any, name string, c Change) map[string]any {
 	out := map[string]any{}
 	for k, val := range v {
 		out[k] = val
@@ -86,7 +88,7 @@ func dockerWithout(v map[string]any, name string, c DockerChange) map[string]any
 	return out
 }
 
-func TestDockerInstallFiles(t *testing.T) {
+func TestInstallFiles(t *testing.T) {
 	tests := []struct {
 		file      string
 		chain     string
@@ -108,17 +110,17 @@ func TestDockerInstallFiles(t *testing.T) {
 				suffix = ".install-default.json"
 			}
 			t.Run(strings.TrimSuffix(tt.file, ".json")+suffix, func(t *testing.T) {
-				in, err := os.ReadFile(filepath.Join("testdata", "docker", tt.file))
+				in, err := os.ReadFile(filepath.Join("testdata", tt.file))
 				if err != nil {
 					t.Fatal(err)
 				}
 				o := dockerTestOptions(setDefault)
-				out, c, err := InstallDocker(in, o)
+				out, c, err := Install(in, o)
 				if err != nil {
-					t.Fatalf("InstallDocker: %v", err)
+					t.Fatalf("Install: %v", err)
 				}
 
-				golden := filepath.Join("testdata", "docker", "golden", strings.TrimSuffix(tt.file, ".json")+suffix)
+				golden := filepath.Join("testdata", "golden", strings.TrimSuffix(tt.file, ".json")+suffix)
 				if *dockerUpdate {
 					if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
 						t.Fatal(err)
@@ -132,7 +134,7 @@ func TestDockerInstallFiles(t *testing.T) {
 					t.Fatalf("%v (run with -update-docker to create)", err)
 				}
 				if !bytes.Equal(out, want) {
-					t.Errorf("install output differs from %s:\n%s", golden, UnifiedDiff(golden, want, out))
+					t.Errorf("install output differs from %s:\n%s", golden, engineconf.UnifiedDiff(golden, want, out))
 				}
 
 				if !c.Changed || !c.AddedRuntime {
@@ -171,38 +173,38 @@ func TestDockerInstallFiles(t *testing.T) {
 				}
 
 				// Idempotent.
-				again, c2, err := InstallDocker(out, o)
+				again, c2, err := Install(out, o)
 				if err != nil {
-					t.Fatalf("second InstallDocker: %v", err)
+					t.Fatalf("second Install: %v", err)
 				}
 				if !bytes.Equal(again, out) || c2.Changed || c2.AddedRuntime || c2.SetDefault {
-					t.Errorf("second install changed something: %+v\n%s", c2, UnifiedDiff("daemon.json", out, again))
+					t.Errorf("second install changed something: %+v\n%s", c2, engineconf.UnifiedDiff("daemon.json", out, again))
 				}
 
 				// Undone exactly.
-				back, changed, err := UninstallDocker(out, o, c)
+				back, changed, err := Uninstall(out, o, c)
 				if err != nil {
-					t.Fatalf("UninstallDocker: %v", err)
+					t.Fatalf("Uninstall: %v", err)
 				}
 				if !changed {
-					t.Errorf("UninstallDocker reported no change")
+					t.Errorf("Uninstall reported no change")
 				}
 				if tt.canonical && !bytes.Equal(back, in) {
-					t.Errorf("uninstall did not give back the original:\n%s", UnifiedDiff(tt.file, in, back))
+					t.Errorf("uninstall did not give back the original:\n%s", engineconf.UnifiedDiff(tt.file, in, back))
 				}
 				if !reflect.DeepEqual(dockerGeneric(t, back), before) {
 					t.Errorf("uninstall: %s does not decode to the original", back)
 				}
-				back2, changed, err := UninstallDocker(back, o, c)
+				back2, changed, err := Uninstall(back, o, c)
 				if err != nil || changed || !bytes.Equal(back2, back) {
-					t.Errorf("second uninstall: changed=%v err=%v\n%s", changed, err, UnifiedDiff(tt.file, back, back2))
+					t.Errorf("second uninstall: changed=%v err=%v\n%s", changed, err, engineconf.UnifiedDiff(tt.file, back, back2))
 				}
 			})
 		}
 	}
 }
 
-func TestDockerInstallLayout(t *testing.T) {
+func TestInstallLayout(t *testing.T) {
 	o := dockerTestOptions(true)
 	tests := []struct {
 		name string
@@ -243,14 +245,14 @@ func TestDockerInstallLayout(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, c, err := InstallDocker([]byte(tt.in), o)
+			out, c, err := Install([]byte(tt.in), o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if string(out) != tt.want {
 				t.Errorf("got:\n%q\nwant:\n%q", out, tt.want)
 			}
-			back, _, err := UninstallDocker(out, o, c)
+			back, _, err := Uninstall(out, o, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -264,13 +266,13 @@ func TestDockerInstallLayout(t *testing.T) {
 	}
 }
 
-func TestDockerInstallRuntimeArgs(t *testing.T) {
-	o := DockerOptions{Name: "gpurun", Path: dockerTestPath, RuntimeArgs: []string{"--chain", "/usr/bin/nvidia-container-runtime", "<&>"}}
+func TestInstallRuntimeArgs(t *testing.T) {
+	o := Options{Name: "gpurun", Path: dockerTestPath, RuntimeArgs: []string{"--chain", "/usr/bin/nvidia-container-runtime", "<&>"}}
 	in := []byte("{\n    \"runtimes\": {\n        \"nvidia\": {\n            \"path\": \"nvidia-container-runtime\"\n        }\n    }\n}\n")
 	want := "{\n    \"runtimes\": {\n        \"nvidia\": {\n            \"path\": \"nvidia-container-runtime\"\n        },\n" +
 		"        \"gpurun\": {\n            \"path\": \"/usr/local/bin/gpurun-runtime\",\n            \"runtimeArgs\": [\n" +
 		"                \"--chain\",\n                \"/usr/bin/nvidia-container-runtime\",\n                \"<&>\"\n            ]\n        }\n    }\n}\n"
-	out, c, err := InstallDocker(in, o)
+	out, c, err := Install(in, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,32 +282,32 @@ func TestDockerInstallRuntimeArgs(t *testing.T) {
 	// Other args: the entry is replaced, and uninstall puts the old one back.
 	o2 := o
 	o2.RuntimeArgs = []string{"--debug"}
-	out2, c2, err := InstallDocker(out, o2)
+	out2, c2, err := Install(out, o2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !c2.Changed || !c2.AddedRuntime || len(c2.PreviousRuntime) == 0 {
 		t.Fatalf("change = %+v", c2)
 	}
-	back, _, err := UninstallDocker(out2, o2, c2)
+	back, _, err := Uninstall(out2, o2, c2)
 	if err != nil || !bytes.Equal(back, out) {
-		t.Errorf("uninstall: %v\n%s", err, UnifiedDiff("daemon.json", out, back))
+		t.Errorf("uninstall: %v\n%s", err, engineconf.UnifiedDiff("daemon.json", out, back))
 	}
-	back, _, err = UninstallDocker(back, o, c)
+	back, _, err = Uninstall(back, o, c)
 	if err != nil || !bytes.Equal(back, in) {
-		t.Errorf("uninstall: %v\n%s", err, UnifiedDiff("daemon.json", in, back))
+		t.Errorf("uninstall: %v\n%s", err, engineconf.UnifiedDiff("daemon.json", in, back))
 	}
 	// Empty and absent runtimeArgs are the same.
 	same := []byte(`{"runtimes": {"gpurun": {"path": "/usr/local/bin/gpurun-runtime", "runtimeArgs": []}}}`)
-	if got, c, err := InstallDocker(same, dockerTestOptions(false)); err != nil || c.Changed || !bytes.Equal(got, same) {
+	if got, c, err := Install(same, dockerTestOptions(false)); err != nil || c.Changed || !bytes.Equal(got, same) {
 		t.Errorf("empty runtimeArgs: changed %v, err %v", c.Changed, err)
 	}
 }
 
-func TestDockerInstallReplacesRuntime(t *testing.T) {
+func TestInstallReplacesRuntime(t *testing.T) {
 	in := []byte("{\n  \"runtimes\": {\n    \"gpurun\": {\n      \"path\": \"/opt/old/gpurun-runtime\",\n      \"runtimeArgs\": [\"--old\"]\n    },\n    \"nvidia\": {\n      \"path\": \"nvidia-container-runtime\"\n    }\n  }\n}\n")
 	o := dockerTestOptions(false)
-	out, c, err := InstallDocker(in, o)
+	out, c, err := Install(in, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,63 +324,63 @@ func TestDockerInstallReplacesRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c2 DockerChange
+	var c2 Change
 	if err := json.Unmarshal(rec, &c2); err != nil {
 		t.Fatal(err)
 	}
-	back, changed, err := UninstallDocker(out, o, c2)
+	back, changed, err := Uninstall(out, o, c2)
 	if err != nil || !changed || !bytes.Equal(back, in) {
-		t.Errorf("uninstall (changed %v, err %v):\n%s", changed, err, UnifiedDiff("daemon.json", in, back))
+		t.Errorf("uninstall (changed %v, err %v):\n%s", changed, err, engineconf.UnifiedDiff("daemon.json", in, back))
 	}
 	// A record without a previous runtime stays without one through JSON.
-	_, c3, _ := InstallDocker(nil, o)
+	_, c3, _ := Install(nil, o)
 	rec, _ = json.Marshal(c3)
-	var c4 DockerChange
+	var c4 Change
 	if err := json.Unmarshal(rec, &c4); err != nil || c4.PreviousRuntime != nil || !reflect.DeepEqual(c3, c4) {
 		t.Errorf("record %s decodes to %+v", rec, c4)
 	}
 }
 
-func TestDockerInstallDefault(t *testing.T) {
+func TestInstallDefault(t *testing.T) {
 	o := dockerTestOptions(true)
 	t.Run("already ours", func(t *testing.T) {
 		in := []byte(`{"default-runtime": "gpurun", "runtimes": {"gpurun": {"path": "/usr/local/bin/gpurun-runtime"}}}`)
-		out, c, err := InstallDocker(in, o)
+		out, c, err := Install(in, o)
 		if err != nil || c.Changed || !bytes.Equal(out, in) {
 			t.Errorf("got %s, %+v, %v", out, c, err)
 		}
 	})
 	t.Run("default named, runtime missing", func(t *testing.T) {
 		in := []byte("{\n  \"default-runtime\": \"gpurun\"\n}\n")
-		out, c, err := InstallDocker(in, o)
+		out, c, err := Install(in, o)
 		if err != nil || !c.Changed || c.SetDefault || c.PreviousDefaultSet || c.Chain != "" {
 			t.Fatalf("got %+v, %v", c, err)
 		}
-		back, _, err := UninstallDocker(out, o, c)
+		back, _, err := Uninstall(out, o, c)
 		if err != nil || !bytes.Equal(back, in) {
-			t.Errorf("uninstall: %v\n%s", err, UnifiedDiff("daemon.json", in, back))
+			t.Errorf("uninstall: %v\n%s", err, engineconf.UnifiedDiff("daemon.json", in, back))
 		}
 	})
 	t.Run("present but empty", func(t *testing.T) {
 		in := []byte("{\n  \"default-runtime\": \"\"\n}\n")
-		out, c, err := InstallDocker(in, o)
+		out, c, err := Install(in, o)
 		if err != nil || !c.SetDefault || c.PreviousDefault != "" || !c.PreviousDefaultSet {
 			t.Fatalf("got %+v, %v", c, err)
 		}
-		back, _, err := UninstallDocker(out, o, c)
+		back, _, err := Uninstall(out, o, c)
 		if err != nil || !bytes.Equal(back, in) {
-			t.Errorf("uninstall: %v\n%s", err, UnifiedDiff("daemon.json", in, back))
+			t.Errorf("uninstall: %v\n%s", err, engineconf.UnifiedDiff("daemon.json", in, back))
 		}
 	})
 	t.Run("not a string is left alone when not setting it", func(t *testing.T) {
 		in := []byte(`{"default-runtime": null}`)
-		if _, _, err := InstallDocker(in, dockerTestOptions(false)); err != nil {
-			t.Errorf("InstallDocker: %v", err)
+		if _, _, err := Install(in, dockerTestOptions(false)); err != nil {
+			t.Errorf("Install: %v", err)
 		}
 	})
 }
 
-func TestDockerChain(t *testing.T) {
+func TestChain(t *testing.T) {
 	tests := []struct {
 		name, in, want string
 	}{
@@ -395,7 +397,7 @@ func TestDockerChain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, setDefault := range []bool{false, true} {
-			_, c, err := InstallDocker([]byte(tt.in), dockerTestOptions(setDefault))
+			_, c, err := Install([]byte(tt.in), dockerTestOptions(setDefault))
 			if err != nil {
 				t.Fatalf("%s: %v", tt.name, err)
 			}
@@ -406,13 +408,13 @@ func TestDockerChain(t *testing.T) {
 	}
 }
 
-func TestDockerUninstallLeavesAdminChanges(t *testing.T) {
-	in, err := os.ReadFile(filepath.Join("testdata", "docker", "nvidia-ctk-set-as-default.json"))
+func TestUninstallLeavesAdminChanges(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("testdata", "nvidia-ctk-set-as-default.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := dockerTestOptions(true)
-	out, c, err := InstallDocker(in, o)
+	out, c, err := Install(in, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +424,7 @@ func TestDockerUninstallLeavesAdminChanges(t *testing.T) {
 
 	t.Run("default changed since", func(t *testing.T) {
 		edited := bytes.Replace(out, []byte(`"default-runtime": "gpurun"`), []byte(`"default-runtime": "crun"`), 1)
-		back, changed, err := UninstallDocker(edited, o, c)
+		back, changed, err := Uninstall(edited, o, c)
 		if err != nil || !changed {
 			t.Fatalf("changed %v, err %v", changed, err)
 		}
@@ -436,7 +438,7 @@ func TestDockerUninstallLeavesAdminChanges(t *testing.T) {
 	})
 	t.Run("runtime changed since", func(t *testing.T) {
 		edited := bytes.Replace(out, []byte(dockerTestPath), []byte("/opt/other/runtime"), 1)
-		back, _, err := UninstallDocker(edited, o, c)
+		back, _, err := Uninstall(edited, o, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -449,20 +451,20 @@ func TestDockerUninstallLeavesAdminChanges(t *testing.T) {
 		}
 	})
 	t.Run("removed by hand", func(t *testing.T) {
-		back, changed, err := UninstallDocker(in, o, c)
+		back, changed, err := Uninstall(in, o, c)
 		if err != nil || changed || !bytes.Equal(back, in) {
 			t.Errorf("changed %v, err %v", changed, err)
 		}
 	})
 	t.Run("nothing recorded", func(t *testing.T) {
-		back, changed, err := UninstallDocker(out, o, DockerChange{})
+		back, changed, err := Uninstall(out, o, Change{})
 		if err != nil || changed || !bytes.Equal(back, out) {
 			t.Errorf("changed %v, err %v", changed, err)
 		}
 	})
 	t.Run("other keys added since", func(t *testing.T) {
 		edited := bytes.Replace(out, []byte("{\n"), []byte("{\n    \"debug\": true,\n"), 1)
-		back, _, err := UninstallDocker(edited, o, c)
+		back, _, err := Uninstall(edited, o, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -473,14 +475,14 @@ func TestDockerUninstallLeavesAdminChanges(t *testing.T) {
 	})
 }
 
-func TestDockerErrors(t *testing.T) {
+func TestErrors(t *testing.T) {
 	o := dockerTestOptions(true)
 	tests := []struct {
 		name      string
 		in        string
-		o         DockerOptions
+		o         Options
 		want      string
-		uninstall bool // UninstallDocker refuses it too
+		uninstall bool // Uninstall refuses it too
 	}{
 		{"missing comma", "{\n  \"debug\": true\n  \"mtu\": 1500\n}\n", o, "line 3, column 3: invalid character '\"' after object key:value pair", true},
 		{"trailing comma", "{\n\t\"debug\": true,\n}", o, "line 3, column 1: invalid character '}'", true},
@@ -497,40 +499,40 @@ func TestDockerErrors(t *testing.T) {
 		{"duplicate runtimes", "{\"runtimes\": {},\n\"runtimes\": {}}", o, `line 2, column 1: key "runtimes" appears twice`, true},
 		{"duplicate runtime", `{"runtimes": {"gpurun": {}, "gpurun": {}}}`, o, `line 1, column 29: key "gpurun" appears twice`, true},
 		{"other spelling", `{"Default-Runtime": "nvidia"}`, o, `line 1, column 2: key "Default-Runtime" is another spelling of "default-runtime"`, true},
-		{"empty name", `{}`, DockerOptions{Path: dockerTestPath}, "runtime name is empty", true},
-		{"reserved name", `{}`, DockerOptions{Name: "runc", Path: dockerTestPath}, `runtime name "runc" is reserved`, true},
-		{"relative path", `{}`, DockerOptions{Name: "gpurun", Path: "gpurun-runtime"}, `runtime path "gpurun-runtime" is not absolute`, false},
+		{"empty name", `{}`, Options{Path: dockerTestPath}, "runtime name is empty", true},
+		{"reserved name", `{}`, Options{Name: "runc", Path: dockerTestPath}, `runtime name "runc" is reserved`, true},
+		{"relative path", `{}`, Options{Name: "gpurun", Path: "gpurun-runtime"}, `runtime path "gpurun-runtime" is not absolute`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, _, err := InstallDocker([]byte(tt.in), tt.o)
+			out, _, err := Install([]byte(tt.in), tt.o)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want it to contain %q", err, tt.want)
 			}
 			if out != nil {
 				t.Errorf("output %q with an error", out)
 			}
-			c := DockerChange{Changed: true, AddedRuntime: true, SetDefault: true}
-			out, changed, err := UninstallDocker([]byte(tt.in), tt.o, c)
+			c := Change{Changed: true, AddedRuntime: true, SetDefault: true}
+			out, changed, err := Uninstall([]byte(tt.in), tt.o, c)
 			switch {
 			case tt.uninstall && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("UninstallDocker: error %v, want it to contain %q", err, tt.want)
+				t.Errorf("Uninstall: error %v, want it to contain %q", err, tt.want)
 			case !tt.uninstall && (err != nil || changed || string(out) != tt.in):
-				t.Errorf("UninstallDocker: %q, %v, %v; want it left alone", out, changed, err)
+				t.Errorf("Uninstall: %q, %v, %v; want it left alone", out, changed, err)
 			}
 		})
 	}
 	var se *json.SyntaxError
-	if _, _, err := InstallDocker([]byte("{,}"), o); !errors.As(err, &se) {
+	if _, _, err := Install([]byte("{,}"), o); !errors.As(err, &se) {
 		t.Errorf("syntax error not wrapped: %v", err)
 	}
-	c := DockerChange{Changed: true, AddedRuntime: true, PreviousRuntime: json.RawMessage("{")}
-	if _, _, err := UninstallDocker([]byte(`{"runtimes": {"gpurun": {"path": "/usr/local/bin/gpurun-runtime"}}}`), o, c); err == nil {
-		t.Errorf("UninstallDocker restored a previous entry that is not JSON")
+	c := Change{Changed: true, AddedRuntime: true, PreviousRuntime: json.RawMessage("{")}
+	if _, _, err := Uninstall([]byte(`{"runtimes": {"gpurun": {"path": "/usr/local/bin/gpurun-runtime"}}}`), o, c); err == nil {
+		t.Errorf("Uninstall restored a previous entry that is not JSON")
 	}
 }
 
-func TestDockerPIDFile(t *testing.T) {
+func TestPIDFile(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"", "/var/run/docker.pid"},
 		{"{}", "/var/run/docker.pid"},
@@ -541,21 +543,21 @@ func TestDockerPIDFile(t *testing.T) {
 		{"\xef\xbb\xbf{\"pidfile\": \"/bom.pid\"}", "/bom.pid"},
 	}
 	for _, tt := range tests {
-		if got := DockerPIDFile([]byte(tt.in)); got != tt.want {
-			t.Errorf("DockerPIDFile(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := PIDFile([]byte(tt.in)); got != tt.want {
+			t.Errorf("PIDFile(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
 
-func TestDockerUnifiedDiff(t *testing.T) {
-	if d := UnifiedDiff("daemon.json", []byte("{}\n"), []byte("{}\n")); d != "" {
+func TestUnifiedDiff(t *testing.T) {
+	if d := engineconf.UnifiedDiff("daemon.json", []byte("{}\n"), []byte("{}\n")); d != "" {
 		t.Errorf("equal inputs: %q", d)
 	}
-	in, err := os.ReadFile(filepath.Join("testdata", "docker", "nvidia-ctk-runtime-configure.json"))
+	in, err := os.ReadFile(filepath.Join("testdata", "nvidia-ctk-runtime-configure.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := InstallDocker(in, dockerTestOptions(true))
+	out, _, err := Install(in, dockerTestOptions(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,16 +578,16 @@ func TestDockerUnifiedDiff(t *testing.T) {
 +    "default-runtime": "gpurun"
 +}
 `
-	if d := UnifiedDiff("/etc/docker/daemon.json", in, out); d != want {
+	if d := engineconf.UnifiedDiff("/etc/docker/daemon.json", in, out); d != want {
 		t.Errorf("got:\n%s\nwant:\n%s", d, want)
 	}
-	if d := UnifiedDiff("daemon.json", nil, []byte("{}\n")); d != "--- daemon.json\n+++ daemon.json\n@@ -0,0 +1 @@\n+{}\n" {
+	if d := engineconf.UnifiedDiff("daemon.json", nil, []byte("{}\n")); d != "--- daemon.json\n+++ daemon.json\n@@ -0,0 +1 @@\n+{}\n" {
 		t.Errorf("from nothing: %q", d)
 	}
 }
 
-func FuzzInstallDocker(f *testing.F) {
-	files, err := filepath.Glob(filepath.Join("testdata", "docker", "*.json"))
+func FuzzInstall(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -608,8 +610,8 @@ func FuzzInstallDocker(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, setDefault bool) {
-		o := DockerOptions{Name: "gpurun", Path: dockerTestPath, RuntimeArgs: []string{"--x"}, SetAsDefault: setDefault}
-		out, c, err := InstallDocker(data, o)
+		o := Options{Name: "gpurun", Path: dockerTestPath, RuntimeArgs: []string{"--x"}, SetAsDefault: setDefault}
+		out, c, err := Install(data, o)
 		if err != nil {
 			return
 		}
@@ -624,19 +626,65 @@ func FuzzInstallDocker(f *testing.F) {
 		if setDefault && got["default-runtime"] != "gpurun" {
 			t.Fatalf("default-runtime not set in %q", out)
 		}
-		again, c2, err := InstallDocker(out, o)
+		again, c2, err := Install(out, o)
 		if err != nil || c2.Changed || !bytes.Equal(again, out) {
 			t.Fatalf("second install: %v %+v\n%q\n%q", err, c2, out, again)
 		}
-		back, _, err := UninstallDocker(out, o, c)
+		back, _, err := Uninstall(out, o, c)
 		if err != nil {
 			t.Fatalf("uninstall: %v", err)
 		}
 		if want := dockerGeneric(t, data); !reflect.DeepEqual(dockerGeneric(t, back), want) {
 			t.Fatalf("uninstall of %q gave %q, not the input's value", data, back)
 		}
-		if back2, changed, err := UninstallDocker(back, o, c); err != nil || changed || !bytes.Equal(back2, back) {
+		if back2, changed, err := Uninstall(back, o, c); err != nil || changed || !bytes.Equal(back2, back) {
 			t.Fatalf("second uninstall: changed %v err %v", changed, err)
 		}
 	})
+}
+
+// TestEditChecks has the intent checks refuse edits that change more than
+// gpurun's keys, as a slip in the text surgery would.
+func TestEditChecks(t *testing.T) {
+	o := dockerTestOptions(true)
+	src := []byte("{\n  \"debug\": true,\n  \"mtu\": 1500\n}\n")
+	ok := []byte("{\n  \"debug\": true,\n  \"mtu\": 1500,\n  \"runtimes\": {\"gpurun\": {\"path\": \"/usr/local/bin/gpurun-runtime\"}},\n  \"default-runtime\": \"gpurun\"\n}\n")
+	added := Change{AddedRuntime: true, CreatedRuntimes: true, SetDefault: true}
+	for _, tc := range []struct {
+		name string
+		out  string
+		c    Change
+		want string
+	}{
+		{"what gpurun intends", string(ok), added, ""},
+		{"another key changed", strings.Replace(string(ok), "1500", "1501", 1), added, "differ at mtu"},
+		{"a number respelled", strings.Replace(string(ok), "1500", "1.5e3", 1), added, "differ at mtu"},
+		{"a key lost", strings.Replace(string(ok), "\"debug\": true,\n", "", 1), added, "differ at debug"},
+		{"the default not set", strings.Replace(string(ok), ",\n  \"default-runtime\": \"gpurun\"", "", 1), added, "differ at default-runtime"},
+		{"another path", strings.Replace(string(ok), "/usr/local/bin/gpurun-runtime", "/tmp/x", 1), added, "differ at runtimes.gpurun.path"},
+		{"not JSON", "{", added, "does not parse"},
+	} {
+		t.Run("install/"+tc.name, func(t *testing.T) {
+			err := checkInstall(src, []byte(tc.out), o, tc.c)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, out string
+		allowed   [][]string
+		want      string
+	}{
+		{"gpurun's keys gone", string(src), [][]string{{"runtimes"}, {"default-runtime"}}, ""},
+		{"the object gpurun's entry leaves empty may go too", string(src), [][]string{{"runtimes", "gpurun"}, {"default-runtime"}}, ""},
+		{"another key changed", strings.Replace(string(src), "true", "false", 1), [][]string{{"runtimes"}, {"default-runtime"}}, "would change debug"},
+	} {
+		t.Run("uninstall/"+tc.name, func(t *testing.T) {
+			err := checkOnly(ok, []byte(tc.out), tc.allowed)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
 }

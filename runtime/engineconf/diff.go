@@ -1,0 +1,16 @@
+package engineconf
+
+import (
+	"bytes"
+
+	udiff "github.com/aymanbagabas/go-udiff"
+)
+
+// UnifiedDiff returns a unified diff (three lines of context) from before
+// to after, both headers naming name, or "" when they are equal.
+func UnifiedDiff(name string, before, after []byte) string {
+	if bytes.Equal(before, after) {
+		return ""
+	}
+	return udiff.Unified(name, name, string(before), string(after))
+}
