@@ -67,7 +67,8 @@ const HarnessPrefix = "gpurun-"
 // hostTrees are the paths whose contents the tests must leave as they found
 // them: the engines' configurations and hooks, gpurun's own files where an
 // install would put them, CNI configuration, the sockets containerd's shims
-// keep outside any state directory, named network namespaces.
+// keep outside any state directory (a shim killed without its cleanup
+// leaves one), named network namespaces.
 func hostTrees() []string {
 	return []string{
 		"/etc/docker",
@@ -85,8 +86,10 @@ func hostTrees() []string {
 		"/usr/bin/gpurun*",
 		"/usr/local/lib/docker/cli-plugins",
 		"/usr/libexec/docker/cli-plugins",
-		"/run/containerd/s",
-		"/run/netns",
+		// Their contents only: the directories themselves are any engine's
+		// (every containerd shim and ip netns make them).
+		"/run/containerd/s/*",
+		"/run/netns/*",
 	}
 }
 
