@@ -23,21 +23,11 @@ type Mount struct {
 	SuperOptions string `json:"super_options"`
 }
 
-// key identifies a mount across two snapshots: its mount ids change when it
-// is remounted elsewhere, its options when it is remounted in place.
+// key identifies a mount across two snapshots by where it is and what it
+// mounts; its options, which a remount in place changes, are compared
+// separately.
 func (m Mount) key() string {
 	return m.Point + "\x00" + m.Root + "\x00" + m.FSType + "\x00" + m.Source
-}
-
-// String describes m for a report: "tmpfs at /tmp/x (source shm, size=65536k)".
-func (m Mount) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s at %s (source %s", m.FSType, m.Point, m.Source)
-	if m.Root != "/" {
-		fmt.Fprintf(&b, ", bind of %s", m.Root)
-	}
-	b.WriteString(")")
-	return b.String()
 }
 
 // parseMountinfo parses the contents of /proc/PID/mountinfo (proc(5)):
