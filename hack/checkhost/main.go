@@ -31,6 +31,10 @@ const usage = `usage:
 `
 
 func main() {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "checkhost: needs root to read the engines' files and every process (sudo make host-snapshot, sudo make check-host)")
+		os.Exit(2)
+	}
 	os.Exit(run(os.Args[1:], HostSources(), os.Stdout, os.Stderr))
 }
 
