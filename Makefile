@@ -54,7 +54,20 @@ test-unit: $(CONTAINERD2)
 # Real engines (dockerd, containerd + CRI, runc, podman), each on its own
 # socket and state dir; needs root. The tests build bin/ themselves.
 test-integration: build $(CONTAINERD2_TOOLS)
-	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) $(GO) test -count=1 -p 1 -timeout 25m -tags integration ./integration/...
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) $(GO) test -count=1 -p 1 -timeout 25m -tags integration ./integration/... ./hack/checkhost/
+
+# The machine as the tests found it (hack/checkhost; root): host-snapshot
+# records docker0 and the other interfaces, the engines' configs and
+# hooks.d, gpurun's install paths, mounts, cgroups, engine processes and
+# the harness's /tmp dirs; check-host, after the tests, names each change
+# and fails. .ci/run does both around make test.
+HOST_SNAPSHOT ?= $(CURDIR)/.host-snapshot.json
+.PHONY: host-snapshot check-host
+host-snapshot:
+	$(GO) run ./hack/checkhost snapshot $(HOST_SNAPSHOT)
+
+check-host:
+	$(GO) run ./hack/checkhost compare $(HOST_SNAPSHOT)
 
 # The users' failure end to end on Debian's PyTorch (docs/e2e.md): a
 # DataLoader dies with Bus error at Docker's default /dev/shm and finishes
@@ -88,9 +101,9 @@ fuzz:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags '$(E2E_TAGS)' ./integration/...
+	$(GO) vet -tags '$(E2E_TAGS)' ./integration/... ./hack/checkhost/
 	$(STATICCHECK) ./...
-	$(STATICCHECK) -tags '$(E2E_TAGS)' ./integration/...
+	$(STATICCHECK) -tags '$(E2E_TAGS)' ./integration/... ./hack/checkhost/
 
 install: build
 	install -D -m 0755 bin/gpurun $(DESTDIR)$(BINDIR)/gpurun

@@ -20,7 +20,10 @@
 # network use is the Go module proxy. Takes about 30 s with warm Go caches,
 # 2-3 minutes with cold ones.
 #
-# Outside its temporary directory it only leaves what it cannot avoid:
+# Every engine runs in a network namespace of the script's own, so that nothing it does
+# to networks reaches the host's (a dockerd with --bridge=none in the host's
+# namespace deletes docker0). Outside its temporary directory it only leaves
+# what it cannot avoid:
 # containerd shims (1.6 and 2.x) put their sockets in /run/containerd/s (removed
 # when they exit; the directory too if it was not there before), and the
 # container cgroups (/docker, /kubepods, /libpod_parent, /<ctr namespace>)
@@ -166,6 +169,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Every engine runs in a network namespace of our own, held open by a bind
+# mount at $T/netns (the cleanup unmounts it with everything under $T): a
+# dockerd with --bridge=none in the host's namespace deletes the host's
+# docker0, and the host's own docker run then fails until its dockerd
+# restarts. The Go builds (module proxy) stay in the host's.
+: >"$T/netns"
+unshare --net="$T/netns" ip link set lo up || die "cannot create a network namespace at $T/netns"
+# A command line prefix, not a function: "${INNET[@]}" dockerd ... & makes $!
+# dockerd's pid (nsenter execs it), which the script signals.
+INNET=(nsenter --net="$T/netns" --)
+
 wait_for() { # wait_for SECONDS CMD...: until CMD succeeds, or the last daemon died
 	local n=$(($1 * 5)); shift
 	while ! "$@" >/dev/null 2>&1; do
@@ -255,7 +269,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [plugins."io.containerd.internal.v1.opt"]
   path = "$D/containerd/opt"
 EOF
-containerd --config "$D/containerd/config.toml" >"$D/containerd/log" 2>&1 &
+"${INNET[@]}" containerd --config "$D/containerd/config.toml" >"$D/containerd/log" 2>&1 &
 DAEMON_PIDS+=($!)
 wait_for 10 ctr -a "$D/containerd/containerd.sock" version || die "dockerd's containerd did not start"
 
@@ -268,7 +282,7 @@ DOCKERD_ARGS=(-H "unix://$D/docker.sock" --data-root "$D/root" --exec-root "$D/e
 	--pidfile "$D/dockerd.pid" --config-file "$D/daemon.json"
 	--containerd "$D/containerd/containerd.sock"
 	--bridge=none --iptables=false --ip6tables=false)
-dockerd "${DOCKERD_ARGS[@]}" >"$D/dockerd.log" 2>&1 &
+"${INNET[@]}" dockerd "${DOCKERD_ARGS[@]}" >"$D/dockerd.log" 2>&1 &
 DOCKERD_PID=$!
 DAEMON_PIDS+=($DOCKERD_PID)
 wait_for 30 dk version || die "dockerd did not start; see $D/dockerd.log"
@@ -390,7 +404,7 @@ state = "$C/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$C/net.d"
 EOF
-containerd --config "$C/config.toml" >"$C/containerd.log" 2>&1 &
+"${INNET[@]}" containerd --config "$C/config.toml" >"$C/containerd.log" 2>&1 &
 DAEMON_PIDS+=($!)
 ctr_() { timeout 60 ctr -a "$C/containerd.sock" -n "$TAG" "$@"; }
 wait_for 10 ctr -a "$C/containerd.sock" version || die "containerd did not start; see $C/containerd.log"
@@ -604,7 +618,7 @@ imports = []
 EOF
 	mkdir -p "$C/tmp"
 	# its own shim first in PATH
-	PATH=$C2BIN:$PATH "$C2BIN/containerd" --config "$C/config.toml" >"$C/containerd.log" 2>&1 &
+	PATH=$C2BIN:$PATH "${INNET[@]}" "$C2BIN/containerd" --config "$C/config.toml" >"$C/containerd.log" 2>&1 &
 	DAEMON_PIDS+=($!)
 	wait_for 10 "$C2BIN/ctr" -a "$C/containerd.sock" version || die "containerd $CTRD2_FULL did not start; see $C/containerd.log"
 	"$C2BIN/ctr" -a "$C/containerd.sock" -n k8s.io images import "$T/busybox.tar" >/dev/null
@@ -705,14 +719,14 @@ PODMAN_FULL=$(podman --version | awk '{print $3}')
 PODMAN_GLOBAL=(--root "$P/root" --runroot "$P/runroot" --runtime "$T/bin/capture" --runtime-flag "root=$P/runc")
 pm() {
 	CONTAINERS_CONF=$P/containers.conf CONTAINERS_STORAGE_CONF=$P/storage.conf \
-		timeout 60 podman "${PODMAN_GLOBAL[@]}" "$@"
+		timeout 60 "${INNET[@]}" podman "${PODMAN_GLOBAL[@]}" "$@"
 }
 PODMAN_READY=1
 # podman 4.3 load writes containers/image's blob-info cache to
 # /var/lib/containers/cache and takes /var/cache/containers/short-name-aliases.conf.lock
 # whatever --root says: load in a private mount namespace with those hidden.
 CONTAINERS_CONF=$P/containers.conf CONTAINERS_STORAGE_CONF=$P/storage.conf \
-	timeout 60 unshare --mount --propagation private sh -ec \
+	timeout 60 "${INNET[@]}" unshare --mount --propagation private sh -ec \
 	'mount -t tmpfs -o size=16m tmpfs /var/lib; mount -t tmpfs -o size=16m tmpfs /var/cache; exec "$@"' \
 	sh podman "${PODMAN_GLOBAL[@]}" load -q -i "$T/busybox.tar" >/dev/null || die "podman load"
 PM_ENGINE="podman $PODMAN_FULL (conmon $(conmon --version | awk 'NR==1{print $3}')), runc $("$RUNC" --version | awk 'NR==1{print $3}')"

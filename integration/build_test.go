@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,11 +11,31 @@ import (
 	"testing"
 )
 
+// binDir is where this test process builds the binaries under test:
+// named after the process, so that TestMain removes it without being told.
+func binDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("gpurun-bin-%d", os.Getpid()))
+}
+
+// TestMain runs the tests, then removes the binaries they built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := os.RemoveAll(binDir()); err != nil {
+		fmt.Fprintf(os.Stderr, "remove the built binaries: %v\n", err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
+}
+
 // builtBinaries builds bin/gpurun and bin/gpurun-runtime from this checkout
-// once per test run, into a temporary directory.
+// once per test run, into binDir.
 var builtBinaries = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "gpurun-bin-")
-	if err != nil {
+	dir := binDir()
+	// A directory of a crashed run whose pid this process reuses.
+	if err := os.RemoveAll(dir); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
 	}
 	for _, name := range []string{"gpurun", "gpurun-runtime"} {

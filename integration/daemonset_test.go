@@ -165,6 +165,9 @@ func TestDaemonSetEntrypoint(t *testing.T) {
 }
 
 func testDaemonSetEntrypoint(t *testing.T, original []byte, containerd2, setDefault bool) {
+	// After uninstall the pod's shims still call gpurun-runtime, whose
+	// policy file is gone: it logs that to the default log file.
+	keepHostFile(t, policy.Default().LogFile)
 	n := fakeNode{root: t.TempDir()}
 	configPath := n.path(install.DefaultContainerdConfig)
 	if err := os.MkdirAll(filepath.Dir(configPath), 0o755); err != nil {

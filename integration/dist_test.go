@@ -9,6 +9,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -126,7 +128,8 @@ func sha256File(t *testing.T, path string) string {
 
 // TestDist builds the packages with `make dist`, checks what each holds,
 // then installs the .deb of this machine's architecture with dpkg, runs what
-// it installed, and removes and purges it again.
+// it installed, and removes and purges it again, in a private mount
+// namespace over the machine's /etc, /usr and /var (privateRoot).
 func TestDist(t *testing.T) {
 	requireTools(t, "make", "dpkg", "dpkg-deb", "dpkg-query", "rpm")
 	if out, _, code := cmdResult(t, os.Environ(), "dpkg-query", "-W", "-f", "${Status}", "gpurun"); code == 0 && !strings.Contains(out, "not-installed") {
@@ -314,40 +317,92 @@ func checkRPM(t *testing.T, path, arch, pkgVersion string, manFiles []string) {
 	}
 }
 
-// testDpkg installs the .deb, checks what it installed works, then removes
-// it (the conffile stays, as Debian's rules say) and purges it.
-func testDpkg(t *testing.T, deb, share string) {
-	const conf = "/etc/gpurun/config.toml"
-	env := os.Environ()
-	// A config file the machine already has is put back afterwards.
-	if saved, err := os.ReadFile(conf); err == nil {
-		if err := os.Remove(conf); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := os.MkdirAll(filepath.Dir(conf), 0o755); err == nil {
-				_ = os.WriteFile(conf, saved, 0o644)
-			}
-		})
+// privateRoot is a mount namespace in which /etc, /usr and /var are
+// writable overlays of the machine's, their changes kept in a directory
+// of the test: a package installed there (dpkg's database, its lock and
+// log, the files, the triggers' caches) never reaches the machine, and
+// the machine's own apt and dpkg are not kept waiting. A process holds
+// the namespace; commands run in it through nsenter and its files are
+// read through /proc/PID/root.
+type privateRoot struct{ pid int }
+
+func newPrivateRoot(t *testing.T) *privateRoot {
+	t.Helper()
+	requireTools(t, "unshare", "nsenter")
+	script := `set -e
+for d in etc usr var; do
+	mkdir -p "$0/$d.upper" "$0/$d.work"
+	mount -t overlay overlay -o "lowerdir=/$d,upperdir=$0/$d.upper,workdir=$0/$d.work" "/$d"
+done
+echo ready
+exec sleep 3600`
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, t.TempDir())
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("unshare: %v", err)
 	}
 	t.Cleanup(func() {
-		if _, _, code := cmdResult(t, env, "dpkg-query", "-W", "gpurun"); code == 0 {
-			if out, errOut, code := cmdResult(t, env, "dpkg", "-P", "gpurun"); code != 0 {
-				t.Errorf("cleanup: dpkg -P gpurun: %s%s", out, errOut)
-			}
-		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 	})
+	line := make([]byte, len("ready\n"))
+	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("overlays of /etc, /usr and /var in a private mount namespace: %q %v: %s", line, err, stderr.String())
+	}
+	return &privateRoot{pid: cmd.Process.Pid}
+}
+
+// path is p as it is in the namespace.
+func (r *privateRoot) path(p string) string {
+	return fmt.Sprintf("/proc/%d/root%s", r.pid, p)
+}
+
+// argv returns the command line that runs name with args in the namespace.
+func (r *privateRoot) argv(name string, args ...string) (string, []string) {
+	return "nsenter", append([]string{"--target", strconv.Itoa(r.pid), "--mount", "--", name}, args...)
+}
+
+// testDpkg installs the .deb, checks what it installed works, then removes
+// it (the conffile stays, as Debian's rules say) and purges it — all in a
+// privateRoot: the machine's /etc, /usr and /var stay as they are.
+func testDpkg(t *testing.T, deb, share string) {
+	const conf = "/etc/gpurun/config.toml"
+	root := newPrivateRoot(t)
+	// No daemon is needed: nothing may reach the machine's.
+	env := append(os.Environ(), "DOCKER_HOST=unix:///nonexistent/docker.sock")
+	run := func(name string, args ...string) (string, string, int) {
+		t.Helper()
+		n, a := root.argv(name, args...)
+		return cmdResult(t, env, n, a...)
+	}
+	must := func(env []string, name string, args ...string) string {
+		t.Helper()
+		n, a := root.argv(name, args...)
+		return mustRun(t, env, n, a...)
+	}
+	// A config file the machine has is not the package's.
+	if err := os.Remove(root.path(conf)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
 	status := func() string {
-		out, _, _ := cmdResult(t, env, "dpkg-query", "-W", "-f", "${Status}", "gpurun")
+		out, _, _ := run("dpkg-query", "-W", "-f", "${Status}", "gpurun")
 		return strings.TrimSpace(out)
 	}
-	mustRun(t, env, "dpkg", "-i", deb)
+	must(env, "dpkg", "-i", deb)
 	if s := status(); s != "install ok installed" {
 		t.Fatalf("after dpkg -i: %q", s)
 	}
+	if _, err := os.Stat("/usr/bin/gpurun"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the package reached the machine's /usr/bin/gpurun: %v", err)
+	}
 
 	// Working binaries: gpurun says the version it was built as.
-	if out := mustRun(t, env, "/usr/bin/gpurun", "version"); out != "gpurun "+distVersion+"\n" {
+	if out := must(env, "/usr/bin/gpurun", "version"); out != "gpurun "+distVersion+"\n" {
 		t.Errorf("gpurun version: %q, want %q", out, "gpurun "+distVersion+"\n")
 	}
 	// gpurun-runtime hands a non-create command to runc unchanged.
@@ -356,7 +411,7 @@ func testDpkg(t *testing.T, deb, share string) {
 		t.Fatal(err)
 	}
 	runcVersion := mustRun(t, env, "runc", "--version")
-	if out := mustRun(t, append(env, "GPURUN_CONFIG="+noLog), "/usr/bin/gpurun-runtime", "--version"); out != runcVersion {
+	if out := must(append(env, "GPURUN_CONFIG="+noLog), "/usr/bin/gpurun-runtime", "--version"); out != runcVersion {
 		t.Errorf("gpurun-runtime --version: %q, want runc's %q", out, runcVersion)
 	}
 
@@ -365,24 +420,27 @@ func testDpkg(t *testing.T, deb, share string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := os.ReadFile(conf); err != nil || !bytes.Equal(got, shipped) {
+	if got, err := os.ReadFile(root.path(conf)); err != nil || !bytes.Equal(got, shipped) {
 		t.Errorf("%s: %v, not the generated file", conf, err)
 	}
-	spec := filepath.Join("..", "oci", "testdata", "fixtures", "docker-20.10-env-nvidia-all.json")
-	if out, errOut, code := cmdResult(t, env, "/usr/bin/gpurun", "--config", conf, "plan", "--spec", spec, "--host-memory", "64g"); code != 0 {
+	spec, err := filepath.Abs(filepath.Join("..", "oci", "testdata", "fixtures", "docker-20.10-env-nvidia-all.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := run("/usr/bin/gpurun", "--config", conf, "plan", "--spec", spec, "--host-memory", "64g"); code != 0 {
 		t.Errorf("plan with the shipped config: exit %d %s%s", code, out, errOut)
 	}
 
 	// Man pages and completion are where man and the shells look.
-	if page := gunzipFile(t, "/usr/share/man/man1/gpurun-run.1.gz"); !strings.Contains(page, ".TH \"GPURUN-RUN\" \"1\"") {
+	if page := gunzipFile(t, root.path("/usr/share/man/man1/gpurun-run.1.gz")); !strings.Contains(page, ".TH \"GPURUN-RUN\" \"1\"") {
 		t.Errorf("gpurun-run.1: %.200q", page)
 	}
-	if out := mustRun(t, env, "bash", "-c", "source /usr/share/bash-completion/completions/gpurun && complete -p gpurun"); !strings.Contains(out, "gpurun") {
+	if out := must(env, "bash", "-c", "source /usr/share/bash-completion/completions/gpurun && complete -p gpurun"); !strings.Contains(out, "gpurun") {
 		t.Errorf("bash completion: %q", out)
 	}
 	// The packaged plugin link: `docker gpurun` with an empty ~/.docker.
 	for _, docker := range dockerCLIs(t) {
-		out := mustRun(t, append(env, "DOCKER_CONFIG="+t.TempDir()), docker, "gpurun", "version")
+		out := must(append(env, "DOCKER_CONFIG="+t.TempDir()), docker, "gpurun", "version")
 		if out != "gpurun "+distVersion+"\n" {
 			t.Errorf("%s gpurun version: %q", docker, out)
 		}
@@ -390,29 +448,29 @@ func testDpkg(t *testing.T, deb, share string) {
 
 	// An edited config survives reinstalling the package.
 	edited := append(bytes.Clone(shipped), []byte("min = \"2g\"\n")...)
-	if err := os.WriteFile(conf, edited, 0o644); err != nil {
+	if err := os.WriteFile(root.path(conf), edited, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mustRun(t, env, "dpkg", "-i", deb)
-	if got, _ := os.ReadFile(conf); !bytes.Equal(got, edited) {
+	must(env, "dpkg", "-i", deb)
+	if got, _ := os.ReadFile(root.path(conf)); !bytes.Equal(got, edited) {
 		t.Errorf("reinstall replaced the edited %s", conf)
 	}
 
 	// dpkg -r removes the programs and keeps the conffile; dpkg -P purges it.
-	mustRun(t, env, "dpkg", "-r", "gpurun")
+	must(env, "dpkg", "-r", "gpurun")
 	for _, p := range []string{"/usr/bin/gpurun", "/usr/bin/gpurun-runtime", "/usr/libexec/docker/cli-plugins/docker-gpurun", "/usr/share/man/man1/gpurun.1.gz"} {
-		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(root.path(p)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("after dpkg -r, %s: %v", p, err)
 		}
 	}
-	if got, err := os.ReadFile(conf); err != nil || !bytes.Equal(got, edited) {
+	if got, err := os.ReadFile(root.path(conf)); err != nil || !bytes.Equal(got, edited) {
 		t.Errorf("after dpkg -r, %s should stay (a conffile): %v", conf, err)
 	}
 	if s := status(); s != "deinstall ok config-files" {
 		t.Errorf("after dpkg -r: status %q, want \"deinstall ok config-files\"", s)
 	}
-	mustRun(t, env, "dpkg", "-P", "gpurun")
-	if _, err := os.Stat(conf); !errors.Is(err, fs.ErrNotExist) {
+	must(env, "dpkg", "-P", "gpurun")
+	if _, err := os.Stat(root.path(conf)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("after dpkg -P, %s: %v", conf, err)
 	}
 	if s := status(); s != "" && !strings.Contains(s, "not-installed") {

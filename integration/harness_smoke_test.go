@@ -3,6 +3,9 @@
 package integration
 
 import (
+	"fmt"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,17 +55,71 @@ func assertNoLeftovers(t *testing.T, dir string) {
 	}
 }
 
+// nsID identifies the namespace a namespace file (/proc/PID/ns/net, a
+// bind-mounted nsfs file) refers to.
+func nsID(t *testing.T, path string) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatalf("stat %s: %v", path, err)
+	}
+	return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+}
+
+// assertInNetNS checks that process pid runs in the harness namespace ns,
+// not in the test's (the host's) network namespace.
+func assertInNetNS(t *testing.T, what string, pid int, ns *harness.NetNS) {
+	t.Helper()
+	if ns == nil {
+		t.Fatalf("%s: the harness gave it no network namespace", what)
+	}
+	got := nsID(t, fmt.Sprintf("/proc/%d/ns/net", pid))
+	// This thread's, not /proc/self's: that is the main thread's.
+	runtime.LockOSThread()
+	self := nsID(t, "/proc/thread-self/ns/net")
+	runtime.UnlockOSThread()
+	if got == self {
+		t.Errorf("%s (pid %d) runs in the host's network namespace", what, pid)
+	}
+	if want := nsID(t, ns.Path); got != want {
+		t.Errorf("%s (pid %d) runs in network namespace %s, want the harness's %s (%s)", what, pid, got, want, ns.Path)
+	}
+}
+
+// assertLoopbackOnly checks that `ip -o link` output lists lo alone: what a
+// host-network container of a harness engine must see, whatever the
+// machine's own interfaces are.
+func assertLoopbackOnly(t *testing.T, what, out string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], ": lo: ") {
+		host, _ := os.ReadDir("/sys/class/net")
+		var names []string
+		for _, e := range host {
+			names = append(names, e.Name())
+		}
+		t.Errorf("%s sees these links, want lo alone (the host has %v):\n%s", what, names, out)
+	}
+}
+
 func TestSmokeDockerd(t *testing.T) {
 	var dir string
 	t.Run("engine", func(t *testing.T) {
 		d := harness.StartDockerd(t, harness.DockerdOptions{DaemonJSON: map[string]any{"debug": false}})
 		dir = d.Dir
+		assertInNetNS(t, "dockerd", d.PID, d.NetNS)
 		img := harness.BusyboxImage(t, d)
 		if again := harness.BusyboxImage(t, d); again != img {
 			t.Errorf("second BusyboxImage = %q, want %q", again, img)
 		}
+		// --network host is the daemon's namespace, not the machine's.
+		out, _, err := d.Docker("run", "--rm", "--network", "host", img, "ip", "-o", "link")
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertLoopbackOnly(t, "a --network host container", out)
 
-		out, _, err := d.Docker("run", "--rm", "--network", "none", img, "df", "-k", "/dev/shm")
+		out, _, err = d.Docker("run", "--rm", "--network", "none", img, "df", "-k", "/dev/shm")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,6 +155,7 @@ func TestSmokeContainerd(t *testing.T) {
 	t.Run("engine", func(t *testing.T) {
 		c := harness.StartContainerd(t, harness.ContainerdOptions{})
 		dir = c.Dir
+		assertInNetNS(t, "containerd", c.PID, c.NetNS)
 		const img = "gpurun-test/busybox:latest"
 		c.ImportImage(harness.ImageTar(t, t.TempDir(), img, []string{"/bin/sh"}))
 
@@ -124,6 +182,12 @@ func TestSmokeContainerd(t *testing.T) {
 		}
 		if out, err := c.Exec(ctr, "sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES"); err != nil || strings.TrimSpace(out) != "all" {
 			t.Errorf("env in pod container: %q, %v", out, err)
+		}
+		// Harness pods are host-network pods: of containerd's namespace.
+		if out, err := c.Exec(ctr, "ip", "-o", "link"); err != nil {
+			t.Error(err)
+		} else {
+			assertLoopbackOnly(t, "a host-network pod", out)
 		}
 
 		shm := c.SandboxShm(pod)
@@ -152,10 +216,34 @@ func TestSmokeContainerd(t *testing.T) {
 			}
 		})
 
-		// Pods survive a containerd restart.
+		// Pods survive a containerd restart, which stays in the namespace.
 		c.Restart()
 		if _, err := c.Exec(ctr, "true"); err != nil {
 			t.Errorf("exec after restart: %v", err)
+		}
+		assertInNetNS(t, "containerd after a restart", c.PID, c.NetNS)
+	})
+	assertNoLeftovers(t, dir)
+}
+
+func TestSmokePodman(t *testing.T) {
+	var dir string
+	t.Run("engine", func(t *testing.T) {
+		p := harness.NewPodman(t)
+		dir = p.Dir
+		img := p.BusyboxImage()
+		out, stderr, err := p.Podman("run", "--rm", "--network", "host", "--cgroup-parent", p.CgroupParent, img, "ip", "-o", "link")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		assertLoopbackOnly(t, "a --network host podman container", out)
+		out, stderr, err = p.Run(img, "df", "-k", "/dev/shm")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		// containers.conf's default shm_size "65536k" is 65,536,000 bytes to Podman.
+		if got := dfKiB(t, out); got != 65536000/1024 {
+			t.Errorf("podman run: /dev/shm is %d KiB, want %d\n%s", got, 65536000/1024, out)
 		}
 	})
 	assertNoLeftovers(t, dir)

@@ -172,6 +172,9 @@ func TestHookRuncFaults(t *testing.T) {
 		// make returns the bundle and the policy file the hook is given.
 		make func(t *testing.T, e *runcEnv, gpurun string) (bundle, config string)
 		// log is where the hook's record goes: "" for the test's log_file.
+		// Any other path is the machine's (the default log_file): runc and
+		// the hook then run in a mount namespace of their own in which
+		// that directory is one of the test's.
 		log  string
 		text string
 	}
@@ -235,11 +238,14 @@ func TestHookRuncFaults(t *testing.T) {
 				gpurun := bin(t, "gpurun")
 				b, _ := f.make(t, e, gpurun)
 				id := filepath.Base(e.dir) + "-" + filepath.Base(b)
-				out, stderr, err := e.run("runc", "run", "--bundle", b, id)
 				logPath := e.logFile
+				var wrap []string
 				if f.log != "" {
-					logPath = f.log
+					private := t.TempDir()
+					wrap = []string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-ec", `mount --bind "$0" "$1"; shift; exec "$@"`, private, filepath.Dir(f.log)}
+					logPath = filepath.Join(private, filepath.Base(f.log))
 				}
+				out, stderr, err := e.runWrapped(wrap, "runc", "run", "--bundle", b, id)
 				recs := hookLog(t, logPath, id)
 				if len(recs) != 1 || !strings.Contains(fmt.Sprint(recs[0]["err"]), f.text) && !strings.Contains(fmt.Sprint(recs[0]["msg"]), f.text) {
 					t.Errorf("hook log %s for %s: %v, want one record saying %q", logPath, id, recs, f.text)

@@ -55,7 +55,15 @@ func newRuncEnv(t testing.TB, extraConfig string) *runcEnv {
 
 // run runs `RUNTIME --root R ARGS` and returns stdout, stderr and the error.
 func (e *runcEnv) run(runtime string, args ...string) (string, string, error) {
-	cmd := exec.Command(runtime, append([]string{"--root", e.runcRoot, "--log", filepath.Join(e.dir, "runc.log"), "--log-format", "json"}, args...)...)
+	return e.runWrapped(nil, runtime, args...)
+}
+
+// runWrapped is run with the command line appended to wrap (a command that
+// runs its arguments, such as unshare), when wrap is not empty.
+func (e *runcEnv) runWrapped(wrap []string, runtime string, args ...string) (string, string, error) {
+	argv := append([]string{runtime, "--root", e.runcRoot, "--log", filepath.Join(e.dir, "runc.log"), "--log-format", "json"}, args...)
+	argv = append(append([]string{}, wrap...), argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = e.env
 	// Files, not pipes: `create` hands its stdio to the container's init,
 	// which holds a pipe open until it runs, after `start`.

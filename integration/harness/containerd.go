@@ -49,7 +49,8 @@ type ContainerdOptions struct {
 }
 
 // Containerd is a private containerd 1.6 with its CRI plugin, its own
-// sockets, root and state under Dir, and host-network pods only (no CNI).
+// sockets, root and state under Dir, and host-network pods only (no CNI),
+// in a network namespace of its own.
 type Containerd struct {
 	// Dir holds everything of this instance; it is removed by the cleanup.
 	Dir string
@@ -75,6 +76,10 @@ type Containerd struct {
 	PauseImage string
 	// PID is containerd's process id (it changes on Restart).
 	PID int
+	// NetNS is the network namespace containerd runs in (across restarts),
+	// and with it its shims and every host-network pod
+	// (namespace_options.network NODE).
+	NetNS *NetNS
 
 	t       testing.TB
 	bin     string
@@ -114,10 +119,12 @@ func (c *Containerd) currentProc() *process {
 
 // StartContainerd writes a config (version 2) for a private containerd,
 // starts Debian's containerd with it, waits until the CRI plugin answers
-// and imports the pause image. The cleanup stops and removes all pods,
-// stops containerd, kills leftover shims, unmounts everything below Dir
-// (the sandbox /dev/shm tmpfs mounts, rootfs overlays), removes the pods'
-// cgroups and Dir.
+// and imports the pause image. containerd runs in a network namespace of
+// its own (NetNS), so its host-network pods never see the host's
+// interfaces. The cleanup stops and removes all pods, stops containerd,
+// kills leftover shims, unmounts everything below Dir (the sandbox
+// /dev/shm tmpfs mounts, rootfs overlays), removes the pods' cgroups, Dir
+// and the namespace.
 func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
 	bin, ctr := requireContainerd16(t)
@@ -145,6 +152,8 @@ func requireContainerd16(t testing.TB) (bin, ctr string) {
 func launchContainerd(t testing.TB, kind, bin, ctr string, env []string, setup func(dir string) (string, error)) *Containerd {
 	t.Helper()
 	dir := makeDir(t, kind)
+	// Registered before containerd's cleanup, so removed after it.
+	ns := NewNetNS(t, dir)
 	c := &Containerd{
 		Dir:          dir,
 		Address:      filepath.Join(dir, "containerd.sock"),
@@ -154,6 +163,7 @@ func launchContainerd(t testing.TB, kind, bin, ctr string, env []string, setup f
 		ConfigPath:   filepath.Join(dir, "config.toml"),
 		CgroupParent: "/" + filepath.Base(dir),
 		PauseImage:   PauseRef,
+		NetNS:        ns,
 		t:            t,
 		bin:          bin,
 		ctr:          ctr,
@@ -294,7 +304,7 @@ func tomlArray(items []string) string {
 
 // start runs containerd with ConfigPath and waits until CRI answers.
 func (c *Containerd) start() error {
-	p, err := startProcess("containerd", c.logPath, []string{c.bin, "--config", c.ConfigPath}, c.env, nil)
+	p, err := startProcess("containerd", c.logPath, []string{c.bin, "--config", c.ConfigPath}, c.env, c.NetNS)
 	if err != nil {
 		return err
 	}

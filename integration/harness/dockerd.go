@@ -56,6 +56,9 @@ type Dockerd struct {
 	ContainerdAddress string
 	// PID is dockerd's process id.
 	PID int
+	// NetNS is the network namespace dockerd and its containerd run in, and
+	// with them every container that has none of its own (--network host).
+	NetNS *NetNS
 
 	t       testing.TB
 	logPath string
@@ -83,9 +86,12 @@ func (d *Dockerd) For(t testing.TB) *Dockerd {
 // StartDockerd starts a private dockerd (--bridge=none, --iptables=false)
 // listening on its own unix socket, backed by a containerd the harness
 // starts for it (so that it never attaches to a system containerd at
-// /run/containerd/containerd.sock), and waits until it answers /_ping.
-// The cleanup removes its containers, stops both daemons, kills leftover
-// shims, unmounts everything below Dir and removes Dir.
+// /run/containerd/containerd.sock), both in a network namespace of their
+// own (NetNS: dockerd deletes any docker0 bridge it finds in its namespace
+// when told --bridge=none, and the host's must stay), and waits until it
+// answers /_ping. The cleanup removes its containers, stops both daemons,
+// kills leftover shims, unmounts everything below Dir, removes Dir and the
+// namespace.
 func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 	t.Helper()
 	requireRoot(t)
@@ -96,6 +102,8 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 	requireBinary(t, "runc", "runc")
 
 	dir := makeDir(t, "d")
+	// Registered before the daemons' cleanup, so removed after it.
+	ns := NewNetNS(t, dir)
 	d := &Dockerd{
 		Dir:               dir,
 		Socket:            filepath.Join(dir, "docker.sock"),
@@ -106,6 +114,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		t:                 t,
 		logPath:           filepath.Join(dir, "dockerd.log"),
 		ctdLog:            filepath.Join(dir, "ctd", "containerd.log"),
+		NetNS:             ns,
 		shared:            &dockerdShared{},
 	}
 	d.Host = "unix://" + d.Socket
@@ -136,7 +145,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		t.Fatalf("harness: write containerd config: %v", err)
 	}
 	begin := time.Now()
-	d.ctd, err = startProcess("containerd (for dockerd)", d.ctdLog, []string{ctdBin, "--config", ctdConf}, append(os.Environ(), opts.Env...), nil)
+	d.ctd, err = startProcess("containerd (for dockerd)", d.ctdLog, []string{ctdBin, "--config", ctdConf}, append(os.Environ(), opts.Env...), ns)
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
@@ -156,7 +165,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		"--containerd", d.ContainerdAddress,
 	}
 	argv = append(argv, opts.Args...)
-	d.proc, err = startProcess("dockerd", d.logPath, argv, append(os.Environ(), opts.Env...), nil)
+	d.proc, err = startProcess("dockerd", d.logPath, argv, append(os.Environ(), opts.Env...), ns)
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}

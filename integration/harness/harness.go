@@ -10,6 +10,14 @@
 // paths stay well below the 108-byte limit and leftovers are easy to find
 // (`mount | grep /tmp/gpurun-h`).
 //
+// Every engine runs in a network namespace of its own ([NetNS]), so that
+// nothing an engine does to networks — dockerd deleting a docker0 it was
+// told not to use (--bridge=none), CNI bridges, veths, host-network
+// containers and pods — reaches the machine's own. Clients reach the engines
+// through unix sockets, which do not depend on the network namespace.
+// `make check-host` (hack/checkhost) compares the machine before and after
+// the tests.
+//
 // Methods that take no testing.TB report failures through the TB that created
 // the engine, so they must be called from the test's own goroutine (the rules
 // of t.Fatal); the Try* variants return errors instead and may be used from
@@ -62,12 +70,20 @@ func requireBinary(t testing.TB, name, pkg string) string {
 }
 
 // makeDir creates a fresh, short directory /tmp/<DirPrefix><kind>-NNNN.
+// Its removal is registered at once, so it runs after every cleanup
+// registered later (the engine's, its network namespace's): a starter that
+// fails before it registers its engine's cleanup leaves nothing in /tmp.
 func makeDir(t testing.TB, kind string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", DirPrefix+kind+"-")
 	if err != nil {
 		t.Fatalf("harness: create work dir: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := removeDir(dir); err != nil {
+			t.Errorf("harness: %v", err)
+		}
+	})
 	// MkdirTemp makes it 0700; containers running as other users may need
 	// to traverse it (bind mounts, devices).
 	if err := os.Chmod(dir, 0o755); err != nil {

@@ -14,6 +14,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The main goroutine keeps the main thread to itself. A goroutine that
+// enters a namespace (NetNS.Do, startProcess) locks its thread and exits
+// without unlocking it, so that the thread dies with it — except the main
+// thread, which the Go runtime parks forever instead: had such a goroutine
+// run there, /proc/<test pid>/ns/net would name an engine's namespace for
+// the rest of the run.
+func init() {
+	runtime.LockOSThread()
+}
+
 // NetNS is a network namespace of the harness's own: private engines run in
 // one so that nothing they do to networks (dockerd's bridge handling, CNI's
 // bridges and veths, iptables) reaches the host's. It holds only a loopback

@@ -18,9 +18,11 @@ import (
 const PodmanImage = "localhost/gpurun-test/busybox:latest"
 
 // Podman runs Debian's podman (4.3) as root with everything it keeps —
-// images, containers and their userdata/shm tmpfs, state, events, locks —
-// under one private directory, so that tests never touch the host's
-// /var/lib/containers and clean up completely.
+// images, containers and their userdata/shm tmpfs, state, events, locks,
+// network configuration — under one private directory, and every podman
+// command (and so conmon and each container it starts) in a network
+// namespace of its own, so that tests never touch the host's
+// /var/lib/containers, /etc/cni/net.d or networks and clean up completely.
 type Podman struct {
 	// Dir holds everything; Root is the graph root (where podman mounts each
 	// container's /dev/shm tmpfs, <Root>/overlay-containers/<id>/userdata/shm)
@@ -28,6 +30,8 @@ type Podman struct {
 	Dir, Root, RunRoot string
 	// CgroupParent is the cgroup every container of Run goes under.
 	CgroupParent string
+	// NetNS is the network namespace podman commands run in.
+	NetNS *NetNS
 
 	t      testing.TB
 	env    []string
@@ -41,8 +45,9 @@ const podmanTimeout = 2 * time.Minute
 // NewPodman prepares a private podman: storage.conf and containers.conf
 // (cgroupfs, file events and locks, ulimits this process may set: without
 // CAP_SYS_RESOURCE, runc cannot raise the ones podman asks for by default)
-// under a fresh directory. Its cleanup removes every container, unmounts
-// everything below the directory, removes the cgroups and the directory.
+// under a fresh directory, and a network namespace for its commands. Its
+// cleanup removes every container, unmounts everything below the
+// directory, removes the cgroups, the directory and the namespace.
 func NewPodman(t testing.TB) *Podman {
 	t.Helper()
 	requireRoot(t)
@@ -51,7 +56,9 @@ func NewPodman(t testing.TB) *Podman {
 	requireBinary(t, "runc", "runc")
 	requireBinary(t, "unshare", "util-linux")
 	dir := makeDir(t, "p")
-	p := &Podman{Dir: dir, Root: filepath.Join(dir, "root"), RunRoot: filepath.Join(dir, "runroot"), CgroupParent: "/" + filepath.Base(dir), t: t}
+	// Registered before podman's cleanup, so removed after it.
+	ns := NewNetNS(t, dir)
+	p := &Podman{Dir: dir, Root: filepath.Join(dir, "root"), RunRoot: filepath.Join(dir, "runroot"), CgroupParent: "/" + filepath.Base(dir), NetNS: ns, t: t}
 	for _, d := range []string{"tmp", "net", "volumes"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatalf("harness: %v", err)
@@ -96,12 +103,12 @@ network_config_dir = %[7]q
 	return p
 }
 
-// Podman runs `podman GLOBAL-FLAGS args...` and returns its stdout, stderr
-// and error (which names the command and quotes stderr).
+// Podman runs `podman GLOBAL-FLAGS args...` in NetNS and returns its
+// stdout, stderr and error (which names the command and quotes stderr).
 func (p *Podman) Podman(args ...string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), podmanTimeout)
 	defer cancel()
-	return runCmd(ctx, p.env, "podman", append(append([]string{}, p.global...), args...)...)
+	return p.NetNS.Run(ctx, p.env, "podman", append(append([]string{}, p.global...), args...)...)
 }
 
 // Run runs `podman run --rm --network none --cgroup-parent P args...` (the
@@ -128,7 +135,7 @@ mount -t tmpfs -o size=16m tmpfs /var/cache/containers
 exec "$@"`
 		args := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", "podman"}, p.global...)
 		args = append(args, "load", "-q", "-i", tar)
-		if _, _, err := runCmd(ctx, p.env, "unshare", args...); err != nil {
+		if _, _, err := p.NetNS.Run(ctx, p.env, "unshare", args...); err != nil {
 			p.t.Fatalf("harness: podman load: %v", err)
 		}
 	})
