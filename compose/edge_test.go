@@ -254,6 +254,12 @@ func TestEdgeCases(t *testing.T) {
 				"from-shell": ActionNone, "runtime-only": ActionAdd, "habana": ActionAdd, "by-target": ActionAdd, "plain": ActionNone},
 		},
 		{
+			name: "devices by their path in the container, judged by the one classifier",
+			dir:  "devices",
+			want: map[string]Action{"nvidiactl-only": ActionNone, "card0-only": ActionNone, "dri": ActionAdd, "render-node": ActionAdd,
+				"host-path-only": ActionNone, "accel": ActionAdd, "privileged": ActionNone},
+		},
+		{
 			name: "NVIDIA_VISIBLE_DEVICES passed through from the shell",
 			dir:  "signals",
 			opts: Options{Environ: []string{"NVIDIA_VISIBLE_DEVICES=all"}},

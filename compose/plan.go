@@ -10,13 +10,16 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/gpurun/gpurun/compose/yamledit"
+	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
 
 // decision is migrate's verdict on one service.
 type decision struct {
 	name     string
-	f        finding
+	svc      service
+	gpu      bool
+	evidence []string
 	defs     []def
 	action   Action
 	size     int64
@@ -39,9 +42,10 @@ func (d *decision) skip(warning string) {
 // edits, by absolute file path.
 func plan(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit) {
 	defs := p.defs()
+	pol := composePolicy(opts)
 	ds := map[string]*decision{}
 	for _, name := range p.names {
-		d := decide(p, opts, name, defs[name])
+		d := decide(p, opts, pol, name, defs[name])
 		if len(d.defs) > 0 {
 			d.file, d.line = d.defs[0].pf.f.Name, d.defs[0].key.Line
 		}
@@ -58,8 +62,8 @@ func plan(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit
 			File:     d.file,
 			Line:     d.line,
 			Service:  name,
-			GPU:      d.f.gpu,
-			Evidence: d.f.evidence,
+			GPU:      d.gpu,
+			Evidence: d.evidence,
 			Action:   d.action,
 			Reason:   d.reason,
 			Warnings: d.warnings,
@@ -72,55 +76,77 @@ func plan(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit
 	return reports, edits
 }
 
-// decide reads a service and settles what it needs.
-func decide(p *project, opts Options, name string, defs []def) *decision {
-	f := p.inspect(p.services[name])
-	d := &decision{name: name, f: f, defs: defs}
-	pol := opts.Policy
-	if f.ipc == "host" && f.shmSet {
-		d.warnings = append(d.warnings, fmt.Sprintf("ipc: host with shm_size %s: Docker ignores shm_size when the container shares the host's IPC namespace, and Podman refuses the combination; keep one of them", f.shmRaw))
+// composePolicy is the policy as migrate applies it: a compose file sizes
+// /dev/shm with shm_size, whatever the policy's mode says (never ipc: host,
+// never a mount of its own), and --enforce-min adds to enforce_min.
+func composePolicy(opts Options) *policy.Policy {
+	pol := *opts.Policy
+	pol.Mode = policy.ModeSize
+	pol.EnforceMin = pol.EnforceMin || opts.EnforceMin
+	return &pol
+}
+
+// decide translates a service into the one form, asks oci.Decide — with
+// Portable set, since a compose file runs on hosts not known now — and
+// maps the plan onto migrate's actions:
+//
+//   - a container the policy does not apply to (no GPU, match "gpu"): none;
+//   - set-size of the engine's own tmpfs: add shm_size (--size, when given,
+//     is the size), or raise the service's own shm_size (enforce_min);
+//     set-size of the user's own tmpfs (enforce_min): skip, raise it by hand;
+//   - remount of the shared tmpfs of ipc: service:x / container:x: keep, the
+//     donor's shm_size sizes it;
+//   - none: keep, with the plan's reason.
+func decide(p *project, opts Options, pol *policy.Policy, name string, defs []def) *decision {
+	d := &decision{name: name, defs: defs}
+	s, err := p.translate(p.services[name])
+	d.svc = s
+	if s.ipc == "host" && s.shmSet {
+		d.warnings = append(d.warnings, fmt.Sprintf("ipc: host with shm_size %s: Docker ignores shm_size when the container shares the host's IPC namespace, and Podman refuses the combination; keep one of them", s.shmRaw))
 	}
-	if !f.gpu && pol.Match == policy.MatchAll {
-		f.gpu, f.evidence = true, []string{`policy match = "all"`}
-		d.f = f
+	if err != nil {
+		d.action, d.reason = ActionNone, fmt.Sprintf("not understood (%v); docker would refuse it too", err)
+		d.warnings = append(d.warnings, fmt.Sprintf("%v: docker refuses this service as it is; migrate leaves it alone", err))
+		return d
 	}
-	if !f.gpu {
+	pl := oci.Decide(oci.Input{Container: s.c, Policy: pol, Portable: true})
+	d.gpu, d.evidence = pl.GPU, pl.Evidence
+	if !pl.GPU && pol.Match != policy.MatchAll {
 		d.action, d.reason = ActionNone, "not a GPU service"
 		return d
 	}
-	if f.ncclOff {
+	if s.ncclOff {
 		d.warnings = append(d.warnings, "NCCL_SHM_DISABLE=1 is set: NCCL moves data over sockets instead of /dev/shm; with a /dev/shm this size it can be removed")
 	}
-	ipcMode, ipcFrom, _ := strings.Cut(f.ipc, ":")
+	d.action, d.reason = ActionKeep, pl.Reason
 	switch {
-	case f.ipc == "host":
-		d.action, d.reason = ActionKeep, "ipc: host: the service uses the host's /dev/shm"
-	case (ipcMode == "service" || ipcMode == "container") && ipcFrom != "":
-		d.action, d.reason = ActionKeep, fmt.Sprintf("ipc: %s: the service shares the IPC namespace, and /dev/shm, of %s %s", f.ipc, ipcMode, ipcFrom)
-	case f.ipc == "none":
-		d.action, d.reason = ActionKeep, "ipc: none: the service has no /dev/shm, by choice"
-	case f.shmMount != "":
-		d.action, d.reason = ActionKeep, fmt.Sprintf("mounts %s at /dev/shm", f.shmMount)
-	case f.shmSet && f.shmSize < 0:
-		d.action, d.reason = ActionKeep, fmt.Sprintf("shm_size is set (%q; interpolated or not a size, so not checked)", f.shmRaw)
-	case f.shmSet && f.shmSize >= pol.Min:
-		d.action, d.reason = ActionKeep, fmt.Sprintf("shm_size %s is at least the policy minimum %s", f.shmRaw, policy.FormatSize(pol.Min))
-	case f.shmSet && opts.EnforceMin:
-		d.action, d.size = ActionRaise, pol.Min
-		d.reason = fmt.Sprintf("shm_size %s is below the policy minimum %s: raised to it (--enforce-min)", f.shmRaw, policy.FormatSize(pol.Min))
-	case f.shmSet:
-		d.action, d.reason = ActionKeep, fmt.Sprintf("shm_size %s is set by the user", f.shmRaw)
-		d.warnings = append(d.warnings, fmt.Sprintf("shm_size %s is below the policy minimum %s; --enforce-min raises it", f.shmRaw, policy.FormatSize(pol.Min)))
-	default:
-		d.action = ActionAdd
+	case pl.Shm.Kind == oci.ShmPrivate && s.shmUnread:
+		d.reason = fmt.Sprintf("shm_size is set (%q; interpolated or not a size, so not checked)", s.shmRaw)
+	case pl.Action == oci.ActionSetSize && pl.Shm.Kind == oci.ShmUser:
+		d.action = ActionSkip
+		d.reason = fmt.Sprintf("its %s is %s, below the policy minimum %s (enforce_min); shm_size cannot raise it", s.c.UserShm, policy.FormatSize(pl.Shm.Size), policy.FormatSize(pol.Min))
+		d.warnings = append(d.warnings, fmt.Sprintf("%s is below the policy minimum %s; raise its size to at least %s by hand", s.c.UserShm, policy.FormatSize(pol.Min), policy.FormatCompose(pl.Size)))
+	case pl.Action == oci.ActionSetSize && s.shmSet:
+		d.action, d.size = ActionRaise, pl.Size
+		d.reason = fmt.Sprintf("shm_size %s is below the policy minimum %s: raised to it (--enforce-min)", s.shmRaw, policy.FormatSize(pol.Min))
+	case pl.Action == oci.ActionSetSize:
+		d.action, d.size = ActionAdd, pl.Size
 		if opts.Size > 0 {
 			d.size, d.reason = opts.Size, fmt.Sprintf("--size %s", policy.FormatSize(opts.Size))
-		} else {
-			d.size, d.reason = Target(pol, f.memLimit, f.memWhat, f.gpus)
-			if f.memNote != "" {
-				d.reason += "; " + f.memNote
-			}
+		} else if s.memWhat != "" {
+			d.reason += " (" + s.memWhat + ")"
 		}
+		if s.memNote != "" {
+			d.reason += "; " + s.memNote
+		}
+	case pl.Action == oci.ActionRemount:
+		mode, from, _ := strings.Cut(s.ipc, ":")
+		d.reason = fmt.Sprintf("ipc: %s: the service shares the IPC namespace, and /dev/shm, of %s %s, whose shm_size sizes it", s.ipc, mode, from)
+	case pl.Action != oci.ActionNone:
+		// ipc-host and inject: the policy's mode is not migrate's.
+		d.reason = fmt.Sprintf("the plan is %s, which a compose file does not express: %s", pl.Action, pl.Reason)
+	case pl.Shm.Kind == oci.ShmPrivate && s.shmSet && pl.Shm.Size < pol.Min:
+		d.warnings = append(d.warnings, fmt.Sprintf("shm_size %s is below the policy minimum %s; --enforce-min raises it", s.shmRaw, policy.FormatSize(pol.Min)))
 	}
 	return d
 }
@@ -203,7 +229,7 @@ func planAdds(p *project, ds map[string]*decision, defs map[string][]def, edits 
 		}
 		for _, s := range g.services {
 			for _, name := range extenders(g.pf.abs, s.name) {
-				if ds[name] != nil && !ds[name].f.shmSet {
+				if ds[name] != nil && !ds[name].svc.shmSet {
 					covered[name] = true
 				}
 			}
@@ -364,10 +390,10 @@ func planRaises(p *project, opts Options, ds map[string]*decision, defs map[stri
 		want := policy.FormatCompose(d.size)
 		switch {
 		case at == nil:
-			d.skip(fmt.Sprintf("its shm_size %s comes from a service it extends; raise it there by hand", d.f.shmRaw))
+			d.skip(fmt.Sprintf("its shm_size %s comes from a service it extends; raise it there by hand", d.svc.shmRaw))
 			continue
 		case owner != at.mapping:
-			d.skip(fmt.Sprintf("its shm_size %s comes from a merged mapping (%s:%d); raise it there by hand", d.f.shmRaw, at.pf.f.Name, owner.Line))
+			d.skip(fmt.Sprintf("its shm_size %s comes from a merged mapping (%s:%d); raise it there by hand", d.svc.shmRaw, at.pf.f.Name, owner.Line))
 			continue
 		case strings.Contains(value.Value, "$"):
 			d.skip(fmt.Sprintf("its shm_size is the expression %q; set it to at least %s by hand", value.Value, want))

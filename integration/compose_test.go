@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpurun/gpurun/compose"
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -69,7 +68,7 @@ func TestComposeMigrateUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tuner, _ := compose.Target(pol, 3*policy.GiB, "mem_limit", 1)
+	tuner, _ := pol.Target(policy.Request{MemoryLimit: 3 * policy.GiB, GPUs: 1, Portable: true})
 	want := map[string]int64{
 		"trainer": pol.ComposeDefault,      // no memory limit
 		"tuner":   tuner,                   // from the 3g limit

@@ -44,6 +44,30 @@ var fixturePlans = []struct {
 	{"docker-20.10-tmpfs-devshm", ShmUser, false, 0, ActionNone, 512, ActionNone, 512},
 	{"docker-20.10-volume-devshm", ShmUser, false, 0, ActionNone, 0, ActionNone, 0},
 	{"docker-20.10-bind-devshm", ShmUser, false, 0, ActionNone, 0, ActionNone, 0},
+	{"docker-20.10-device-dri-dir", ShmPrivate, true, 1, ActionSetSize, 32768, ActionSetSize, 32768}, // renderD128; card0 is no GPU
+	{"docker-20.10-device-nvidiactl", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768},
+	{"docker-20.10-device-dri-card0", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768},
+	{"docker-20.10-privileged", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768}, // the capture host had no GPU nodes
+	{"docker-20.10-gpu-ipc-shareable", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
+	{"docker-20.10-gpu-ipc-container", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
+	{"docker-20.10-gpu-ipc-shareable-shm-size-2g", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768}, // its 2 GiB is on the host side only
+	{"docker-20.10-gpu-ipc-container-shm-size-1g", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
+	{"docker-20.10-gpu-shm-size-64m", ShmPrivate, true, 0, ActionSetSize, 32768, ActionSetSize, 32768}, // a bundle cannot tell an explicit 64m
+	{"docker-20.10-gpus-all", ShmPrivate, true, 0, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-20.10-gpus-2", ShmPrivate, true, 2, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-compose-1.29-deploy-gpu", ShmPrivate, true, 0, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-compose-1.29-deploy-gpu-mem-limit-4g", ShmPrivate, true, 1, ActionSetSize, 2048, ActionSetSize, 2048},
+	{"docker-compose-1.29-env-nvidia-all", ShmPrivate, true, 0, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-compose-1.29-runtime-nvidia", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768}, // runtime: nvidia leaves no trace in the bundle
+	{"docker-compose-1.29-devices-dri", ShmPrivate, true, 1, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-compose-1.29-devices-nvidiactl", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768},
+	{"docker-compose-1.29-shm-size-2g", ShmPrivate, true, 0, ActionNone, 2048, ActionNone, 2048},
+	{"docker-compose-1.29-shm-size-64m", ShmPrivate, true, 0, ActionSetSize, 32768, ActionSetSize, 32768},
+	{"docker-compose-1.29-ipc-host", ShmHost, true, 0, ActionNone, 0, ActionNone, 0},
+	{"docker-compose-1.29-ipc-donor", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
+	{"docker-compose-1.29-ipc-peer", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
+	{"docker-compose-1.29-tmpfs-devshm", ShmUser, true, 0, ActionNone, 512, ActionNone, 512},
+	{"docker-compose-1.29-plain", ShmPrivate, false, 0, ActionNone, 64, ActionSetSize, 32768},
 	{"containerd-1.6-cri-sandbox", ShmEngine, false, 0, ActionNone, 0, ActionNone, 0},
 	{"containerd-1.6-cri-container", ShmEngine, false, 0, ActionNone, 0, ActionRemount, 32768},
 	{"containerd-1.6-cri-container-env-nvidia-all", ShmEngine, true, 0, ActionRemount, 32768, ActionRemount, 32768},
@@ -209,6 +233,8 @@ func TestHostTmpfsSizeKnown(t *testing.T) {
 		{"podman-4.3-default", policy.PodmanDefaultShm, ActionRemount}, // podman's own 64000k
 		{"containerd-1.6-cri-container", 64 * policy.MiB, ActionRemount},
 		{"containerd-1.6-cri-container", 48 * policy.GiB, ActionNone},
+		{"docker-20.10-gpu-ipc-shareable-shm-size-2g", 2 * policy.GiB, ActionNone}, // the donor's --shm-size 2g
+		{"docker-compose-1.29-ipc-peer", 2 * policy.GiB, ActionNone},               // its donor's shm_size: 2g
 	}
 	for _, tt := range tests {
 		c := loadFixture(t, tt.file)

@@ -1,0 +1,448 @@
+package compose
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/compose-spec/compose-go/v2/dotenv"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpurun/gpurun/dockerspec"
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+)
+
+// service is one service's merged model translated into the one form
+// (oci.Container), as `docker compose` would have dockerd lay it out, and
+// the words of the compose file that migrate's report and warnings quote.
+type service struct {
+	c *oci.Container
+
+	memWhat string // the key the memory limit came from, "" for none
+	memNote string // why a memory limit could not be read
+
+	shmSet    bool   // shm_size is set
+	shmRaw    string // its value as written (after interpolation)
+	shmUnread bool   // it is set but not a size (an unset variable, say)
+	ipc       string // the ipc mode as written
+	ncclOff   bool   // NCCL_SHM_DISABLE=1 in the environment
+}
+
+// donorID stands for the id of the container whose IPC namespace a
+// service joins (ipc: service:x, container:x): it exists only once compose
+// runs the project. What the plan needs is that /dev/shm is then that
+// container's engine-made tmpfs, which this id (and dockerd's default data
+// root) lets dockerspec lay out as dockerd does.
+const donorID = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// dockerDataRoot is dockerd's default data root, where a shareable
+// container's /dev/shm lives; the real one is not known to a compose file.
+const dockerDataRoot = "/var/lib/docker"
+
+// translate turns a service's merged model into the one form through the
+// Opts every front door uses:
+//
+//   - deploy.resources.reservations.devices and gpus: GPU requests in the
+//     file's words (oci.WithGPURequest); CDI names among device_ids are
+//     judged by oci.ClassifyDevice;
+//   - runtime: dockerd's rule for --runtime (dockerspec.Runtime);
+//   - environment and env_file: the process env (oci.WithEnv);
+//   - devices: by their path in the container, CDI names too
+//     (oci.WithDevices; oci.ClassifyDevice judges them);
+//   - deploy.resources.limits.memory, else mem_limit: oci.WithMemoryLimit;
+//   - ipc and shm_size: /dev/shm as dockerd lays it out (dockerspec.IPC),
+//     shm_size being the user's choice;
+//   - volumes and tmpfs at /dev/shm: oci.WithUserShm;
+//   - privileged: oci.WithPrivileged.
+//
+// An error means docker would refuse the service too (an IPC mode it does
+// not know, a device that is neither a path nor a CDI name).
+func (p *project) translate(svc map[string]any) (service, error) {
+	var s service
+	var opts []oci.Opt
+
+	for _, d := range list(dig(svc, "deploy", "resources", "reservations", "devices")) {
+		if dev, _ := d.(map[string]any); dev != nil {
+			if o := deployDevice(dev); o != nil {
+				opts = append(opts, o)
+			}
+		}
+	}
+	if o := gpus(svc["gpus"]); o != nil {
+		opts = append(opts, o)
+	}
+	if rt := str(svc["runtime"]); rt != "" {
+		opts = append(opts, runtime(rt))
+	}
+
+	env := p.serviceEnv(svc)
+	s.ncclOff = strings.TrimSpace(env["NCCL_SHM_DISABLE"]) == "1"
+	kv := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		kv = append(kv, k+"="+env[k])
+	}
+	opts = append(opts, oci.WithEnv(kv...))
+
+	for _, d := range list(svc["devices"]) {
+		if target := deviceTarget(d); target != "" {
+			opts = append(opts, oci.WithDevices(target))
+		}
+	}
+
+	for _, src := range []struct {
+		what string
+		v    any
+	}{
+		{"deploy.resources.limits.memory", dig(svc, "deploy", "resources", "limits", "memory")},
+		{"mem_limit", svc["mem_limit"]},
+	} {
+		if src.v == nil {
+			continue
+		}
+		n, err := bytesOf(src.v)
+		if err != nil || n <= 0 {
+			s.memNote = fmt.Sprintf("%s %q is not a size", src.what, str(src.v))
+			continue
+		}
+		opts = append(opts, oci.WithMemoryLimit(n))
+		s.memWhat = src.what
+		break
+	}
+
+	// /dev/shm: what the IPC mode gives, sized by shm_size; then a mount
+	// of the user's own there, which wins as in dockerd.
+	shm := dockerspec.Shm{Size: policy.EngineDefaultShm}
+	if v, ok := svc[ShmKey]; ok && v != nil {
+		s.shmSet, s.shmRaw = true, str(v)
+		shm.Choice = "shm_size: " + s.shmRaw
+		if n, err := bytesOf(v); err == nil && n > 0 {
+			shm.Size = n
+		} else {
+			// Chosen, but not known here: the report keeps it unchecked.
+			s.shmUnread = true
+		}
+	}
+	s.ipc = str(svc["ipc"])
+	mode := s.ipc
+	if from, ok := strings.CutPrefix(s.ipc, "service:"); ok {
+		mode = "container:" + from // compose joins that service's container
+	}
+	if strings.HasPrefix(mode, "container:") {
+		shm.DataRoot, shm.DonorID = dockerDataRoot, donorID
+	}
+	opts = append(opts, dockerspec.IPC(mode, shm))
+	if words, m, ok := userShm(svc); ok {
+		opts = append(opts, oci.WithUserShm(words, m))
+	}
+
+	if v, ok := svc["privileged"]; ok {
+		if on, err := strconv.ParseBool(str(v)); err == nil && on {
+			opts = append(opts, oci.WithPrivileged("privileged: true"))
+		}
+	}
+
+	c, err := oci.NewContainer(opts...)
+	if err != nil {
+		return s, err
+	}
+	s.c = c
+	return s, nil
+}
+
+// deployDevice is one entry of deploy.resources.reservations.devices: a
+// request for GPUs when it names the gpu capability, the nvidia driver, or
+// a GPU among CDI names in device_ids (driver: cdi). Its count: count:
+// (all: unknown), else the CDI names' own count, else one per device id.
+func deployDevice(dev map[string]any) oci.Opt {
+	driver := str(dev["driver"])
+	caps := strs(dev["capabilities"])
+	ids := strs(dev["device_ids"])
+	gpu := slices.Contains(caps, "gpu") || strings.Contains(driver, "nvidia")
+	cdiCount, cdiAll := 0, false
+	for _, id := range ids {
+		if d := oci.ClassifyDevice(id); d.GPU && oci.IsCDIName(id) {
+			gpu = true
+			cdiCount += d.Count
+			cdiAll = cdiAll || d.Count == 0
+		}
+	}
+	if !gpu {
+		return nil
+	}
+	n := 0
+	switch c, err := strconv.Atoi(str(dev["count"])); {
+	case err == nil && c > 0:
+		n = c
+	case str(dev["count"]) != "":
+		// all, -1: as many as the host has
+	case cdiCount > 0 && !cdiAll:
+		n = cdiCount
+	case cdiCount == 0 && !cdiAll && len(ids) > 0 && !slices.Contains(ids, "all"):
+		n = len(ids)
+	}
+	var desc []string
+	if driver != "" {
+		desc = append(desc, "driver "+driver)
+	}
+	if len(caps) > 0 {
+		desc = append(desc, "capabilities ["+strings.Join(caps, " ")+"]")
+	}
+	return oci.WithGPURequest("deploy.resources.reservations.devices: "+strings.Join(desc, ", "), n)
+}
+
+// gpus is the gpus: key: "all" (compose-go makes it [{count: all}]), or a
+// list of device requests.
+func gpus(v any) oci.Opt {
+	switch g := v.(type) {
+	case string:
+		if g != "" {
+			return oci.WithGPURequest("gpus: "+g, 0)
+		}
+	case []any:
+		n, all := 0, false
+		for _, r := range g {
+			m, _ := r.(map[string]any)
+			switch c, err := strconv.Atoi(str(m["count"])); {
+			case str(m["count"]) == "all" || err == nil && c < 0:
+				all = true
+			case err == nil && c > 0:
+				n += c
+			default:
+				n += len(strs(m["device_ids"]))
+			}
+		}
+		switch {
+		case len(g) == 0:
+		case all:
+			return oci.WithGPURequest("gpus: all", 0)
+		default:
+			return oci.WithGPURequest(fmt.Sprintf("gpus: %d device request(s)", len(g)), n)
+		}
+	}
+	return nil
+}
+
+// runtime is runtime: with dockerd's rule for --runtime
+// (dockerspec.Runtime), named in the file's words.
+func runtime(name string) oci.Opt {
+	return func(c *oci.Container) error {
+		n := len(c.GPURequests)
+		if err := dockerspec.Runtime(name)(c); err != nil {
+			return err
+		}
+		for i := n; i < len(c.GPURequests); i++ {
+			c.GPURequests[i].Evidence = "runtime: " + name
+		}
+		return nil
+	}
+}
+
+// deviceTarget is a devices: entry's path in the container, as compose
+// reads it (compose-go's transformDeviceMapping: "source[:target[:perms]]",
+// the target defaulting to the source, or {source, target}); a CDI name
+// stays whole. "" when it names nothing (an unset variable).
+func deviceTarget(d any) string {
+	switch dev := d.(type) {
+	case string:
+		if oci.IsCDIName(dev) {
+			return dev
+		}
+		parts := strings.Split(dev, ":")
+		if len(parts) > 1 && parts[1] != "" {
+			return parts[1]
+		}
+		return parts[0]
+	case map[string]any:
+		if t := str(dev["target"]); t != "" {
+			return t
+		}
+		return str(dev["source"])
+	}
+	return ""
+}
+
+// userShm finds the user's own mount at /dev/shm among volumes and tmpfs:
+// its words and the mount dockerd would make (a tmpfs keeps its size).
+func userShm(svc map[string]any) (string, specs.Mount, bool) {
+	words, m, ok := "", specs.Mount{}, false
+	for _, v := range list(svc["volumes"]) {
+		switch vol := v.(type) {
+		case string:
+			parts := strings.Split(vol, ":")
+			if len(parts) >= 2 && cleanPath(parts[1]) == oci.ShmPath {
+				// named as compose-go's long form names it
+				typ := "volume"
+				if strings.HasPrefix(parts[0], "/") || strings.HasPrefix(parts[0], ".") || strings.HasPrefix(parts[0], "~") {
+					typ = "bind"
+				}
+				words, m, ok = typ+" "+parts[0], specs.Mount{Type: "bind"}, true
+			}
+		case map[string]any:
+			if cleanPath(str(vol["target"])) != oci.ShmPath {
+				continue
+			}
+			typ := orDefault(str(vol["type"]), "volume")
+			words, m, ok = fmt.Sprintf("%s %s", typ, orDefault(str(vol["source"]), "(anonymous)")), specs.Mount{Type: "bind"}, true
+			if typ == "tmpfs" {
+				m = specs.Mount{Type: "tmpfs", Source: "tmpfs"}
+				if size := dig(vol, "tmpfs", "size"); size != nil {
+					if n, err := bytesOf(size); err == nil && n > 0 {
+						m.Options = []string{"size=" + strconv.FormatInt(n, 10)}
+					}
+				}
+			}
+		}
+	}
+	tmpfs := list(svc["tmpfs"])
+	if s, isStr := svc["tmpfs"].(string); isStr {
+		tmpfs = []any{s}
+	}
+	for _, t := range tmpfs {
+		if dst, _, _ := strings.Cut(str(t), ":"); cleanPath(dst) == oci.ShmPath {
+			words, m, ok = "tmpfs "+str(t), dockerspec.UserMount("tmpfs", str(t)), true
+		}
+	}
+	return words, m, ok
+}
+
+// serviceEnv returns a service's environment as far as migrate needs it:
+// its env_file files (those that can be read), then environment; a name
+// without a value takes the project environment's.
+func (p *project) serviceEnv(svc map[string]any) map[string]string {
+	env := map[string]string{}
+	var files []string
+	switch ef := svc["env_file"].(type) {
+	case string:
+		files = []string{ef}
+	case []any:
+		for _, e := range ef {
+			switch v := e.(type) {
+			case string:
+				files = append(files, v)
+			case map[string]any:
+				files = append(files, str(v["path"]))
+			}
+		}
+	}
+	for _, file := range files {
+		if file == "" {
+			continue
+		}
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(p.spec.workDir, file)
+		}
+		vars, ok := p.envFiles[file]
+		if !ok {
+			vars = nil
+			if fi, err := os.Stat(file); err == nil && fi.Mode().IsRegular() {
+				vars, _ = dotenv.GetEnvFromFile(p.env, []string{file})
+			}
+			p.envFiles[file] = vars
+		}
+		for k, v := range vars {
+			env[k] = v
+		}
+	}
+	set := func(k string, v any, hasValue bool) {
+		if !hasValue || v == nil {
+			if pv, ok := p.env[k]; ok {
+				env[k] = pv
+			}
+			return
+		}
+		env[k] = str(v)
+	}
+	switch e := svc["environment"].(type) {
+	case map[string]any:
+		for k, v := range e {
+			set(k, v, true)
+		}
+	case []any:
+		for _, item := range e {
+			k, v, ok := strings.Cut(str(item), "=")
+			set(k, v, ok)
+		}
+	}
+	return env
+}
+
+// bytesOf reads a size as compose does: a number of bytes, or a string
+// with Docker's units.
+func bytesOf(v any) (int64, error) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), nil
+	case int64:
+		return n, nil
+	case uint64:
+		return int64(n), nil
+	case float64:
+		return int64(n), nil
+	case string:
+		return policy.ParseSize(n)
+	}
+	return 0, fmt.Errorf("not a size: %v", v)
+}
+
+func dig(m map[string]any, keys ...string) any {
+	var v any = m
+	for _, k := range keys {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[k]
+	}
+	return v
+}
+
+func list(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// strs reads a list of scalars (or one scalar) as strings.
+func strs(v any) []string {
+	switch l := v.(type) {
+	case []any:
+		out := make([]string, 0, len(l))
+		for _, x := range l {
+			if s := str(x); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	case nil:
+		return nil
+	}
+	return []string{str(v)}
+}
+
+func str(v any) string {
+	switch s := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return s
+	}
+	return fmt.Sprint(v)
+}
+
+func cleanPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	return filepath.Clean(p)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
