@@ -498,7 +498,7 @@ chmod 0755 "$T/bin/nvidia/nvidia-container-runtime-hook"
 printf '{"runtimes": {"capture": {"path": "%s"}, "nvidia": {"path": "%s"}}, "default-runtime": "capture", "deprecated-key-path": "%s"}\n' \
 	"$T/bin/capture" "$T/bin/capture" "$D/key.json" >"$D/daemon.json"
 DOCKERD_ENV=(PATH="$T/bin/nvidia:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" TMPDIR="$TMPDIR")
-env -i "${DOCKERD_ENV[@]}" dockerd "${DOCKERD_ARGS[@]}" >"$D/dockerd2.log" 2>&1 &
+"${INNET[@]}" env -i "${DOCKERD_ENV[@]}" dockerd "${DOCKERD_ARGS[@]}" >"$D/dockerd2.log" 2>&1 &
 DOCKERD_PID=$!
 DAEMON_PIDS+=($DOCKERD_PID)
 wait_for 30 dk version || die "dockerd (with the hook) did not start; see $D/dockerd2.log"
