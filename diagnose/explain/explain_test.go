@@ -16,68 +16,6 @@ import (
 	"github.com/gpurun/gpurun/policy"
 )
 
-// realLogs are logs users met, each with where it comes from and the
-// signatures it must produce (none for the unrelated ones). The seeds are
-// the field reports this project started from (../shared/seeds); the
-// others are excerpts of the logs quoted in public issue threads, kept as
-// they were posted.
-var realLogs = []struct {
-	file   string
-	source string
-	want   []string
-}{
-	// Field reports.
-	{"seeds/000_63683d17172823c2.txt", "field report: Kubernetes YOLOX training, DataLoader Bus error", []string{"torch-dataloader-bus-error"}},
-	{"seeds/001_6dd595c8187618c4.txt", "field report: k8s migration, _queue.Empty split over logger records, then the NCCL segment", []string{"torch-dataloader-queue-empty", "nccl-shm-segment"}},
-	// The vLLM report's error was a screenshot: its text names no message.
-	{"seeds/002_ee527772e0d3717b.txt", "field report: vLLM on k8s, error only in a screenshot", nil},
-	{"seeds/003_1d408d110a70d382.txt", "field report: H100 DataLoader, mojibake around the English error", []string{"torch-dataloader-bus-error", "torch-dataloader-worker-exited"}},
-	{"seeds/004_f26eeb4e2d02604a.txt", "field report: DeepSpeed, NCCL log flattened onto one line", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
-
-	// DataLoader.
-	{"logs/pipedream-28.log", "https://github.com/msr-fiddle/pipedream/issues/28", []string{"torch-dataloader-bus-error"}},
-	{"logs/stcn-132.log", "https://github.com/hkchengrex/STCN/issues/132", []string{"torch-dataloader-bus-error"}},
-	{"logs/fastai-docker-containers-21.log", "https://github.com/fastai/docker-containers/issues/21", []string{"torch-dataloader-bus-error"}},
-	{"logs/horovod-2255.log", "https://github.com/horovod/horovod/issues/2255", []string{"torch-dataloader-bus-error"}},
-	{"logs/latent-pose-reenactment-21.log", "https://github.com/shrubb/latent-pose-reenactment/issues/21", []string{"torch-dataloader-bus-error"}},
-	{"logs/nnunet-2162.log", "https://github.com/MIC-DKFZ/nnUNet/issues/2162", []string{"torch-shm-file"}},
-	{"logs/nnunet-294.log", "https://github.com/MIC-DKFZ/nnUNet/issues/294", []string{"torch-shm-file"}},
-	{"logs/dls-example-26.log", "https://github.com/huaweicloud/dls-example/issues/26", []string{"torch-shm-file"}},
-	{"logs/mc-gan-19.log", "https://github.com/azadis/MC-GAN/issues/19", []string{"torch-dataloader-queue-empty", "torch-dataloader-worker-exited"}},
-	{"logs/paddleocr-10557.log", "https://github.com/PaddlePaddle/PaddleOCR/issues/10557", []string{"torch-dataloader-queue-empty", "torch-dataloader-worker-exited"}},
-	{"logs/detectron2-384.log", "https://github.com/facebookresearch/detectron2/issues/384", []string{"torch-dataloader-worker-exited"}},
-
-	// NCCL.
-	{"logs/nccl-525.log", "https://github.com/NVIDIA/nccl/issues/525", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
-	{"logs/nccl-342.log", "https://github.com/NVIDIA/nccl/issues/342", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
-	{"logs/nccl-290.log", "https://github.com/NVIDIA/nccl/issues/290", []string{"nccl-posix-fallocate"}},
-	{"logs/nccl-tests-166.log", "https://github.com/NVIDIA/nccl-tests/issues/166", []string{"nccl-shm-extend", "nccl-shm-segment"}},
-	{"logs/pytorch-ci-infra-490.log", "https://github.com/pytorch/ci-infra/pull/490", []string{"nccl-shm-extend", "nccl-shm-segment"}},
-	{"logs/torchtitan-853.log", "https://github.com/pytorch/torchtitan/issues/853", []string{"nccl-shm-segment", "nccl-error-near-shm"}},
-	{"logs/video-diffusion-speedrun-2.log", "https://github.com/fal-ai-community/video-diffusion-speedrun/issues/2", []string{"nccl-shm-segment"}},
-	{"logs/nccl-328.log", "https://github.com/NVIDIA/nccl/issues/328", []string{"nccl-shm-permission"}},
-
-	// Python multiprocessing and plain files in /dev/shm.
-	{"logs/cpython-93253.log", "https://github.com/python/cpython/issues/93253", []string{"python-semlock-enospc"}},
-	{"logs/shippable-support-3681.log", "https://github.com/Shippable/support/issues/3681", []string{"python-semlock-enospc"}},
-	{"logs/vits-fast-fine-tuning-397.log", "https://github.com/Plachtaa/VITS-fast-fine-tuning/issues/397", []string{"python-semlock-enospc"}},
-	{"logs/iclibfuzzer-1.log", "https://github.com/csienslab/icLibFuzzer/issues/1", []string{"shm-path-enospc"}},
-
-	// Unrelated, or shm-adjacent but not a full /dev/shm: nothing.
-	{"logs/nccl-1518.log", "https://github.com/NVIDIA/nccl/issues/1518 (Cuda failure, plenty of room)", nil},
-	{"logs/nccl-1466.log", "https://github.com/NVIDIA/nccl/issues/1466 (NCCL error without its debug lines)", nil},
-	{"logs/ast-112.log", "https://github.com/YuanGongND/ast/issues/112 (worker raised, exit code 1)", nil},
-	{"logs/momentum-gs-24.log", "https://github.com/Jixuan-Fan/Momentum-GS/issues/24 (_queue.Empty of a thread queue)", nil},
-	{"logs/mgfn-35.log", "https://github.com/carolchenyx/MGFN./issues/35 (CUDA out of memory)", nil},
-	{"logs/ttnet-31.log", "https://github.com/maudzung/TTNet-Real-time-Analysis-System-for-Table-Tennis-Pytorch/issues/31 (CUDA out of memory)", nil},
-	{"logs/extremenet-9.log", "https://github.com/xingyizhou/ExtremeNet/issues/9 (ImportError)", nil},
-	{"logs/moby-41391.log", "https://github.com/moby/moby/issues/41391 (dockerd log)", nil},
-	{"logs/hpedockerplugin-360.log", "https://github.com/hpe-storage/python-hpedockerplugin/issues/360 (out of mount slots, not of /dev/shm)", nil},
-	{"logs/coreos-bugs-2427.log", "https://github.com/coreos/bugs/issues/2427 (df listing of shm mounts)", nil},
-	{"logs/authentik-18151.log", "https://github.com/goauthentik/authentik/issues/18151 (PostgreSQL lock table 'out of shared memory')", nil},
-	{"logs/trunk-recorder-880.log", "https://github.com/TrunkRecorder/trunk-recorder/issues/880 (System V shmmni)", nil},
-}
-
 func scanFile(t *testing.T, path string, o Options) *Report {
 	t.Helper()
 	f, err := os.Open(path)
@@ -104,7 +42,7 @@ func ids(r *Report) []string {
 }
 
 func TestRealLogs(t *testing.T) {
-	for _, tt := range realLogs {
+	for _, tt := range corpus {
 		t.Run(tt.file, func(t *testing.T) {
 			r := scanFile(t, filepath.Join("testdata", tt.file), Options{})
 			got := ids(r)
@@ -123,11 +61,10 @@ func TestRealLogs(t *testing.T) {
 	}
 }
 
-// Every signature has a real log among the test cases, and every file in
-// testdata is one of them (with its source).
+// Every signature has a real log among the test cases.
 func TestEverySignatureHasARealLog(t *testing.T) {
 	covered := map[string]bool{}
-	for _, tt := range realLogs {
+	for _, tt := range corpus {
 		for _, id := range tt.want {
 			covered[id] = true
 		}
@@ -153,40 +90,13 @@ func TestEverySignatureHasARealLog(t *testing.T) {
 			}
 		}
 	}
-	listed := map[string]bool{}
-	for _, tt := range realLogs {
-		listed[tt.file] = true
-		if tt.source == "" {
-			t.Errorf("%s has no source", tt.file)
-		}
-	}
-	readme, err := os.ReadFile(filepath.Join("testdata", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range realLogs {
-		if !strings.Contains(string(readme), "| `"+tt.file+"` | "+tt.source+" |") {
-			t.Errorf("testdata/README.md does not list %s with its source %s", tt.file, tt.source)
-		}
-	}
-	for _, dir := range []string{"seeds", "logs"} {
-		ents, err := os.ReadDir(filepath.Join("testdata", dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			if !listed[dir+"/"+e.Name()] {
-				t.Errorf("testdata/%s/%s is not in realLogs", dir, e.Name())
-			}
-		}
-	}
 }
 
 // The keywords are a shortcut, never a filter: a keyword must occur in
 // every line a signature's patterns match in the real logs.
 func TestKeywordsCoverMatches(t *testing.T) {
 	sigs := Signatures()
-	for _, tt := range realLogs {
+	for _, tt := range corpus {
 		data, err := os.ReadFile(filepath.Join("testdata", tt.file))
 		if err != nil {
 			t.Fatal(err)
