@@ -45,27 +45,42 @@ func TestRealLogs(t *testing.T) {
 	for _, tt := range corpus {
 		t.Run(tt.file, func(t *testing.T) {
 			r := scanFile(t, filepath.Join("testdata", tt.file), Options{})
-			got := ids(r)
-			slices.Sort(got)
-			want := slices.Clone(tt.want)
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				var b strings.Builder
-				_ = WriteText(&b, r)
-				t.Errorf("%s (%s):\ngot  %q\nwant %q\n%s", tt.file, tt.source, got, want, b.String())
+			for _, c := range []struct {
+				what      string
+				got, want []string
+			}{
+				{"findings", ids(r), tt.want},
+				{"look-alike notes", otherIDs(r), tt.others},
+			} {
+				slices.Sort(c.got)
+				want := slices.Clone(c.want)
+				slices.Sort(want)
+				if !slices.Equal(c.got, want) {
+					var b strings.Builder
+					_ = WriteText(&b, r)
+					t.Errorf("%s (%s) %s:\ngot  %q\nwant %q\n%s", tt.file, tt.source, c.what, c.got, want, b.String())
+				}
 			}
 			if r.Found() != (r.Fix != nil) {
-				t.Errorf("findings %v but fix %+v", got, r.Fix)
+				t.Errorf("findings %v but fix %+v", ids(r), r.Fix)
 			}
 		})
 	}
+}
+
+func otherIDs(r *Report) []string {
+	var out []string
+	for _, f := range r.Others {
+		out = append(out, f.Signature)
+	}
+	return out
 }
 
 // Every signature has a real log among the test cases.
 func TestEverySignatureHasARealLog(t *testing.T) {
 	covered := map[string]bool{}
 	for _, tt := range corpus {
-		for _, id := range tt.want {
+		for _, id := range append(slices.Clone(tt.want), tt.others...) {
 			covered[id] = true
 		}
 	}
@@ -219,7 +234,13 @@ func TestConditions(t *testing.T) {
 		{"NCCL error before its shm lines", sysErr + seg, []string{"nccl-error-near-shm", "nccl-shm-segment"}},
 		{"NCCL error after its shm lines", seg + sysErr, []string{"nccl-error-near-shm", "nccl-shm-segment"}},
 		{"NCCL error far from shm lines", seg + filler + sysErr, []string{"nccl-shm-segment"}},
-		{"NCCL error alone", sysErr, nil},
+		{"NCCL error alone: possible", sysErr, []string{"nccl-unhandled-system-error"}},
+		{"NCCL error after a socket warning", "node1:1:2 [0] include/socket.h:385 NCCL WARN Net : Connection closed by remote peer\n" + filler + sysErr, nil},
+		{"NCCL error after a Cuda failure", "[1] misc/shmutils.cc:103 NCCL WARN Cuda failure 'invalid argument'\n" + sysErr, nil},
+		{"NCCL error long after a socket warning", "node1:1:2 [0] NCCL WARN Net : Connection closed by remote peer\n" + strings.Repeat(filler, 11) + sysErr, []string{"nccl-unhandled-system-error"}},
+		{"Errno 28 after shared_memory's ftruncate", "  File \"/usr/lib/python3.12/multiprocessing/shared_memory.py\", line 115, in __init__\n    os.ftruncate(self._fd, size)\nOSError: [Errno 28] No space left on device\n", []string{"python-semlock-enospc"}},
+		{"Errno 28 saving a checkpoint", "  File \"/x/torch/serialization.py\", line 1, in save\nOSError: [Errno 28] No space left on device\n", nil},
+		{"Triton out of room for another reason", "Failed to increase the shared memory pool size for key 'triton_python_backend_shm_region_7' to 1073741824 bytes. If you are running Triton inside docker, use '--shm-size' flag to control the shared memory region size. Error: Connection timed out\n", nil},
 		{"generic ENOSPC yields", "misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-A to 9637892 bytes, error: No space left on device (28)\n", []string{"nccl-shm-extend"}},
 		{"generic ENOSPC alone", "OSError: [Errno 28] No space left on device: '/dev/shm/cache.bin'\n", []string{"shm-path-enospc"}},
 		{"dockerd out of mount slots", "Error response from daemon: mounting shm tmpfs: no space left on device /dev/shm\n", nil},
