@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/gpurun/gpurun/policy"
 )
@@ -450,6 +453,182 @@ func BenchmarkScan(b *testing.B) {
 		r, err := Scan(strings.NewReader(log), Options{})
 		if err != nil || len(r.Findings) != 1 {
 			b.Fatalf("%v %v", err, r)
+		}
+	}
+}
+
+// BenchmarkScanMixed reads a large mixed log: every log of the corpus in
+// turn, each followed by training output (NCCL INFO lines, coloured tqdm
+// bars redrawn with \r, logger records) until the log is about 64 MiB, so
+// that the signatures' keywords and patterns run on real failures too,
+// not only on lines no keyword is in.
+func BenchmarkScanMixed(b *testing.B) {
+	var logs [][]byte
+	for _, c := range corpus {
+		data, err := os.ReadFile(filepath.Join("testdata", c.file))
+		if err != nil {
+			b.Fatal(err)
+		}
+		logs = append(logs, data)
+	}
+	var sb strings.Builder
+	for i := 0; sb.Len() < 64<<20; i++ {
+		sb.Write(logs[i%len(logs)])
+		sb.WriteString("\n")
+		for j := range 200 {
+			switch j % 4 {
+			case 0:
+				fmt.Fprintf(&sb, "node-%d:9223:9776 [%d] NCCL INFO Channel %02d/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n", i%7, j%8, j%32)
+			case 1:
+				fmt.Fprintf(&sb, "\x1b[32mEpoch %d\x1b[0m:  %d%%|█████     | %d/100000 [00:10<00:20, 8.14it/s, loss=0.%d]\r", i, j%100, j, j)
+				fmt.Fprintf(&sb, "\x1b[32mEpoch %d\x1b[0m:  %d%%|█████     | %d/100000 [00:10<00:20, 8.14it/s, loss=0.%d]\n", i, j%100, j+1, j)
+			case 2:
+				fmt.Fprintf(&sb, "[rank%d]:[I%d 12:00:00.000000 ProcessGroupNCCL.cpp:1000] [PG 0 Rank %d] ProcessGroupNCCL initialization options: size: 8, global rank: %d\n", j%8, i, j%8, j%8)
+			default:
+				fmt.Fprintf(&sb, "INFO 09-25 06:40:46 llm_engine.py:223] step %d: 512 tokens, KV cache usage 12.%d%%, 3 requests running\n", i*200+j, j%10)
+			}
+		}
+	}
+	log := sb.String()
+	b.SetBytes(int64(len(log)))
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := Scan(strings.NewReader(log), Options{})
+		if err != nil || !r.Found() {
+			b.Fatalf("%v %v", err, r)
+		}
+	}
+}
+
+// OnFinding is told of a finding while the log is still open, as soon as
+// its line has been read; a Near signature as soon as its anchor (before
+// or after it) has been.
+func TestOnFindingStreams(t *testing.T) {
+	seg := "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-X (size 9637888)\n"
+	sysErr := "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8\n"
+	tests := []struct {
+		name  string
+		lines []string
+		// after each line, the signatures told so far
+		want [][]string
+	}{
+		{"one line, one finding", []string{"step 1\n", busError + "\n", "step 2\n"},
+			[][]string{nil, {"torch-dataloader-bus-error"}, {"torch-dataloader-bus-error"}}},
+		{"NCCL error after its anchor", []string{seg, sysErr},
+			[][]string{{"nccl-shm-segment"}, {"nccl-shm-segment", "nccl-unhandled-system-error", "nccl-error-near-shm"}}},
+		{"NCCL error before its anchor", []string{sysErr, "INFO x\n", seg},
+			[][]string{{"nccl-unhandled-system-error"}, {"nccl-unhandled-system-error"}, {"nccl-unhandled-system-error", "nccl-error-near-shm", "nccl-shm-segment"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			told := make(chan string, 16)
+			done := make(chan *Report, 1)
+			go func() {
+				r, err := Scan(pr, Options{OnFinding: func(f Finding) { told <- f.Signature }})
+				if err != nil {
+					t.Error(err)
+				}
+				done <- r
+			}()
+			var got []string
+			for i, line := range tt.lines {
+				if _, err := io.WriteString(pw, line); err != nil {
+					t.Fatal(err)
+				}
+				for len(got) < len(tt.want[i]) {
+					select {
+					case id := <-told:
+						got = append(got, id)
+					case <-time.After(10 * time.Second):
+						t.Fatalf("after line %d: told %q, want %q before the log ends", i+1, got, tt.want[i])
+					}
+				}
+				if !slices.Equal(sorted(got), sorted(tt.want[i])) {
+					t.Fatalf("after line %d: told %q, want %q", i+1, got, tt.want[i])
+				}
+			}
+			pw.Close()
+			r := <-done
+			select {
+			case id := <-told:
+				t.Errorf("told %s only at the end", id)
+			default:
+			}
+			// The report holds what was told, less what yields to a surer finding.
+			for _, id := range got {
+				if !slices.Contains(ids(r), id) && id != "nccl-unhandled-system-error" {
+					t.Errorf("told %s, not in the report %q", id, ids(r))
+				}
+			}
+		})
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// The sizes the new signatures read: bytes, decimal and binary gigabytes,
+// and what /dev/shm had.
+func TestImpliedSizes(t *testing.T) {
+	tests := []struct {
+		name       string
+		log        string
+		id         string
+		implied    int64
+		shm        int64
+		impliedHas string
+	}{
+		{"Ray's recommendation, in GiB",
+			"WARNING: The object store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available. This will harm performance! If you are inside a Docker container, you can increase /dev/shm size by passing '--shm-size=10.24gb' to 'docker run'",
+			"ray-object-store-shm", int64(math.Round(10.24 * (1 << 30))), 67108864, "the message says /dev/shm had 64MiB (67108864 bytes)"},
+		{"older Ray, no recommendation",
+			"WARNING: The object store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available. This may slow down performance!",
+			"ray-object-store-shm", 0, 67108864, "Ray names what /dev/shm had"},
+		{"Ray's ValueError, in GB",
+			"ValueError: The configured object store size (11.81114368 GB) exceeds /dev/shm size (11.8111232 GB). This will harm performance.",
+			"ray-object-store-shm", 11811143680, 11811123200, "for Ray's object store"},
+		{"raylet",
+			"(raylet) store_runner.cc:83: System memory request exceeds memory available in /dev/shm. The request is for 10200547328 bytes, and the amount available is 9663676416 bytes.",
+			"ray-object-store-shm", 10200547328, 9663676416, ""},
+		{"Triton",
+			"Failed to increase the shared memory pool size for key 'triton_python_backend_shm_region_2' to 67108864 bytes. If you are running Triton inside docker, use '--shm-size' flag to control the shared memory region size. Error: No space left on device",
+			"triton-python-backend-shm", 67108864, 0, "every Python model instance has its own"},
+		{"PostgreSQL",
+			`ERROR:  could not resize shared memory segment "/PostgreSQL.1767612635" to 183552 bytes: No space left on device`,
+			"postgres-dsm-resize", 183552, 0, "in one segment"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := finding(t, scanString(t, tt.log+"\n", Options{}), tt.id)
+			if f.ImpliedBytes != tt.implied || f.ShmBytes != tt.shm || !strings.Contains(f.Implied, tt.impliedHas) {
+				t.Errorf("implied %d, shm %d, %q; want %d, %d, with %q", f.ImpliedBytes, f.ShmBytes, f.Implied, tt.implied, tt.shm, tt.impliedHas)
+			}
+		})
+	}
+}
+
+// Look-alikes are reported apart and call for no fix.
+func TestLookAlikesApart(t *testing.T) {
+	r := scanString(t, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB.\n", Options{})
+	if r.Found() || r.Fix != nil || len(r.Others) != 1 || r.Others[0].Kind != KindOther {
+		t.Fatalf("report %+v", r)
+	}
+	var b strings.Builder
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"nothing in standard input (1 line) matched", "Also in the log, and not /dev/shm (1):", "[cuda-out-of-memory]"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+	for _, sig := range Signatures() {
+		if (sig.Kind == KindOther) != (sig.Confidence == "") {
+			t.Errorf("%s: kind %s with confidence %q", sig.ID, sig.Kind, sig.Confidence)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"regexp"
 	"slices"
 	"sort"
@@ -64,13 +65,16 @@ type scanner struct {
 	kw                            [][]byte
 	kwMask, afterMask, unlessMask []uint64
 	maxKw                         int
-	join                          []byte
-	lastAfter                     []int
-	lastUnless                    []int
-	found                         []*found
-	pending                       [][]candidate
-	lastAnchor                    int
-	lines                         int
+	// first and second say which keywords have a byte as their first or
+	// second: keys tries only those whose first two bytes are at hand.
+	first, second [256]uint64
+	join          []byte
+	lastAfter     []int
+	lastUnless    []int
+	found         []*found
+	pending       [][]candidate
+	lastAnchor    int
+	lines         int
 	// onFinding is told of each signature's first match (Options.OnFinding).
 	onFinding func(Finding)
 
@@ -115,9 +119,14 @@ func newScanner(sigs []Signature) *scanner {
 				if i == 64 {
 					panic("explain: more than 64 keywords")
 				}
+				if len(w) < 2 {
+					panic("explain: keyword " + strconv.Quote(w) + " is shorter than 2 bytes")
+				}
 				index[w] = i
 				s.kw = append(s.kw, []byte(w))
 				s.maxKw = max(s.maxKw, len(w))
+				s.first[w[0]] |= 1 << i
+				s.second[w[1]] |= 1 << i
 			}
 			m |= 1 << i
 		}
@@ -132,11 +141,19 @@ func newScanner(sigs []Signature) *scanner {
 	return s
 }
 
-// keys returns the keywords that occur in s.lower.
+// keys returns the keywords that occur in s.lower, in one pass over it:
+// at each byte only the keywords that start with it and the next byte are
+// compared.
 func (s *scanner) keys() (m uint64) {
-	for i, k := range s.kw {
-		if bytes.Contains(s.lower, k) {
-			m |= 1 << i
+	l := s.lower
+	for i := 0; i+1 < len(l); i++ {
+		c := s.first[l[i]] & s.second[l[i+1]] &^ m
+		for c != 0 {
+			k := bits.TrailingZeros64(c)
+			c &^= 1 << k
+			if bytes.HasPrefix(l[i:], s.kw[k]) {
+				m |= 1 << k
+			}
 		}
 	}
 	return m
