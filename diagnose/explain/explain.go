@@ -166,7 +166,7 @@ func Scan(r io.Reader, o Options) (*Report, error) {
 	if err := s.run(in); err != nil {
 		return nil, fmt.Errorf("read %s: %w", o.Source, err)
 	}
-	rep := &Report{Source: o.Source, Lines: s.lines}
+	rep := &Report{Source: o.Source, Lines: s.lines, Findings: []Finding{}}
 	for _, f := range s.findings() {
 		if f.Kind == KindOther {
 			rep.Others = append(rep.Others, f)

@@ -144,6 +144,13 @@ func TestDocsHaveASectionPerSignature(t *testing.T) {
 		if !strings.Contains(doc, "<a id=\""+sig.ID+"\"></a>") {
 			t.Errorf("docs/troubleshooting.md has no section <a id=%q></a>", sig.ID)
 		}
+		conf := string(sig.Confidence)
+		if sig.Kind == KindOther {
+			conf = "not /dev/shm"
+		}
+		if row := "| [`" + sig.ID + "`](#" + sig.ID + ") | " + conf + " |"; !strings.Contains(doc, row) {
+			t.Errorf("docs/troubleshooting.md's table has no row %q", row)
+		}
 	}
 }
 
@@ -323,7 +330,8 @@ func TestFix(t *testing.T) {
 				steps = append(steps, s.Where+": "+s.How)
 			}
 			all := strings.Join(steps, "\n")
-			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", fx.Size), "sizeLimit: " + policy.FormatQuantity(want), "gpurun run", "gpurun resize CONTAINER " + fx.Size} {
+			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", fx.Size), "sizeLimit: " + policy.FormatQuantity(want), "gpurun run",
+				"gpurun resize CONTAINER " + fx.Size, "gpurun compose migrate --write", "gpurun install docker", "overlays/runtime-class", "gpurun install podman", "gpurun doctor"} {
 				if !strings.Contains(all, s) {
 					t.Errorf("steps lack %q:\n%s", s, all)
 				}
