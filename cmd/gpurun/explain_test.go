@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpurun/gpurun/diagnose/explain"
 	"github.com/gpurun/gpurun/diagnose/shmprobe"
@@ -116,5 +118,122 @@ func TestShmProbeCommand(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("probes left %d files in %s", len(ents), dir)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a command may write while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor waits until out holds want, for at most 10 seconds.
+func waitFor(t *testing.T, out *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q before the log ended; output so far:\n%s", want, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// kubectl logs -f | gpurun explain -: each finding is printed while the
+// pipe is still open, as soon as its line arrives; the fix at the end.
+func TestExplainStreams(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	tests := []struct {
+		name       string
+		args       []string
+		first      string // a line that makes a finding
+		wantFirst  string // printed before the log ends
+		second     string
+		wantSecond string
+		wantEnd    string // printed once it has ended
+	}{
+		{"text", []string{"explain", "-"},
+			"[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n", "1. NCCL could not reserve a shared-memory segment",
+			"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB.\n", "not /dev/shm: CUDA out of memory",
+			"gpurun explain: 1 /dev/shm finding in standard input (3 lines): nccl-posix-fallocate [certain]"},
+		{"json", []string{"explain", "--json"},
+			"RuntimeError: DataLoader worker (pid 229) is killed by signal: Bus error.\n", `{"event":"finding","finding":{"signature":"torch-dataloader-bus-error"`,
+			"WARNING: The object store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available.\n", `"signature":"ray-object-store-shm"`,
+			`{"event":"report","report":{"source":"-","lines":3,`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			var out, errOut syncBuffer
+			root := newRootCmd(&globals{})
+			root.SetIn(pr)
+			root.SetOut(&out)
+			root.SetErr(&errOut)
+			root.SetArgs(tt.args)
+			done := make(chan error, 1)
+			go func() { done <- root.Execute() }()
+
+			write := func(s string) {
+				if _, err := io.WriteString(pw, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("step 1 loss 0.5\n" + tt.first)
+			waitFor(t, &out, tt.wantFirst)
+			if strings.Contains(out.String(), tt.wantEnd) {
+				t.Fatalf("the end was printed before the log ended:\n%s", out.String())
+			}
+			write(tt.second)
+			waitFor(t, &out, tt.wantSecond)
+			pw.Close()
+			err := <-done
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 1 {
+				t.Errorf("exit: %v, want status 1", err)
+			}
+			if got := out.String(); !strings.Contains(got, tt.wantEnd) {
+				t.Errorf("output lacks %q:\n%s", tt.wantEnd, got)
+			}
+			if tt.name == "json" {
+				for i, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+					var ev streamEvent
+					if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.Event == "" {
+						t.Errorf("line %d is not an event: %v: %s", i+1, err, line)
+					}
+				}
+			}
+		})
+	}
+}
+
+// --stream=false on standard input prints the sorted report at the end,
+// as for a file; --stream on a file streams it.
+func TestExplainStreamFlag(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	file := filepath.Join(explainLogs, "nccl-525.log")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, _, _ := executeIn(t, strings.NewReader(string(data)), "explain", "--stream=false", "-")
+	fromFile, _, _ := executeIn(t, nil, "explain", file)
+	if want := strings.Replace(fromFile, file, "standard input", 1); batch != want {
+		t.Errorf("--stream=false on stdin:\n%s\nwant the file's report:\n%s", batch, want)
+	}
+	streamed, _, code := executeIn(t, nil, "explain", "--stream", file)
+	if code != 1 || !strings.HasPrefix(streamed, "\n1. ") || !strings.Contains(streamed, "gpurun explain: 2 /dev/shm findings in "+file) {
+		t.Errorf("--stream on a file: exit %d:\n%s", code, streamed)
 	}
 }

@@ -1,9 +1,13 @@
 // Package explain reads a job's log and names the /dev/shm failures in it:
 // PyTorch DataLoader workers killed by SIGBUS, PyTorch shared tensors that
-// did not fit, NCCL segments that could not be created, Python
-// multiprocessing locks without room, and the vaguer messages (a worker
-// that "exited unexpectedly", a `_queue.Empty`, an `ncclSystemError`) that
-// only mean /dev/shm when the lines around them say so.
+// did not fit, NCCL segments that could not be created (under vLLM,
+// DeepSpeed or torchrun alike), Ray's object store, Triton's Python
+// backend, PostgreSQL's dynamic shared memory, Python multiprocessing
+// locks and shared_memory blocks without room, and the vaguer messages (a
+// worker that "exited unexpectedly", a `_queue.Empty`, a bare NCCL
+// "unhandled system error") with the confidence they deserve. Look-alikes
+// (CUDA out of memory, too many open files, NCCL timeouts, ...) are named
+// as what they are, apart from the /dev/shm findings.
 //
 // Every signature lives in one table ([Signatures]); each comes with the
 // cause, how much /dev/shm the message implies when it says, and the fix,
@@ -60,6 +64,9 @@ const (
 	KindSize Kind = "shm-size"
 	// KindPermission: /dev/shm is not writable by the job.
 	KindPermission Kind = "shm-permission"
+	// KindOther: a look-alike, a failure that is not about /dev/shm;
+	// Report.Others says what it is instead.
+	KindOther Kind = "not-shm"
 )
 
 // LineRef is one line of the log that a finding rests on.
@@ -89,6 +96,9 @@ type Finding struct {
 	// says that the messages do not tell.
 	ImpliedBytes int64  `json:"implied_bytes,omitempty"`
 	Implied      string `json:"implied"`
+	// ShmBytes is what the message says /dev/shm had (Ray says so), 0
+	// when it does not say.
+	ShmBytes int64 `json:"shm_bytes,omitempty"`
 	// Fix says what to change for this finding; Report.Fix has the
 	// commands.
 	Fix string `json:"fix"`
@@ -100,13 +110,19 @@ type Report struct {
 	Source string `json:"source"`
 	// Lines counts the log's lines.
 	Lines int `json:"lines"`
-	// Findings are ordered surest first, then by first line.
+	// Findings are the /dev/shm failures, ordered surest first, then by
+	// first line.
 	Findings []Finding `json:"findings"`
+	// Others are look-alikes: failures that read like /dev/shm ones but
+	// are not (CUDA out of memory, too many open files, ...), each saying
+	// what it is, in order of first line.
+	Others []Finding `json:"not_shm,omitempty"`
 	// Fix is set when a finding calls for one.
 	Fix *Fix `json:"fix,omitempty"`
 }
 
-// Found reports whether any signature matched.
+// Found reports whether any /dev/shm signature matched (look-alikes do
+// not count).
 func (r *Report) Found() bool { return len(r.Findings) > 0 }
 
 // Options configures Scan.
@@ -118,6 +134,14 @@ type Options struct {
 	// Memory is the memory the job's container may use, in bytes, to size
 	// the fix as gpurun would; 0 when unknown (the policy minimum).
 	Memory int64
+	// OnFinding, when set, is called as soon as the line that makes a
+	// finding has been read, once per signature, before Scan reads on: a
+	// log that is still being written (kubectl logs -f) shows its
+	// failures at once. The finding holds the lines read so far. A
+	// finding that a surer one makes redundant (YieldsTo) may be shown
+	// here and left out of the report. Look-alikes come through too, with
+	// Kind KindOther.
+	OnFinding func(Finding)
 }
 
 // MaxLines is how many matched lines a finding keeps.
@@ -138,10 +162,19 @@ func Scan(r io.Reader, o Options) (*Report, error) {
 		in = gz
 	}
 	s := newScanner(table())
+	s.onFinding = o.OnFinding
 	if err := s.run(in); err != nil {
 		return nil, fmt.Errorf("read %s: %w", o.Source, err)
 	}
-	rep := &Report{Source: o.Source, Lines: s.lines, Findings: s.findings()}
+	rep := &Report{Source: o.Source, Lines: s.lines, Findings: []Finding{}}
+	for _, f := range s.findings() {
+		if f.Kind == KindOther {
+			rep.Others = append(rep.Others, f)
+		} else {
+			rep.Findings = append(rep.Findings, f)
+		}
+	}
+	sort.SliceStable(rep.Others, func(i, j int) bool { return rep.Others[i].Lines[0].N < rep.Others[j].Lines[0].N })
 	sort.SliceStable(rep.Findings, func(i, j int) bool {
 		a, b := rep.Findings[i], rep.Findings[j]
 		if a.Confidence.rank() != b.Confidence.rank() {

@@ -6,77 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/gpurun/gpurun/policy"
 )
-
-// realLogs are logs users met, each with where it comes from and the
-// signatures it must produce (none for the unrelated ones). The seeds are
-// the field reports this project started from (../shared/seeds); the
-// others are excerpts of the logs quoted in public issue threads, kept as
-// they were posted.
-var realLogs = []struct {
-	file   string
-	source string
-	want   []string
-}{
-	// Field reports.
-	{"seeds/000_63683d17172823c2.txt", "field report: Kubernetes YOLOX training, DataLoader Bus error", []string{"torch-dataloader-bus-error"}},
-	{"seeds/001_6dd595c8187618c4.txt", "field report: k8s migration, _queue.Empty split over logger records, then the NCCL segment", []string{"torch-dataloader-queue-empty", "nccl-shm-segment"}},
-	// The vLLM report's error was a screenshot: its text names no message.
-	{"seeds/002_ee527772e0d3717b.txt", "field report: vLLM on k8s, error only in a screenshot", nil},
-	{"seeds/003_1d408d110a70d382.txt", "field report: H100 DataLoader, mojibake around the English error", []string{"torch-dataloader-bus-error", "torch-dataloader-worker-exited"}},
-	{"seeds/004_f26eeb4e2d02604a.txt", "field report: DeepSpeed, NCCL log flattened onto one line", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
-
-	// DataLoader.
-	{"logs/pipedream-28.log", "https://github.com/msr-fiddle/pipedream/issues/28", []string{"torch-dataloader-bus-error"}},
-	{"logs/stcn-132.log", "https://github.com/hkchengrex/STCN/issues/132", []string{"torch-dataloader-bus-error"}},
-	{"logs/fastai-docker-containers-21.log", "https://github.com/fastai/docker-containers/issues/21", []string{"torch-dataloader-bus-error"}},
-	{"logs/horovod-2255.log", "https://github.com/horovod/horovod/issues/2255", []string{"torch-dataloader-bus-error"}},
-	{"logs/latent-pose-reenactment-21.log", "https://github.com/shrubb/latent-pose-reenactment/issues/21", []string{"torch-dataloader-bus-error"}},
-	{"logs/nnunet-2162.log", "https://github.com/MIC-DKFZ/nnUNet/issues/2162", []string{"torch-shm-file"}},
-	{"logs/nnunet-294.log", "https://github.com/MIC-DKFZ/nnUNet/issues/294", []string{"torch-shm-file"}},
-	{"logs/dls-example-26.log", "https://github.com/huaweicloud/dls-example/issues/26", []string{"torch-shm-file"}},
-	{"logs/mc-gan-19.log", "https://github.com/azadis/MC-GAN/issues/19", []string{"torch-dataloader-queue-empty", "torch-dataloader-worker-exited"}},
-	{"logs/paddleocr-10557.log", "https://github.com/PaddlePaddle/PaddleOCR/issues/10557", []string{"torch-dataloader-queue-empty", "torch-dataloader-worker-exited"}},
-	{"logs/detectron2-384.log", "https://github.com/facebookresearch/detectron2/issues/384", []string{"torch-dataloader-worker-exited"}},
-
-	// NCCL.
-	{"logs/nccl-525.log", "https://github.com/NVIDIA/nccl/issues/525", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
-	{"logs/nccl-342.log", "https://github.com/NVIDIA/nccl/issues/342", []string{"nccl-posix-fallocate", "nccl-shm-segment"}},
-	{"logs/nccl-290.log", "https://github.com/NVIDIA/nccl/issues/290", []string{"nccl-posix-fallocate"}},
-	{"logs/nccl-tests-166.log", "https://github.com/NVIDIA/nccl-tests/issues/166", []string{"nccl-shm-extend", "nccl-shm-segment"}},
-	{"logs/pytorch-ci-infra-490.log", "https://github.com/pytorch/ci-infra/pull/490", []string{"nccl-shm-extend", "nccl-shm-segment"}},
-	{"logs/torchtitan-853.log", "https://github.com/pytorch/torchtitan/issues/853", []string{"nccl-shm-segment", "nccl-error-near-shm"}},
-	{"logs/video-diffusion-speedrun-2.log", "https://github.com/fal-ai-community/video-diffusion-speedrun/issues/2", []string{"nccl-shm-segment"}},
-	{"logs/nccl-328.log", "https://github.com/NVIDIA/nccl/issues/328", []string{"nccl-shm-permission"}},
-
-	// Python multiprocessing and plain files in /dev/shm.
-	{"logs/cpython-93253.log", "https://github.com/python/cpython/issues/93253", []string{"python-semlock-enospc"}},
-	{"logs/shippable-support-3681.log", "https://github.com/Shippable/support/issues/3681", []string{"python-semlock-enospc"}},
-	{"logs/vits-fast-fine-tuning-397.log", "https://github.com/Plachtaa/VITS-fast-fine-tuning/issues/397", []string{"python-semlock-enospc"}},
-	{"logs/iclibfuzzer-1.log", "https://github.com/csienslab/icLibFuzzer/issues/1", []string{"shm-path-enospc"}},
-
-	// Unrelated, or shm-adjacent but not a full /dev/shm: nothing.
-	{"logs/nccl-1518.log", "https://github.com/NVIDIA/nccl/issues/1518 (Cuda failure, plenty of room)", nil},
-	{"logs/nccl-1466.log", "https://github.com/NVIDIA/nccl/issues/1466 (NCCL error without its debug lines)", nil},
-	{"logs/ast-112.log", "https://github.com/YuanGongND/ast/issues/112 (worker raised, exit code 1)", nil},
-	{"logs/momentum-gs-24.log", "https://github.com/Jixuan-Fan/Momentum-GS/issues/24 (_queue.Empty of a thread queue)", nil},
-	{"logs/mgfn-35.log", "https://github.com/carolchenyx/MGFN./issues/35 (CUDA out of memory)", nil},
-	{"logs/ttnet-31.log", "https://github.com/maudzung/TTNet-Real-time-Analysis-System-for-Table-Tennis-Pytorch/issues/31 (CUDA out of memory)", nil},
-	{"logs/extremenet-9.log", "https://github.com/xingyizhou/ExtremeNet/issues/9 (ImportError)", nil},
-	{"logs/moby-41391.log", "https://github.com/moby/moby/issues/41391 (dockerd log)", nil},
-	{"logs/hpedockerplugin-360.log", "https://github.com/hpe-storage/python-hpedockerplugin/issues/360 (out of mount slots, not of /dev/shm)", nil},
-	{"logs/coreos-bugs-2427.log", "https://github.com/coreos/bugs/issues/2427 (df listing of shm mounts)", nil},
-	{"logs/authentik-18151.log", "https://github.com/goauthentik/authentik/issues/18151 (PostgreSQL lock table 'out of shared memory')", nil},
-	{"logs/trunk-recorder-880.log", "https://github.com/TrunkRecorder/trunk-recorder/issues/880 (System V shmmni)", nil},
-}
 
 func scanFile(t *testing.T, path string, o Options) *Report {
 	t.Helper()
@@ -104,31 +45,45 @@ func ids(r *Report) []string {
 }
 
 func TestRealLogs(t *testing.T) {
-	for _, tt := range realLogs {
+	for _, tt := range corpus {
 		t.Run(tt.file, func(t *testing.T) {
 			r := scanFile(t, filepath.Join("testdata", tt.file), Options{})
-			got := ids(r)
-			slices.Sort(got)
-			want := slices.Clone(tt.want)
-			slices.Sort(want)
-			if !slices.Equal(got, want) {
-				var b strings.Builder
-				_ = WriteText(&b, r)
-				t.Errorf("%s (%s):\ngot  %q\nwant %q\n%s", tt.file, tt.source, got, want, b.String())
+			for _, c := range []struct {
+				what      string
+				got, want []string
+			}{
+				{"findings", ids(r), tt.want},
+				{"look-alike notes", otherIDs(r), tt.others},
+			} {
+				slices.Sort(c.got)
+				want := slices.Clone(c.want)
+				slices.Sort(want)
+				if !slices.Equal(c.got, want) {
+					var b strings.Builder
+					_ = WriteText(&b, r)
+					t.Errorf("%s (%s) %s:\ngot  %q\nwant %q\n%s", tt.file, tt.source, c.what, c.got, want, b.String())
+				}
 			}
 			if r.Found() != (r.Fix != nil) {
-				t.Errorf("findings %v but fix %+v", got, r.Fix)
+				t.Errorf("findings %v but fix %+v", ids(r), r.Fix)
 			}
 		})
 	}
 }
 
-// Every signature has a real log among the test cases, and every file in
-// testdata is one of them (with its source).
+func otherIDs(r *Report) []string {
+	var out []string
+	for _, f := range r.Others {
+		out = append(out, f.Signature)
+	}
+	return out
+}
+
+// Every signature has a real log among the test cases.
 func TestEverySignatureHasARealLog(t *testing.T) {
 	covered := map[string]bool{}
-	for _, tt := range realLogs {
-		for _, id := range tt.want {
+	for _, tt := range corpus {
+		for _, id := range append(slices.Clone(tt.want), tt.others...) {
 			covered[id] = true
 		}
 	}
@@ -153,40 +108,13 @@ func TestEverySignatureHasARealLog(t *testing.T) {
 			}
 		}
 	}
-	listed := map[string]bool{}
-	for _, tt := range realLogs {
-		listed[tt.file] = true
-		if tt.source == "" {
-			t.Errorf("%s has no source", tt.file)
-		}
-	}
-	readme, err := os.ReadFile(filepath.Join("testdata", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range realLogs {
-		if !strings.Contains(string(readme), "| `"+tt.file+"` | "+tt.source+" |") {
-			t.Errorf("testdata/README.md does not list %s with its source %s", tt.file, tt.source)
-		}
-	}
-	for _, dir := range []string{"seeds", "logs"} {
-		ents, err := os.ReadDir(filepath.Join("testdata", dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			if !listed[dir+"/"+e.Name()] {
-				t.Errorf("testdata/%s/%s is not in realLogs", dir, e.Name())
-			}
-		}
-	}
 }
 
 // The keywords are a shortcut, never a filter: a keyword must occur in
 // every line a signature's patterns match in the real logs.
 func TestKeywordsCoverMatches(t *testing.T) {
 	sigs := Signatures()
-	for _, tt := range realLogs {
+	for _, tt := range corpus {
 		data, err := os.ReadFile(filepath.Join("testdata", tt.file))
 		if err != nil {
 			t.Fatal(err)
@@ -215,6 +143,13 @@ func TestDocsHaveASectionPerSignature(t *testing.T) {
 	for _, sig := range Signatures() {
 		if !strings.Contains(doc, "<a id=\""+sig.ID+"\"></a>") {
 			t.Errorf("docs/troubleshooting.md has no section <a id=%q></a>", sig.ID)
+		}
+		conf := string(sig.Confidence)
+		if sig.Kind == KindOther {
+			conf = "not /dev/shm"
+		}
+		if row := "| [`" + sig.ID + "`](#" + sig.ID + ") | " + conf + " |"; !strings.Contains(doc, row) {
+			t.Errorf("docs/troubleshooting.md's table has no row %q", row)
 		}
 	}
 }
@@ -309,7 +244,13 @@ func TestConditions(t *testing.T) {
 		{"NCCL error before its shm lines", sysErr + seg, []string{"nccl-error-near-shm", "nccl-shm-segment"}},
 		{"NCCL error after its shm lines", seg + sysErr, []string{"nccl-error-near-shm", "nccl-shm-segment"}},
 		{"NCCL error far from shm lines", seg + filler + sysErr, []string{"nccl-shm-segment"}},
-		{"NCCL error alone", sysErr, nil},
+		{"NCCL error alone: possible", sysErr, []string{"nccl-unhandled-system-error"}},
+		{"NCCL error after a socket warning", "node1:1:2 [0] include/socket.h:385 NCCL WARN Net : Connection closed by remote peer\n" + filler + sysErr, nil},
+		{"NCCL error after a Cuda failure", "[1] misc/shmutils.cc:103 NCCL WARN Cuda failure 'invalid argument'\n" + sysErr, nil},
+		{"NCCL error long after a socket warning", "node1:1:2 [0] NCCL WARN Net : Connection closed by remote peer\n" + strings.Repeat(filler, 11) + sysErr, []string{"nccl-unhandled-system-error"}},
+		{"Errno 28 after shared_memory's ftruncate", "  File \"/usr/lib/python3.12/multiprocessing/shared_memory.py\", line 115, in __init__\n    os.ftruncate(self._fd, size)\nOSError: [Errno 28] No space left on device\n", []string{"python-semlock-enospc"}},
+		{"Errno 28 saving a checkpoint", "  File \"/x/torch/serialization.py\", line 1, in save\nOSError: [Errno 28] No space left on device\n", nil},
+		{"Triton out of room for another reason", "Failed to increase the shared memory pool size for key 'triton_python_backend_shm_region_7' to 1073741824 bytes. If you are running Triton inside docker, use '--shm-size' flag to control the shared memory region size. Error: Connection timed out\n", nil},
 		{"generic ENOSPC yields", "misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-A to 9637892 bytes, error: No space left on device (28)\n", []string{"nccl-shm-extend"}},
 		{"generic ENOSPC alone", "OSError: [Errno 28] No space left on device: '/dev/shm/cache.bin'\n", []string{"shm-path-enospc"}},
 		{"dockerd out of mount slots", "Error response from daemon: mounting shm tmpfs: no space left on device /dev/shm\n", nil},
@@ -389,7 +330,8 @@ func TestFix(t *testing.T) {
 				steps = append(steps, s.Where+": "+s.How)
 			}
 			all := strings.Join(steps, "\n")
-			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", fx.Size), "sizeLimit: " + policy.FormatQuantity(want), "gpurun run", "gpurun resize CONTAINER " + fx.Size} {
+			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", fx.Size), "sizeLimit: " + policy.FormatQuantity(want), "gpurun run",
+				"gpurun resize CONTAINER " + fx.Size, "gpurun compose migrate --write", "gpurun install docker", "overlays/runtime-class", "gpurun install podman", "gpurun doctor"} {
 				if !strings.Contains(all, s) {
 					t.Errorf("steps lack %q:\n%s", s, all)
 				}
@@ -519,6 +461,182 @@ func BenchmarkScan(b *testing.B) {
 		r, err := Scan(strings.NewReader(log), Options{})
 		if err != nil || len(r.Findings) != 1 {
 			b.Fatalf("%v %v", err, r)
+		}
+	}
+}
+
+// BenchmarkScanMixed reads a large mixed log: every log of the corpus in
+// turn, each followed by training output (NCCL INFO lines, coloured tqdm
+// bars redrawn with \r, logger records) until the log is about 64 MiB, so
+// that the signatures' keywords and patterns run on real failures too,
+// not only on lines no keyword is in.
+func BenchmarkScanMixed(b *testing.B) {
+	var logs [][]byte
+	for _, c := range corpus {
+		data, err := os.ReadFile(filepath.Join("testdata", c.file))
+		if err != nil {
+			b.Fatal(err)
+		}
+		logs = append(logs, data)
+	}
+	var sb strings.Builder
+	for i := 0; sb.Len() < 64<<20; i++ {
+		sb.Write(logs[i%len(logs)])
+		sb.WriteString("\n")
+		for j := range 200 {
+			switch j % 4 {
+			case 0:
+				fmt.Fprintf(&sb, "node-%d:9223:9776 [%d] NCCL INFO Channel %02d/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n", i%7, j%8, j%32)
+			case 1:
+				fmt.Fprintf(&sb, "\x1b[32mEpoch %d\x1b[0m:  %d%%|█████     | %d/100000 [00:10<00:20, 8.14it/s, loss=0.%d]\r", i, j%100, j, j)
+				fmt.Fprintf(&sb, "\x1b[32mEpoch %d\x1b[0m:  %d%%|█████     | %d/100000 [00:10<00:20, 8.14it/s, loss=0.%d]\n", i, j%100, j+1, j)
+			case 2:
+				fmt.Fprintf(&sb, "[rank%d]:[I%d 12:00:00.000000 ProcessGroupNCCL.cpp:1000] [PG 0 Rank %d] ProcessGroupNCCL initialization options: size: 8, global rank: %d\n", j%8, i, j%8, j%8)
+			default:
+				fmt.Fprintf(&sb, "INFO 09-25 06:40:46 llm_engine.py:223] step %d: 512 tokens, KV cache usage 12.%d%%, 3 requests running\n", i*200+j, j%10)
+			}
+		}
+	}
+	log := sb.String()
+	b.SetBytes(int64(len(log)))
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := Scan(strings.NewReader(log), Options{})
+		if err != nil || !r.Found() {
+			b.Fatalf("%v %v", err, r)
+		}
+	}
+}
+
+// OnFinding is told of a finding while the log is still open, as soon as
+// its line has been read; a Near signature as soon as its anchor (before
+// or after it) has been.
+func TestOnFindingStreams(t *testing.T) {
+	seg := "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-X (size 9637888)\n"
+	sysErr := "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8\n"
+	tests := []struct {
+		name  string
+		lines []string
+		// after each line, the signatures told so far
+		want [][]string
+	}{
+		{"one line, one finding", []string{"step 1\n", busError + "\n", "step 2\n"},
+			[][]string{nil, {"torch-dataloader-bus-error"}, {"torch-dataloader-bus-error"}}},
+		{"NCCL error after its anchor", []string{seg, sysErr},
+			[][]string{{"nccl-shm-segment"}, {"nccl-shm-segment", "nccl-unhandled-system-error", "nccl-error-near-shm"}}},
+		{"NCCL error before its anchor", []string{sysErr, "INFO x\n", seg},
+			[][]string{{"nccl-unhandled-system-error"}, {"nccl-unhandled-system-error"}, {"nccl-unhandled-system-error", "nccl-error-near-shm", "nccl-shm-segment"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			told := make(chan string, 16)
+			done := make(chan *Report, 1)
+			go func() {
+				r, err := Scan(pr, Options{OnFinding: func(f Finding) { told <- f.Signature }})
+				if err != nil {
+					t.Error(err)
+				}
+				done <- r
+			}()
+			var got []string
+			for i, line := range tt.lines {
+				if _, err := io.WriteString(pw, line); err != nil {
+					t.Fatal(err)
+				}
+				for len(got) < len(tt.want[i]) {
+					select {
+					case id := <-told:
+						got = append(got, id)
+					case <-time.After(10 * time.Second):
+						t.Fatalf("after line %d: told %q, want %q before the log ends", i+1, got, tt.want[i])
+					}
+				}
+				if !slices.Equal(sorted(got), sorted(tt.want[i])) {
+					t.Fatalf("after line %d: told %q, want %q", i+1, got, tt.want[i])
+				}
+			}
+			pw.Close()
+			r := <-done
+			select {
+			case id := <-told:
+				t.Errorf("told %s only at the end", id)
+			default:
+			}
+			// The report holds what was told, less what yields to a surer finding.
+			for _, id := range got {
+				if !slices.Contains(ids(r), id) && id != "nccl-unhandled-system-error" {
+					t.Errorf("told %s, not in the report %q", id, ids(r))
+				}
+			}
+		})
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// The sizes the new signatures read: bytes, decimal and binary gigabytes,
+// and what /dev/shm had.
+func TestImpliedSizes(t *testing.T) {
+	tests := []struct {
+		name       string
+		log        string
+		id         string
+		implied    int64
+		shm        int64
+		impliedHas string
+	}{
+		{"Ray's recommendation, in GiB",
+			"WARNING: The object store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available. This will harm performance! If you are inside a Docker container, you can increase /dev/shm size by passing '--shm-size=10.24gb' to 'docker run'",
+			"ray-object-store-shm", int64(math.Round(10.24 * (1 << 30))), 67108864, "the message says /dev/shm had 64MiB (67108864 bytes)"},
+		{"older Ray, no recommendation",
+			"WARNING: The object store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available. This may slow down performance!",
+			"ray-object-store-shm", 0, 67108864, "Ray names what /dev/shm had"},
+		{"Ray's ValueError, in GB",
+			"ValueError: The configured object store size (11.81114368 GB) exceeds /dev/shm size (11.8111232 GB). This will harm performance.",
+			"ray-object-store-shm", 11811143680, 11811123200, "for Ray's object store"},
+		{"raylet",
+			"(raylet) store_runner.cc:83: System memory request exceeds memory available in /dev/shm. The request is for 10200547328 bytes, and the amount available is 9663676416 bytes.",
+			"ray-object-store-shm", 10200547328, 9663676416, ""},
+		{"Triton",
+			"Failed to increase the shared memory pool size for key 'triton_python_backend_shm_region_2' to 67108864 bytes. If you are running Triton inside docker, use '--shm-size' flag to control the shared memory region size. Error: No space left on device",
+			"triton-python-backend-shm", 67108864, 0, "every Python model instance has its own"},
+		{"PostgreSQL",
+			`ERROR:  could not resize shared memory segment "/PostgreSQL.1767612635" to 183552 bytes: No space left on device`,
+			"postgres-dsm-resize", 183552, 0, "in one segment"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := finding(t, scanString(t, tt.log+"\n", Options{}), tt.id)
+			if f.ImpliedBytes != tt.implied || f.ShmBytes != tt.shm || !strings.Contains(f.Implied, tt.impliedHas) {
+				t.Errorf("implied %d, shm %d, %q; want %d, %d, with %q", f.ImpliedBytes, f.ShmBytes, f.Implied, tt.implied, tt.shm, tt.impliedHas)
+			}
+		})
+	}
+}
+
+// Look-alikes are reported apart and call for no fix.
+func TestLookAlikesApart(t *testing.T) {
+	r := scanString(t, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB.\n", Options{})
+	if r.Found() || r.Fix != nil || len(r.Others) != 1 || r.Others[0].Kind != KindOther {
+		t.Fatalf("report %+v", r)
+	}
+	var b strings.Builder
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"nothing in standard input (1 line) matched", "Also in the log, and not /dev/shm (1):", "[cuda-out-of-memory]"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+	for _, sig := range Signatures() {
+		if (sig.Kind == KindOther) != (sig.Confidence == "") {
+			t.Errorf("%s: kind %s with confidence %q", sig.ID, sig.Kind, sig.Confidence)
 		}
 	}
 }

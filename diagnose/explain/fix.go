@@ -58,9 +58,12 @@ func suggest(pol *policy.Policy, memory int64, findings []Finding) *Fix {
 		fix.Steps = append(fix.Steps,
 			Step{"gpurun", "gpurun run <your docker run arguments>   (gives every GPU container the policy's /dev/shm)"},
 			Step{"docker run", "docker run --shm-size=" + docker + " ..."},
-			Step{"compose", fmt.Sprintf("shm_size: %q   (in the service)", docker)},
-			Step{"kubernetes", "gpurun install containerd on the node (gpurun-runtime grows each GPU pod's /dev/shm), " +
+			Step{"compose", fmt.Sprintf("gpurun compose migrate --write   (adds shm_size to the GPU services), or shm_size: %q in the service", docker)},
+			Step{"docker host", "sudo gpurun install docker --set-as-default --reload   (every GPU container the daemon starts)"},
+			Step{"kubernetes", "kubectl apply -k deploy/kubernetes/overlays/runtime-class (or default-runtime, or nri) to size each GPU pod's /dev/shm on the nodes, " +
 				"or mount an emptyDir {medium: Memory, sizeLimit: " + policy.FormatQuantity(size) + "} at /dev/shm"},
+			Step{"podman/cri-o", "sudo gpurun install podman   (or crio: the hook sizes GPU containers)"},
+			Step{"check", "gpurun doctor   (in the container: /dev/shm's size, what fills it, whether it fits)"},
 			Step{"running container", "sudo gpurun resize CONTAINER " + docker + "   (now, without a restart)"},
 		)
 	}

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/bits"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -28,12 +31,9 @@ const (
 	joinTail = 512
 	// maxText is how much of a matched line a finding keeps.
 	maxText = 300
-	// maxPending bounds the candidates a Near signature keeps until the
-	// end of the log.
+	// maxPending bounds the candidates a Near signature keeps while it
+	// waits for an anchor after them.
 	maxPending = 10000
-	// maxAnchors bounds the anchor lines kept for them (later ones are
-	// dropped, so memory stays bounded on any log).
-	maxAnchors = 100000
 	// never is a line number long before any line.
 	never = -1 << 30
 )
@@ -49,6 +49,7 @@ type found struct {
 	seen    map[int]bool // line numbers already in lines (all of them)
 	count   int
 	implied int64
+	have    int64
 	errnos  []int
 }
 
@@ -64,13 +65,18 @@ type scanner struct {
 	kw                            [][]byte
 	kwMask, afterMask, unlessMask []uint64
 	maxKw                         int
-	join                          []byte
-	lastAfter                     []int
-	lastUnless                    []int
-	found                         []*found
-	pending                       [][]candidate
-	anchors                       []int
-	lines                         int
+	// first and second say which keywords have a byte as their first or
+	// second: keys tries only those whose first two bytes are at hand.
+	first, second [256]uint64
+	join          []byte
+	lastAfter     []int
+	lastUnless    []int
+	found         []*found
+	pending       [][]candidate
+	lastAnchor    int
+	lines         int
+	// onFinding is told of each signature's first match (Options.OnFinding).
+	onFinding func(Finding)
 
 	// The previous segment, for lines wrapped at a terminal's width.
 	prevN     int
@@ -101,6 +107,7 @@ func newScanner(sigs []Signature) *scanner {
 		lastUnless: make([]int, len(sigs)),
 		found:      make([]*found, len(sigs)),
 		pending:    make([][]candidate, len(sigs)),
+		lastAnchor: never,
 		prevN:      never,
 	}
 	index := map[string]int{}
@@ -112,9 +119,14 @@ func newScanner(sigs []Signature) *scanner {
 				if i == 64 {
 					panic("explain: more than 64 keywords")
 				}
+				if len(w) < 2 {
+					panic("explain: keyword " + strconv.Quote(w) + " is shorter than 2 bytes")
+				}
 				index[w] = i
 				s.kw = append(s.kw, []byte(w))
 				s.maxKw = max(s.maxKw, len(w))
+				s.first[w[0]] |= 1 << i
+				s.second[w[1]] |= 1 << i
 			}
 			m |= 1 << i
 		}
@@ -129,11 +141,19 @@ func newScanner(sigs []Signature) *scanner {
 	return s
 }
 
-// keys returns the keywords that occur in s.lower.
+// keys returns the keywords that occur in s.lower, in one pass over it:
+// at each byte only the keywords that start with it and the next byte are
+// compared.
 func (s *scanner) keys() (m uint64) {
-	for i, k := range s.kw {
-		if bytes.Contains(s.lower, k) {
-			m |= 1 << i
+	l := s.lower
+	for i := 0; i+1 < len(l); i++ {
+		c := s.first[l[i]] & s.second[l[i+1]] &^ m
+		for c != 0 {
+			k := bits.TrailingZeros64(c)
+			c &^= 1 << k
+			if bytes.HasPrefix(l[i:], s.kw[k]) {
+				m |= 1 << k
+			}
 		}
 	}
 	return m
@@ -295,36 +315,94 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 				got[k].Text = refText(text, boundary, k, m.loc)
 			}
 		}
-		bytesN, errno := int64(0), -1
-		re := sig.Patterns[m.pat]
-		for g, name := range re.SubexpNames() {
-			if m.loc[2*g] < 0 {
-				continue
-			}
-			v := string(text[m.loc[2*g]:m.loc[2*g+1]])
-			switch name {
-			case "bytes":
-				bytesN, _ = strconv.ParseInt(v, 10, 64)
-			case "errno":
-				errno, _ = strconv.Atoi(v)
-			}
-		}
+		sz := sizes(sig.Patterns[m.pat], text, m.loc)
 		if sig.Near > 0 {
-			if len(s.pending[m.sig]) < maxPending {
-				s.pending[m.sig] = append(s.pending[m.sig], candidate{refs: got})
-			}
+			s.candidate(m.sig, got)
 			continue
 		}
-		s.record(m.sig, got, bytesN, errno)
+		s.record(m.sig, got, sz)
 		if sig.Anchor {
-			for _, r := range got {
-				if len(s.anchors) < maxAnchors {
-					s.anchors = append(s.anchors, r.N)
-				}
-			}
+			s.anchor(got[len(got)-1].N)
 		}
 	}
 	return hit, tried
+}
+
+// matchSizes is what the named groups of a match say.
+type matchSizes struct {
+	bytes int64 // the size the message asks for
+	have  int64 // what /dev/shm had
+	errno int   // -1: none
+}
+
+// sizes reads the named groups of re's match at loc in text: "bytes",
+// "gb" (decimal), "gib" (binary), "have", "havegb" and "errno".
+func sizes(re *regexp.Regexp, text []byte, loc []int) matchSizes {
+	sz := matchSizes{errno: -1}
+	for g, name := range re.SubexpNames() {
+		if g == 0 || name == "" || loc[2*g] < 0 {
+			continue
+		}
+		v := string(text[loc[2*g]:loc[2*g+1]])
+		switch name {
+		case "bytes":
+			n, _ := strconv.ParseInt(v, 10, 64)
+			sz.bytes = max(sz.bytes, n)
+		case "gb":
+			sz.bytes = max(sz.bytes, scaled(v, 1e9))
+		case "gib":
+			sz.bytes = max(sz.bytes, scaled(v, 1<<30))
+		case "have":
+			sz.have, _ = strconv.ParseInt(v, 10, 64)
+		case "havegb":
+			sz.have = scaled(v, 1e9)
+		case "errno":
+			sz.errno, _ = strconv.Atoi(v)
+		}
+	}
+	return sz
+}
+
+// scaled is the decimal number v times unit, in bytes (0 when v is not a
+// number or the result does not fit).
+func scaled(v string, unit float64) int64 {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || f*unit >= math.MaxInt64 {
+		return 0
+	}
+	return int64(math.Round(f * unit))
+}
+
+// candidate handles a match of a Near signature: it counts at once when an
+// anchor came within Near lines before it, and waits for one otherwise.
+func (s *scanner) candidate(sig int, refs []LineRef) {
+	n, near := refs[0].N, s.sigs[sig].Near
+	if s.lastAnchor >= n-near {
+		s.record(sig, refs, matchSizes{errno: -1})
+		return
+	}
+	p := s.pending[sig]
+	if len(p) == maxPending { // drop those no anchor can reach any more
+		p = slices.DeleteFunc(p, func(c candidate) bool { return c.refs[0].N < n-near })
+	}
+	if len(p) < maxPending {
+		p = append(p, candidate{refs: refs})
+	}
+	s.pending[sig] = p
+}
+
+// anchor records an anchor at line n: the waiting candidates within Near
+// lines before it count now; the older ones never will.
+func (s *scanner) anchor(n int) {
+	s.lastAnchor = max(s.lastAnchor, n)
+	for i, p := range s.pending {
+		for _, c := range p {
+			if c.refs[0].N >= n-s.sigs[i].Near {
+				s.record(i, c.refs, matchSizes{errno: -1})
+			}
+		}
+		s.pending[i] = p[:0]
+	}
 }
 
 // refText is what a finding shows for ref k of a match at loc in text.
@@ -339,17 +417,22 @@ func refText(text []byte, boundary, k int, loc []int) string {
 	}
 }
 
-// record adds a match to its signature's finding.
-func (s *scanner) record(sig int, refs []LineRef, bytesN int64, errno int) {
+// record adds a match to its signature's finding, and tells onFinding of
+// a signature's first.
+func (s *scanner) record(sig int, refs []LineRef, sz matchSizes) {
 	f := s.found[sig]
-	if f == nil {
+	first := f == nil
+	if first {
 		f = &found{seen: map[int]bool{}}
 		s.found[sig] = f
 	}
 	f.count++
-	f.implied = max(f.implied, bytesN)
-	if errno >= 0 && !slices.Contains(f.errnos, errno) && len(f.errnos) < 4 {
-		f.errnos = append(f.errnos, errno)
+	f.implied = max(f.implied, sz.bytes)
+	if sz.have > 0 {
+		f.have = sz.have
+	}
+	if sz.errno >= 0 && !slices.Contains(f.errnos, sz.errno) && len(f.errnos) < 4 {
+		f.errnos = append(f.errnos, sz.errno)
 	}
 	for _, r := range refs {
 		if f.seen[r.N] || len(f.lines) >= MaxLines {
@@ -358,52 +441,60 @@ func (s *scanner) record(sig int, refs []LineRef, bytesN int64, errno int) {
 		f.seen[r.N] = true
 		f.lines = append(f.lines, r)
 	}
+	if first && s.onFinding != nil {
+		s.onFinding(s.finding(sig))
+	}
 }
 
-// findings resolves the Near signatures against the anchors and returns
-// what was found, in table order.
+// findings returns what was found, in table order, without the findings
+// that a surer one found in the log makes redundant (YieldsTo).
 func (s *scanner) findings() []Finding {
-	sort.Ints(s.anchors)
-	for i, cands := range s.pending {
-		near := s.sigs[i].Near
-		for _, c := range cands {
-			if s.nearAnchor(c.refs[0].N, near) {
-				s.record(i, c.refs, 0, -1)
-			}
+	present := map[string]bool{}
+	for i, f := range s.found {
+		if f != nil {
+			present[s.sigs[i].ID] = true
 		}
 	}
 	var out []Finding
 	for i, f := range s.found {
-		if f == nil {
+		if f == nil || slices.ContainsFunc(s.sigs[i].YieldsTo, func(id string) bool { return present[id] }) {
 			continue
 		}
-		sig := &s.sigs[i]
-		fd := Finding{
-			Signature: sig.ID, Title: sig.Title, Confidence: sig.Confidence, Kind: sig.Kind,
-			Lines: f.lines, Count: f.count, Cause: sig.Cause, Fix: sig.Fix, ImpliedBytes: f.implied,
-		}
-		sort.SliceStable(fd.Lines, func(a, b int) bool { return fd.Lines[a].N < fd.Lines[b].N })
-		if f.implied > 0 && sig.Implied != "" {
-			fd.Implied = fmt.Sprintf(sig.Implied, fmt.Sprintf("%s (%d bytes)", policy.FormatSize(f.implied), f.implied))
-		} else {
-			fd.Implied = sig.NoSize
-		}
-		if len(f.errnos) > 0 {
-			var names []string
-			for _, e := range f.errnos {
-				names = append(names, errnoText(e))
-			}
-			fd.Implied += "; " + strings.Join(names, ", ")
-		}
-		out = append(out, fd)
+		out = append(out, s.finding(i))
 	}
 	return out
 }
 
-// nearAnchor reports whether an anchor line lies within near lines of n.
-func (s *scanner) nearAnchor(n, near int) bool {
-	i := sort.SearchInts(s.anchors, n-near)
-	return i < len(s.anchors) && s.anchors[i] <= n+near
+// finding is what signature i has found so far.
+func (s *scanner) finding(i int) Finding {
+	f, sig := s.found[i], &s.sigs[i]
+	fd := Finding{
+		Signature: sig.ID, Title: sig.Title, Confidence: sig.Confidence, Kind: sig.Kind,
+		Lines: slices.Clone(f.lines), Count: f.count, Cause: sig.Cause, Fix: sig.Fix,
+		ImpliedBytes: f.implied, ShmBytes: f.have,
+	}
+	sort.SliceStable(fd.Lines, func(a, b int) bool { return fd.Lines[a].N < fd.Lines[b].N })
+	if f.implied > 0 && sig.Implied != "" {
+		fd.Implied = fmt.Sprintf(sig.Implied, sizeText(f.implied))
+	} else {
+		fd.Implied = sig.NoSize
+	}
+	if f.have > 0 {
+		fd.Implied += "; the message says /dev/shm had " + sizeText(f.have)
+	}
+	if len(f.errnos) > 0 {
+		var names []string
+		for _, e := range f.errnos {
+			names = append(names, errnoText(e))
+		}
+		fd.Implied += "; " + strings.Join(names, ", ")
+	}
+	return fd
+}
+
+// sizeText says n bytes for people: "9.19MiB (9637888 bytes)".
+func sizeText(n int64) string {
+	return fmt.Sprintf("%s (%d bytes)", policy.FormatSize(n), n)
 }
 
 // lowerCase puts an ASCII-lower-case copy of text in s.lower.

@@ -22,8 +22,11 @@ type Signature struct {
 	Fix   string
 	// Implied describes a size the message names, with %s standing for it
 	// ("9.19MiB (9637888 bytes)"); a pattern names a size with a group
-	// called "bytes". NoSize is said when the message names none. A group
-	// called "errno" adds the error number's name (28: ENOSPC).
+	// called "bytes" (a count of bytes), "gb" (decimal gigabytes) or "gib"
+	// (binary ones). NoSize is said when the message names none. A group
+	// called "have" (bytes) or "havegb" names what /dev/shm had, which the
+	// finding adds. A group called "errno" adds the error number's name
+	// (28: ENOSPC).
 	Implied string
 	NoSize  string
 	// Keywords are lower-case strings one of which every match contains: a
@@ -47,6 +50,10 @@ type Signature struct {
 	// of a line that an Anchor signature found.
 	Near   int
 	Anchor bool
+	// YieldsTo names signatures that, found anywhere in the log, make
+	// this one's finding redundant: it is left out of the report (a
+	// stream has already shown it, as the first sign).
+	YieldsTo []string
 }
 
 // Signatures returns the table every scan uses, in the order it is tried.
@@ -60,6 +67,8 @@ const (
 		"NCCL_SHM_DISABLE=1 also silences it, but sends the traffic between the GPUs through sockets instead."
 	noSizeDataLoader = "the message does not say how much; a DataLoader holds about num_workers x prefetch_factor batches in /dev/shm"
 	impliedNCCL      = "%s per segment; NCCL's SHM transport makes one per channel for each pair of GPUs on the node, so a job needs many"
+	fixNotGPU        = " gpurun sizes GPU containers by default: for this container set match = \"all\" in /etc/gpurun/config.toml (then gpurun run and the node modes size it too), or give it shm_size / --shm-size directly."
+	notShm           = "not a /dev/shm problem"
 )
 
 // table is the one signature table. The order matters only for Generic
@@ -212,17 +221,18 @@ var table = sync.OnceValue(func() []Signature {
 		},
 		{
 			ID:         "python-semlock-enospc",
-			Title:      "Python multiprocessing could not create a lock: /dev/shm is full",
+			Title:      "Python multiprocessing could not create a lock or a shared_memory block: /dev/shm is full",
 			Confidence: Likely,
 			Kind:       KindSize,
-			Cause: "Python's multiprocessing locks, queues and semaphores (and joblib's) are POSIX semaphores, files in /dev/shm; " +
-				"[Errno 28] while creating one means the tmpfs is full, usually of other shared memory, such as DataLoader batches.",
+			Cause: "Python's multiprocessing locks, queues and semaphores (and joblib's) are POSIX semaphores, files in /dev/shm, and " +
+				"multiprocessing.shared_memory blocks are files there too; [Errno 28] while creating one means the tmpfs is full, " +
+				"usually of other shared memory, such as DataLoader batches.",
 			Fix:           "Give the container room in /dev/shm (see Fix).",
 			NoSize:        "a semaphore needs only a page; what fills /dev/shm is something else, often shared tensors",
 			Keywords:      []string{"errno 28"},
 			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device`)},
-			After:         re(`SemLock|synchronize\.py|joblib`),
-			AfterKeywords: []string{"semlock", "synchronize.py", "joblib"},
+			After:         re(`SemLock|synchronize\.py|joblib|shared_memory\.py|os\.ftruncate\(self\._fd`),
+			AfterKeywords: []string{"semlock", "synchronize.py", "joblib", "shared_memory.py", "ftruncate"},
 			AfterWithin:   6,
 		},
 		{
@@ -245,6 +255,194 @@ var table = sync.OnceValue(func() []Signature {
 			Unless:         re(`(?i)\bmount`),
 			UnlessKeywords: []string{"mount"},
 			Anchor:         true,
+		},
+		{
+			ID:         "nccl-unhandled-system-error",
+			Title:      "NCCL failed on a system call, and the log does not say which",
+			Confidence: Possible,
+			Kind:       KindSize,
+			Cause: "NCCL's \"unhandled system error\" (ncclSystemError) only says that a system call failed. Without NCCL_DEBUG=INFO the log does not name it; " +
+				"in a container with the default 64 MiB /dev/shm it is most often the shared-memory segment NCCL creates for GPUs of one node " +
+				"(vLLM, DeepSpeed and torchrun jobs then just exit 1). It can also be a socket or an InfiniBand call.",
+			Fix: "Rerun with NCCL_DEBUG=INFO: NCCL then names the failing call (\"Error while creating shared memory segment\" is /dev/shm). " +
+				"Or run gpurun doctor in the container: it measures /dev/shm and says whether NCCL's segments fit. If /dev/shm is the 64 MiB default, give it room (see Fix).",
+			NoSize:   "the error does not say; with NCCL_DEBUG=INFO, NCCL names each segment's size",
+			Keywords: []string{"unhandled system error", "ncclsystemerror"},
+			Patterns: []*regexp.Regexp{
+				re(`(?i)unhandled system error`),
+				re(`ncclSystemError`),
+			},
+			// The network or CUDA named before it: another cause.
+			Unless:         re(`(?i)NCCL WARN.*(?:socket|connect|NET/IB|NET/Socket|Net\s*:|Cuda failure|timed out)|Watchdog caught collective`),
+			UnlessKeywords: []string{"socket", "connect", "net/ib", "net :", "net:", "cuda failure", "timed out", "watchdog caught"},
+			UnlessWithin:   500,
+			YieldsTo:       []string{"nccl-posix-fallocate", "nccl-shm-extend", "nccl-shm-segment", "nccl-shm-permission", "nccl-error-near-shm"},
+		},
+		{
+			ID:         "ray-object-store-shm",
+			Title:      "Ray's object store does not fit in /dev/shm",
+			Confidence: Certain,
+			Kind:       KindSize,
+			Cause: "Ray keeps its object store (plasma) in /dev/shm. /dev/shm is smaller than the store, so Ray either put the store in /tmp on disk " +
+				"(\"This will harm performance\": every object put and get goes through the disk) or refused to start. " +
+				"Containers get a 64 MiB /dev/shm unless told otherwise.",
+			Fix:      "Give the container a /dev/shm larger than Ray's object store: Ray asks for more than 30% of the memory (see Fix, and the size Ray names).",
+			Implied:  "%s for Ray's object store",
+			NoSize:   "Ray names what /dev/shm had, not what it needs; the store defaults to 30% of the memory",
+			Keywords: []string{"object store", "exceeds memory available in /dev/shm"},
+			Patterns: []*regexp.Regexp{
+				re(`(?i)object store is using /tmp instead of /dev/shm because /dev/shm has only (?P<have>\d+) bytes available(?:.*?--shm-size=(?P<gib>\d+(?:\.\d+)?)gb)?`),
+				re(`(?i)configured object store size \((?P<gb>\d+(?:\.\d+)?) GB\) exceeds /dev/shm size \((?P<havegb>\d+(?:\.\d+)?) GB\)`),
+				re(`(?i)System memory request exceeds memory available in /dev/shm\. The request is for (?P<bytes>\d+) bytes, and the amount available is (?P<have>\d+) bytes`),
+			},
+		},
+		{
+			ID:         "triton-python-backend-shm",
+			Title:      "Triton's Python backend could not grow its shared-memory region",
+			Confidence: Certain,
+			Kind:       KindSize,
+			Cause: "NVIDIA Triton's Python backend passes tensors between the server and each model instance's stub process through a region in /dev/shm " +
+				"(64 MiB per instance by default, grown as needed). No space left on device: /dev/shm is full.",
+			Fix:      "Give the container room in /dev/shm for every Python model instance (see Fix); --backend-config=python,shm-default-byte-size only lowers the first allocation.",
+			Implied:  "%s asked for one model instance's region; every Python model instance has its own",
+			NoSize:   "the message does not say how much",
+			Keywords: []string{"shared memory pool", "shared memory key"},
+			Patterns: []*regexp.Regexp{
+				re(`(?i)(?:Failed to increase the shared memory pool size for key '[^']*' to (?P<bytes>\d+) bytes|Unable to initialize shared memory key '[^']*' to requested size \((?P<bytes>\d+) bytes\)).*?Error: No space left on device`),
+			},
+		},
+		{
+			ID:         "postgres-dsm-resize",
+			Title:      "PostgreSQL could not size a dynamic shared-memory segment in /dev/shm",
+			Confidence: Certain,
+			Kind:       KindSize,
+			Cause: "PostgreSQL (dynamic_shared_memory_type = posix, the default on Linux) gives parallel queries, VACUUM and index builds " +
+				"segments /PostgreSQL.N in /dev/shm. No space left on device: the container's /dev/shm (64 MiB by default) is full.",
+			Fix:      "Give the database container room in /dev/shm (see Fix)." + fixNotGPU,
+			Implied:  "%s in one segment; each parallel worker of a query can ask for one",
+			NoSize:   "the message does not say how much",
+			Keywords: []string{"could not resize shared memory segment"},
+			Patterns: []*regexp.Regexp{
+				re(`(?i)could not resize shared memory segment "?[^"\s]*"? to (?P<bytes>\d+) bytes: No space left on device`),
+			},
+		},
+		{
+			ID:         "python-sigbus",
+			Title:      "A Python process died of SIGBUS",
+			Confidence: Possible,
+			Kind:       KindSize,
+			Cause: "A Python process was killed by SIGBUS. In a container the usual cause is a full /dev/shm: shared memory " +
+				"(multiprocessing.shared_memory, Ray, vLLM, PyTorch tensors) is created at full size but filled lazily, " +
+				"and the first page that does not fit kills the process. A file mapped from a disk that was truncated or went away does the same.",
+			Fix:      "Run gpurun doctor in the container: it measures /dev/shm and what fills it. If /dev/shm is small or full, give it room (see Fix).",
+			NoSize:   "a SIGBUS names no size",
+			Keywords: []string{"bus error"},
+			Patterns: []*regexp.Regexp{
+				re(`Fatal Python error: Bus error`),
+				re(`(?i)\bBus error(?: \(core dumped\))?\s+(?:\S*/)?python[\d.]*\b`),
+			},
+		},
+
+		// Look-alikes: failures read as /dev/shm ones, which they are not.
+		// They are reported apart, as what they are.
+		{
+			ID:    "cuda-out-of-memory",
+			Title: "CUDA out of memory: the GPU's memory, not /dev/shm",
+			Kind:  KindOther,
+			Cause: "The GPU's own memory ran out. /dev/shm is host memory shared between processes; a larger one does not help.",
+			Fix: "A smaller batch, gradient checkpointing or sharding, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation, " +
+				"or a GPU with more memory.",
+			NoSize:   notShm,
+			Keywords: []string{"out of memory"},
+			Patterns: []*regexp.Regexp{re(`(?i)CUDA out of memory|CUDA error: out of memory|OutOfMemoryError: CUDA`)},
+		},
+		{
+			ID:    "too-many-open-files",
+			Title: "Too many open files: the descriptor limit, not /dev/shm's size",
+			Kind:  KindOther,
+			Cause: "With the default sharing strategy (file_descriptor) each tensor a DataLoader worker or torch.multiprocessing sends is an open file descriptor; " +
+				"the process reached its open-files limit (ulimit -n). /dev/shm's size is not the limit.",
+			Fix: "Raise the limit (ulimit -n, docker run --ulimit nofile=1048576:1048576), or torch.multiprocessing.set_sharing_strategy(\"file_system\"), " +
+				"or keep fewer shared tensors alive (do not hold on to every batch).",
+			NoSize:   notShm,
+			Keywords: []string{"too many open files", "ancdata"},
+			Patterns: []*regexp.Regexp{re(`(?i)Too many open files|received 0 items of ancdata`)},
+		},
+		{
+			ID:       "worker-segfault",
+			Title:    "A worker crashed with a segmentation fault",
+			Kind:     KindOther,
+			Cause:    "A DataLoader worker died of SIGSEGV: a crash in native code (a dataset library, a decoder, PyTorch itself). A full /dev/shm gives SIGBUS, not SIGSEGV.",
+			Fix:      "Rerun with num_workers=0 to get the crash in the main process; check the versions of the native libraries the dataset uses.",
+			NoSize:   notShm,
+			Keywords: []string{"segmentation fault"},
+			Patterns: []*regexp.Regexp{re(`(?i)Unexpected segmentation fault encountered in worker|DataLoader worker \([^)]*\) is killed by signal: Segmentation fault`)},
+		},
+		{
+			ID:    "worker-killed",
+			Title: "A process was killed (SIGKILL): memory, not /dev/shm",
+			Kind:  KindOther,
+			Cause: "SIGKILL from the kernel's OOM killer or the container's memory limit (OOMKilled): the host or container ran out of memory. " +
+				"/dev/shm's pages count against the container's memory limit, but a full /dev/shm itself gives SIGBUS or ENOSPC, not SIGKILL.",
+			Fix:      "dmesg (or kubectl describe pod: OOMKilled) confirms it; lower num_workers, the batch size or cached data, or raise the memory limit.",
+			NoSize:   notShm,
+			Keywords: []string{"killed"},
+			Patterns: []*regexp.Regexp{re(`(?i)is killed by signal: Killed|\bOOMKilled\b|Out of memory: Kill(?:ed)? process`)},
+		},
+		{
+			ID:            "checkpoint-write-failed",
+			Title:         "torch.save could not write a checkpoint: that disk, not /dev/shm",
+			Kind:          KindOther,
+			Cause:         "Saving a checkpoint failed on the file system of its path: full, read-only, over quota or failing. /dev/shm is not involved.",
+			Fix:           "df -h on the checkpoint directory; free space, or save elsewhere.",
+			NoSize:        notShm,
+			Keywords:      []string{"pytorchstreamwriter", "failed with", "cannot be opened"},
+			Patterns:      []*regexp.Regexp{re(`PytorchStreamWriter failed writing file|write\(\): fd \d+ failed with|RuntimeError: File \S+ cannot be opened`)},
+			After:         re(`torch[/\\]serialization\.py`),
+			AfterKeywords: []string{"serialization.py"},
+			AfterWithin:   12,
+		},
+		{
+			ID:    "nccl-timeout",
+			Title: "An NCCL collective timed out",
+			Kind:  KindOther,
+			Cause: "A collective did not finish in time: a rank hung, died or fell far behind (data loading, uneven work), or the network stalled. " +
+				"A timeout is not a /dev/shm failure by itself; if a rank died of one, that rank's own error comes first in its log.",
+			Fix:      "Find the rank that stopped first (its log, NCCL_DEBUG=INFO); raise the timeout only when the work is legitimately slow.",
+			NoSize:   notShm,
+			Keywords: []string{"watchdog caught", "before timing out"},
+			Patterns: []*regexp.Regexp{re(`(?i)Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out`)},
+		},
+		{
+			ID:       "nccl-network",
+			Title:    "NCCL lost or could not reach a peer over the network",
+			Kind:     KindOther,
+			Cause:    "NCCL's socket or InfiniBand transport failed between nodes (interface choice, firewall, fabric errors). /dev/shm is only used between GPUs of one node.",
+			Fix:      "Set NCCL_SOCKET_IFNAME to the interface the nodes share, check firewalls and the fabric (ibstat), rerun with NCCL_DEBUG=INFO.",
+			NoSize:   notShm,
+			Keywords: []string{"nccl warn"},
+			Patterns: []*regexp.Regexp{re(`(?i)NCCL WARN\s+(?:NET/\w+\s*:|Net\s*:|socket\w*\s*:|Connect to \S+ failed|Call to connect)`)},
+		},
+		{
+			ID:    "vllm-shm-broadcast-wait",
+			Title: "vLLM's shared-memory broadcast queue is waiting for a worker",
+			Kind:  KindOther,
+			Cause: "vLLM's broadcast queue (a ring buffer in /dev/shm) found no free block: a worker is busy (compilation, quantization) or hung. " +
+				"It is not a size problem by itself; if a worker died, its own error (a SIGBUS from a full /dev/shm, say) comes before.",
+			Fix:      "Look above for a worker's error; if workers are alive, they are busy or stuck. gpurun doctor in the container rules /dev/shm out.",
+			NoSize:   notShm,
+			Keywords: []string{"shared memory broadcast block"},
+			Patterns: []*regexp.Regexp{re(`(?i)No available shared memory broadcast block found in \d+ seconds?`)},
+		},
+		{
+			ID:       "postgres-lock-table",
+			Title:    "PostgreSQL's lock table is full (\"out of shared memory\")",
+			Kind:     KindOther,
+			Cause:    "PostgreSQL ran out of lock-table entries in its main shared memory, which max_locks_per_transaction sizes. It is not /dev/shm.",
+			Fix:      "Raise max_locks_per_transaction (the HINT says so), or take fewer locks per transaction.",
+			NoSize:   notShm,
+			Keywords: []string{"out of shared memory"},
+			Patterns: []*regexp.Regexp{re(`(?i)\bERROR:\s+out of shared memory\s*$`)},
 		},
 	}
 })

@@ -1,0 +1,237 @@
+package explain
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// logClass says what a corpus log's thread established.
+type logClass int
+
+const (
+	// shmLog: /dev/shm was the cause (the thread, or the message itself,
+	// says so); explain must find it.
+	shmLog logClass = iota
+	// lookAlike: a failure that reads like a /dev/shm one but whose thread
+	// (or message) names another cause; explain must report no /dev/shm
+	// finding.
+	lookAlike
+	// noText: a /dev/shm report whose log text names no message (the error
+	// was a screenshot); counted in neither number.
+	noText
+)
+
+func (c logClass) String() string {
+	return [...]string{"/dev/shm", "look-alike", "no log text"}[c]
+}
+
+// corpus is every real log in testdata, with where it comes from and what
+// its report must hold: the /dev/shm signatures (want) and the look-alike
+// notes (others), exactly. The seeds are the field reports this project
+// started from (../shared/seeds); the others are excerpts of the logs
+// quoted in public issue threads, copied as posted (testdata/README.md
+// says which were trimmed).
+var corpus = []struct {
+	file    string
+	class   logClass
+	library string
+	source  string
+	want    []string
+	others  []string
+}{
+	// Field reports.
+	{"seeds/000_63683d17172823c2.txt", shmLog, "PyTorch", "field report: Kubernetes YOLOX training, DataLoader Bus error", []string{"torch-dataloader-bus-error"}, nil},
+	{"seeds/001_6dd595c8187618c4.txt", shmLog, "PyTorch+NCCL", "field report: k8s migration, _queue.Empty split over logger records, then the NCCL segment", []string{"torch-dataloader-queue-empty", "nccl-shm-segment"}, nil},
+	// The vLLM report's error was a screenshot: its text names no message.
+	{"seeds/002_ee527772e0d3717b.txt", noText, "vLLM", "field report: vLLM on k8s, error only in a screenshot", nil, nil},
+	{"seeds/003_1d408d110a70d382.txt", shmLog, "PyTorch", "field report: H100 DataLoader, mojibake around the English error", []string{"torch-dataloader-bus-error", "torch-dataloader-worker-exited"}, nil},
+	{"seeds/004_f26eeb4e2d02604a.txt", shmLog, "DeepSpeed+NCCL", "field report: DeepSpeed, NCCL log flattened onto one line", []string{"nccl-posix-fallocate", "nccl-shm-segment"}, nil},
+
+	// PyTorch DataLoader and torch.multiprocessing.
+	{"logs/pipedream-28.log", shmLog, "PyTorch", "https://github.com/msr-fiddle/pipedream/issues/28", []string{"torch-dataloader-bus-error"}, nil},
+	{"logs/stcn-132.log", shmLog, "PyTorch", "https://github.com/hkchengrex/STCN/issues/132", []string{"torch-dataloader-bus-error"}, nil},
+	{"logs/fastai-docker-containers-21.log", shmLog, "PyTorch", "https://github.com/fastai/docker-containers/issues/21", []string{"torch-dataloader-bus-error"}, nil},
+	{"logs/horovod-2255.log", shmLog, "PyTorch", "https://github.com/horovod/horovod/issues/2255", []string{"torch-dataloader-bus-error"}, nil},
+	{"logs/latent-pose-reenactment-21.log", shmLog, "PyTorch", "https://github.com/shrubb/latent-pose-reenactment/issues/21", []string{"torch-dataloader-bus-error"}, nil},
+	{"logs/pangeo-docker-images-258.log", shmLog, "PyTorch", "https://github.com/pangeo-data/pangeo-docker-images/issues/258", []string{"torch-dataloader-bus-error", "torch-shm-file"}, nil},
+	{"logs/nnunet-2162.log", shmLog, "PyTorch", "https://github.com/MIC-DKFZ/nnUNet/issues/2162", []string{"torch-shm-file"}, nil},
+	{"logs/nnunet-294.log", shmLog, "PyTorch", "https://github.com/MIC-DKFZ/nnUNet/issues/294", []string{"torch-shm-file"}, nil},
+	{"logs/dls-example-26.log", shmLog, "PyTorch", "https://github.com/huaweicloud/dls-example/issues/26", []string{"torch-shm-file"}, nil},
+	{"logs/mc-gan-19.log", shmLog, "PyTorch", "https://github.com/azadis/MC-GAN/issues/19", []string{"torch-dataloader-queue-empty", "torch-dataloader-worker-exited"}, nil},
+	{"logs/paddleocr-10557.log", shmLog, "PyTorch", "https://github.com/PaddlePaddle/PaddleOCR/issues/10557", []string{"torch-dataloader-queue-empty", "torch-dataloader-worker-exited"}, nil},
+	{"logs/detectron2-384.log", shmLog, "PyTorch", "https://github.com/facebookresearch/detectron2/issues/384", []string{"torch-dataloader-worker-exited"}, nil},
+
+	// NCCL, alone or under vLLM, DeepSpeed, torchrun, XGBoost.
+	{"logs/nccl-525.log", shmLog, "NCCL", "https://github.com/NVIDIA/nccl/issues/525", []string{"nccl-posix-fallocate", "nccl-shm-segment"}, nil},
+	{"logs/nccl-342.log", shmLog, "NCCL", "https://github.com/NVIDIA/nccl/issues/342", []string{"nccl-posix-fallocate", "nccl-shm-segment"}, nil},
+	{"logs/nccl-290.log", shmLog, "NCCL", "https://github.com/NVIDIA/nccl/issues/290", []string{"nccl-posix-fallocate"}, nil},
+	{"logs/xgboost-5963.log", shmLog, "NCCL", "https://github.com/dmlc/xgboost/issues/5963", []string{"nccl-posix-fallocate", "nccl-shm-segment"}, nil},
+	{"logs/nccl-tests-166.log", shmLog, "NCCL", "https://github.com/NVIDIA/nccl-tests/issues/166", []string{"nccl-shm-extend", "nccl-shm-segment"}, nil},
+	{"logs/pytorch-ci-infra-490.log", shmLog, "NCCL", "https://github.com/pytorch/ci-infra/pull/490", []string{"nccl-shm-extend", "nccl-shm-segment"}, nil},
+	{"logs/torchtitan-853.log", shmLog, "NCCL", "https://github.com/pytorch/torchtitan/issues/853", []string{"nccl-shm-segment", "nccl-error-near-shm"}, nil},
+	{"logs/video-diffusion-speedrun-2.log", shmLog, "NCCL", "https://github.com/fal-ai-community/video-diffusion-speedrun/issues/2", []string{"nccl-shm-segment"}, nil},
+	{"logs/vllm-6574.log", shmLog, "vLLM+NCCL", "https://github.com/vllm-project/vllm/issues/6574", []string{"nccl-shm-segment", "nccl-error-near-shm"}, nil},
+	{"logs/vllm-4383.log", shmLog, "vLLM+NCCL", "https://github.com/vllm-project/vllm/issues/4383", []string{"nccl-shm-segment"}, nil},
+	{"logs/vllm-15255.log", shmLog, "vLLM+NCCL", "https://github.com/vllm-project/vllm/issues/15255", []string{"nccl-shm-segment", "nccl-error-near-shm"}, nil},
+	{"logs/vllm-14537.log", shmLog, "vLLM+NCCL", "https://github.com/vllm-project/vllm/issues/14537", []string{"nccl-shm-segment", "nccl-error-near-shm"}, nil},
+	{"logs/nccl-1466.log", shmLog, "vLLM+NCCL", "https://github.com/NVIDIA/nccl/issues/1466 (vLLM, NCCL error without its debug lines; /dev/shm per the thread)", []string{"nccl-unhandled-system-error"}, nil},
+	{"logs/nccl-328.log", shmLog, "NCCL", "https://github.com/NVIDIA/nccl/issues/328", []string{"nccl-shm-permission"}, nil},
+
+	// Ray's object store.
+	{"logs/llmaz-238.log", shmLog, "Ray", "https://github.com/InftyAI/llmaz/issues/238", []string{"ray-object-store-shm"}, nil},
+	{"logs/vllm-1710.log", shmLog, "Ray (vLLM)", "https://github.com/vllm-project/vllm/issues/1710", []string{"ray-object-store-shm"}, nil},
+	{"logs/ray-3223.log", shmLog, "Ray", "https://github.com/ray-project/ray/issues/3223", []string{"ray-object-store-shm"}, nil},
+	{"logs/kiirkirjutaja-5.log", shmLog, "Ray", "https://github.com/alumae/kiirkirjutaja/issues/5", []string{"ray-object-store-shm"}, nil},
+	{"logs/gpustack-5014.log", shmLog, "Ray (vLLM)", "https://github.com/gpustack/gpustack/issues/5014", []string{"ray-object-store-shm"}, nil},
+
+	// NVIDIA Triton's Python backend.
+	{"logs/triton-server-5681.log", shmLog, "Triton", "https://github.com/triton-inference-server/server/issues/5681", []string{"triton-python-backend-shm"}, nil},
+	{"logs/triton-server-6195.log", shmLog, "Triton", "https://github.com/triton-inference-server/server/issues/6195", []string{"triton-python-backend-shm"}, nil},
+	{"logs/triton-model-analyzer-749.log", shmLog, "Triton", "https://github.com/triton-inference-server/model_analyzer/issues/749", []string{"triton-python-backend-shm"}, nil},
+
+	// PostgreSQL's dynamic shared memory.
+	{"logs/harbor-15034.log", shmLog, "PostgreSQL", "https://github.com/goharbor/harbor/issues/15034", []string{"postgres-dsm-resize"}, nil},
+	{"logs/pndev-41.log", shmLog, "PostgreSQL", "https://github.com/PrecisionNutrition/pndev/pull/41", []string{"postgres-dsm-resize"}, nil},
+	{"logs/getodk-central-600.log", shmLog, "PostgreSQL", "https://github.com/getodk/central/issues/600", []string{"postgres-dsm-resize"}, nil},
+
+	// Python multiprocessing and plain files in /dev/shm.
+	{"logs/cpython-93253.log", shmLog, "Python multiprocessing", "https://github.com/python/cpython/issues/93253", []string{"python-semlock-enospc"}, nil},
+	{"logs/shippable-support-3681.log", shmLog, "Python multiprocessing", "https://github.com/Shippable/support/issues/3681", []string{"python-semlock-enospc"}, nil},
+	{"logs/vits-fast-fine-tuning-397.log", shmLog, "Python multiprocessing", "https://github.com/Plachtaa/VITS-fast-fine-tuning/issues/397", []string{"python-semlock-enospc"}, nil},
+	{"logs/cpython-114389.log", shmLog, "Python shared_memory", "https://github.com/python/cpython/issues/114389", []string{"python-sigbus"}, nil},
+	{"logs/iclibfuzzer-1.log", shmLog, "libFuzzer", "https://github.com/csienslab/icLibFuzzer/issues/1", []string{"shm-path-enospc"}, nil},
+
+	// Look-alikes: the thread (or the message) names another cause.
+	{"logs/nccl-1518.log", lookAlike, "NCCL", "https://github.com/NVIDIA/nccl/issues/1518 (Cuda failure, plenty of room)", nil, nil},
+	{"logs/nccl-tests-15.log", lookAlike, "NCCL", "https://github.com/NVIDIA/nccl-tests/issues/15 (socket closed by the remote peer)", nil, []string{"nccl-network"}},
+	{"logs/nccl-928.log", lookAlike, "NCCL", "https://github.com/NVIDIA/nccl/issues/928 (InfiniBand completion error)", nil, []string{"nccl-network"}},
+	{"logs/ofa-271.log", lookAlike, "PyTorch+NCCL", "https://github.com/OFA-Sys/OFA/issues/271 (collective timeout after hours of training)", nil, []string{"nccl-timeout"}},
+	{"logs/vllm-omni-2928.log", lookAlike, "vLLM", "https://github.com/vllm-project/vllm-omni/issues/2928 (shm broadcast wait: a busy or hung worker)", nil, []string{"vllm-shm-broadcast-wait"}},
+	{"logs/ast-112.log", lookAlike, "PyTorch", "https://github.com/YuanGongND/ast/issues/112 (worker raised, exit code 1)", nil, nil},
+	{"logs/momentum-gs-24.log", lookAlike, "PyTorch", "https://github.com/Jixuan-Fan/Momentum-GS/issues/24 (_queue.Empty of a thread queue)", nil, nil},
+	{"logs/pytorch-53894.log", lookAlike, "PyTorch", "https://github.com/pytorch/pytorch/issues/53894 (segfault in workers: a PyTorch 1.8.0 regression)", nil, []string{"worker-segfault"}},
+	{"logs/rl-vigen-17.log", lookAlike, "PyTorch", "https://github.com/gemcollector/RL-ViGen/issues/17 (worker killed: host memory leak)", nil, []string{"worker-killed"}},
+	{"logs/maskrcnn-benchmark-158.log", lookAlike, "PyTorch", "https://github.com/facebookresearch/maskrcnn-benchmark/issues/158 (too many open files)", nil, []string{"too-many-open-files"}},
+	{"logs/mmpose-2595.log", lookAlike, "PyTorch", "https://github.com/open-mmlab/mmpose/issues/2595 (too many open files)", nil, []string{"too-many-open-files"}},
+	{"logs/mgfn-35.log", lookAlike, "PyTorch", "https://github.com/carolchenyx/MGFN./issues/35 (CUDA out of memory)", nil, []string{"cuda-out-of-memory"}},
+	{"logs/ttnet-31.log", lookAlike, "PyTorch", "https://github.com/maudzung/TTNet-Real-time-Analysis-System-for-Table-Tennis-Pytorch/issues/31 (CUDA out of memory)", nil, []string{"cuda-out-of-memory"}},
+	{"logs/pytorch-10577.log", lookAlike, "PyTorch", "https://github.com/pytorch/pytorch/issues/10577 (checkpoint write failed: the disk was full)", nil, []string{"checkpoint-write-failed"}},
+	{"logs/ronin-51.log", lookAlike, "PyTorch", "https://github.com/Sachini/ronin/issues/51 (checkpoint could not be opened: the disk was full)", nil, []string{"checkpoint-write-failed"}},
+	{"logs/h2o-llmstudio-214.log", lookAlike, "PyTorch", "https://github.com/h2oai/h2o-llmstudio/issues/214 (checkpoint write failed: the output volume was full)", nil, []string{"checkpoint-write-failed"}},
+	{"logs/extremenet-9.log", lookAlike, "PyTorch", "https://github.com/xingyizhou/ExtremeNet/issues/9 (ImportError)", nil, nil},
+	{"logs/moby-41391.log", lookAlike, "Docker", "https://github.com/moby/moby/issues/41391 (dockerd log)", nil, nil},
+	{"logs/hpedockerplugin-360.log", lookAlike, "Docker", "https://github.com/hpe-storage/python-hpedockerplugin/issues/360 (out of mount slots, not of /dev/shm)", nil, nil},
+	{"logs/coreos-bugs-2427.log", lookAlike, "Docker", "https://github.com/coreos/bugs/issues/2427 (df listing of shm mounts)", nil, nil},
+	{"logs/authentik-18151.log", lookAlike, "PostgreSQL", "https://github.com/goauthentik/authentik/issues/18151 (PostgreSQL lock table 'out of shared memory')", nil, []string{"postgres-lock-table"}},
+	{"logs/trunk-recorder-880.log", lookAlike, "System V shm", "https://github.com/TrunkRecorder/trunk-recorder/issues/880 (System V shmmni)", nil, nil},
+}
+
+// Minimum recall on the /dev/shm logs, and most false findings allowed on
+// the look-alikes.
+const (
+	minRecall      = 0.95
+	maxFalseLooked = 0
+)
+
+// TestCorpusRecall measures explain on the corpus: the share of /dev/shm
+// logs with at least one /dev/shm finding (recall), and the look-alikes
+// with any /dev/shm finding (false findings). It prints both, by library,
+// and fails below the bars.
+func TestCorpusRecall(t *testing.T) {
+	type tally struct{ shm, found, looks, falses int }
+	by := map[string]*tally{}
+	var all tally
+	var missed, falses []string
+	for _, c := range corpus {
+		if c.class == noText {
+			continue
+		}
+		r := scanFile(t, filepath.Join("testdata", c.file), Options{})
+		tl := by[c.library]
+		if tl == nil {
+			tl = &tally{}
+			by[c.library] = tl
+		}
+		switch c.class {
+		case shmLog:
+			tl.shm++
+			all.shm++
+			if r.Found() {
+				tl.found++
+				all.found++
+			} else {
+				missed = append(missed, c.file)
+			}
+		case lookAlike:
+			tl.looks++
+			all.looks++
+			if r.Found() {
+				tl.falses++
+				all.falses++
+				falses = append(falses, fmt.Sprintf("%s: %q", c.file, ids(r)))
+			}
+		}
+	}
+	libs := make([]string, 0, len(by))
+	for l := range by {
+		libs = append(libs, l)
+	}
+	sort.Strings(libs)
+	var b strings.Builder
+	for _, l := range libs {
+		tl := by[l]
+		fmt.Fprintf(&b, "  %-24s /dev/shm %2d/%-2d found   look-alikes %2d, %d false\n", l, tl.found, tl.shm, tl.looks, tl.falses)
+	}
+	recall := float64(all.found) / float64(all.shm)
+	t.Logf("corpus: %d logs; recall %d/%d = %.1f%% on /dev/shm logs; %d false findings on %d look-alikes\n%s",
+		len(corpus), all.found, all.shm, 100*recall, all.falses, all.looks, b.String())
+	if recall < minRecall {
+		t.Errorf("recall %.1f%% < %.0f%%; missed %s", 100*recall, 100*minRecall, strings.Join(missed, ", "))
+	}
+	if all.falses > maxFalseLooked {
+		t.Errorf("%d false findings on look-alikes: %s", all.falses, strings.Join(falses, "; "))
+	}
+	if all.shm < 25 || all.looks < 15 || len(corpus) < 40 {
+		t.Errorf("corpus too small: %d logs, %d /dev/shm, %d look-alikes", len(corpus), all.shm, all.looks)
+	}
+}
+
+// Every file in testdata is in the corpus, and README.md lists each with
+// its source.
+func TestCorpusListed(t *testing.T) {
+	listed := map[string]bool{}
+	readme, err := os.ReadFile(filepath.Join("testdata", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range corpus {
+		if listed[c.file] {
+			t.Errorf("%s twice in the corpus", c.file)
+		}
+		listed[c.file] = true
+		if c.source == "" || c.library == "" {
+			t.Errorf("%s has no source or library", c.file)
+		}
+		if c.class == shmLog && len(c.want) == 0 || c.class != shmLog && len(c.want) > 0 {
+			t.Errorf("%s: class %s but want %q", c.file, c.class, c.want)
+		}
+		if !strings.Contains(string(readme), "| `"+c.file+"` | "+c.class.String()+" | "+c.library+" | "+c.source+" |") {
+			t.Errorf("testdata/README.md does not list %s as | `%s` | %s | %s | %s |", c.file, c.file, c.class, c.library, c.source)
+		}
+	}
+	for _, dir := range []string{"seeds", "logs"} {
+		ents, err := os.ReadDir(filepath.Join("testdata", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if !listed[dir+"/"+e.Name()] {
+				t.Errorf("testdata/%s/%s is not in the corpus", dir, e.Name())
+			}
+		}
+	}
+}
