@@ -50,6 +50,8 @@ $(CONTAINERD2_TOOLS):
 
 test-unit: $(CONTAINERD2)
 	GPURUN_TEST_CONTAINERD2=$(CONTAINERD2) $(GO) test -count=1 $(UNIT_PKGS)
+	@# gpurun explain's recall and false findings on its corpus of real logs.
+	@$(GO) test -count=1 -v -run '^TestCorpusRecall$$' ./diagnose/explain/ | grep 'corpus: '
 
 # Real engines (dockerd, containerd + CRI, runc, podman), each on its own
 # socket and state dir; needs root. The tests build bin/ themselves.
