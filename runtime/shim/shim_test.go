@@ -3,6 +3,7 @@ package shim
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +174,43 @@ func TestShimRefusesItselfAsLowLevelRuntime(t *testing.T) {
 	s.Self = pol.Runtime // as if the config named gpurun-runtime itself
 	if code := s.Main(); code != 1 || len(*calls) != 0 || !strings.Contains(stderr.String(), "is gpurun-runtime itself") {
 		t.Errorf("code %d, calls %v, stderr %q", code, *calls, stderr)
+	}
+}
+
+// BenchmarkShimCreate is the shim's own work on a create of a GPU
+// container: the policy, the bundle's config.json, the host's facts, the
+// plan, the rewrite and the log record; the exec of runc is recorded, not
+// made (BenchmarkShimCycle in integration/ measures whole cycles).
+func BenchmarkShimCreate(b *testing.B) {
+	dir := b.TempDir()
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	fake := filepath.Join(dir, "fake-runc")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte("runtime = \""+fake+"\"\nlog_file = \""+filepath.Join(dir, "gpurun.log")+"\"\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	args := []string{"--root", "/run/runc", "--log", bundle + "/log.json", "--log-format", "json", "create", "--bundle", bundle, "--pid-file", bundle + "/init.pid", "c1"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(gpuSpec), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		s := &Shim{
+			Args:   args,
+			Cwd:    bundle,
+			Getenv: func(k string) string { return map[string]string{policy.ConfigEnv: cfg}[k] },
+			Stderr: io.Discard,
+			Exec:   func(string, []string, []string) error { return nil },
+			Self:   "/nonexistent/gpurun-runtime",
+		}
+		if code := s.Main(); code != 0 {
+			b.Fatalf("exit %d", code)
+		}
 	}
 }
