@@ -64,7 +64,7 @@ type Hook struct {
 	MemTotal      func() (int64, error)
 	HostTmpfsSize func(path string) (int64, error)
 	// Grow grows an engine-made host tmpfs (remount.Grow).
-	Grow func(path string, size int64, roots []string) (remount.Result, error)
+	Grow func(path string, size int64, scope remount.Scope) (remount.Result, error)
 	// GrowPrivate grows the container's own tmpfs in its mount namespace
 	// and says where it found it.
 	GrowPrivate func(t Target, size int64) (remount.Result, string, error)
@@ -156,7 +156,7 @@ func (h *Hook) apply(st State, pol *policy.Policy, log *slog.Logger, attrs []any
 	switch pl.Action {
 	case oci.ActionNone:
 	case oci.ActionRemount:
-		res, err := h.Grow(pl.Shm.Source, pl.Size, pol.EngineRoots)
+		res, err := h.Grow(pl.Shm.Source, pl.Size, remount.Scope{Roots: pol.EngineRoots})
 		if err != nil {
 			return fmt.Errorf("grow %s: %w", pl.Shm.Source, err)
 		}

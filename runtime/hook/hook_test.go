@@ -97,7 +97,8 @@ func newFixture(t *testing.T, cfg map[string]any, extra string, state string) *f
 		Fallback:      &policy.Policy{LogFile: f.log},
 		MemTotal:      func() (int64, error) { return hostMem, nil },
 		HostTmpfsSize: func(string) (int64, error) { return podmanShm, nil },
-		Grow: func(path string, size int64, roots []string) (remount.Result, error) {
+		Grow: func(path string, size int64, scope remount.Scope) (remount.Result, error) {
+			roots := scope.Roots
 			c.grow = append(c.grow, fmt.Sprintf("%s %d %s", path, size, strings.Join(roots, ",")))
 			return remount.Result{Before: podmanShm, After: size, Changed: true}, nil
 		},
@@ -191,7 +192,7 @@ func TestRunCarriesOutThePlan(t *testing.T) {
 
 func TestRunFailsOpenUnlessFailClosed(t *testing.T) {
 	badGrow := func(f *fixture) {
-		f.h.Grow = func(string, int64, []string) (remount.Result, error) {
+		f.h.Grow = func(string, int64, remount.Scope) (remount.Result, error) {
 			return remount.Result{}, fmt.Errorf("%w: not under an engine root", remount.ErrUnsafe)
 		}
 	}

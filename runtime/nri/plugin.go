@@ -50,7 +50,7 @@ type Config struct {
 	// HostMemory is the host's memory in bytes; 0 reads /proc/meminfo.
 	HostMemory int64
 	// Grow grows an engine-made host tmpfs (nil: remount.Grow).
-	Grow func(path string, size int64, roots []string) (remount.Result, error)
+	Grow func(path string, size int64, scope remount.Scope) (remount.Result, error)
 	// TmpfsSize returns the current size of a host tmpfs (nil: sysinfo.TmpfsSize).
 	TmpfsSize func(path string) (int64, error)
 	// OnConfigure, if set, is called with the policy in force each time the
@@ -63,7 +63,7 @@ type Config struct {
 type Plugin struct {
 	log        *slog.Logger
 	hostMemory int64
-	grow       func(path string, size int64, roots []string) (remount.Result, error)
+	grow       func(path string, size int64, scope remount.Scope) (remount.Result, error)
 	tmpfsSize  func(path string) (int64, error)
 	onConfig   func(*policy.Policy)
 
@@ -214,7 +214,7 @@ func (p *Plugin) handle(pol *policy.Policy, runtime string, pod *api.PodSandbox,
 	switch pl.Action {
 	case oci.ActionNone:
 	case oci.ActionRemount:
-		res, err := p.grow(pl.Shm.Source, pl.Size, pol.EngineRoots)
+		res, err := p.grow(pl.Shm.Source, pl.Size, remount.Scope{Roots: pol.EngineRoots})
 		if err != nil {
 			return out, fmt.Errorf("grow %s: %w", pl.Shm.Source, err)
 		}

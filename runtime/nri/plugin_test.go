@@ -44,7 +44,8 @@ func (r *recorder) plugin(pol *policy.Policy) *Plugin {
 		HostMemory: testHostMemory,
 		Logger:     slog.New(slog.NewJSONHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		TmpfsSize:  func(string) (int64, error) { return engineDefault, nil },
-		Grow: func(path string, size int64, roots []string) (remount.Result, error) {
+		Grow: func(path string, size int64, scope remount.Scope) (remount.Result, error) {
+			roots := scope.Roots
 			r.grows = append(r.grows, growCall{path, size, roots})
 			if r.growErr != nil {
 				return remount.Result{}, r.growErr

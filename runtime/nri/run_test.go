@@ -150,7 +150,7 @@ func TestRunReconnects(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	p := New(Config{Policy: policy.Default(), HostMemory: testHostMemory, Logger: log,
 		TmpfsSize: func(string) (int64, error) { return engineDefault, nil },
-		Grow:      func(string, int64, []string) (remount.Result, error) { return remount.Result{}, nil }})
+		Grow:      func(string, int64, remount.Scope) (remount.Result, error) { return remount.Result{}, nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -237,7 +237,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			p := New(Config{Policy: policy.Default(), HostMemory: testHostMemory,
 				TmpfsSize: func(string) (int64, error) { return engineDefault, nil },
-				Grow:      func(string, int64, []string) (remount.Result, error) { return remount.Result{}, nil }})
+				Grow:      func(string, int64, remount.Scope) (remount.Result, error) { return remount.Result{}, nil }})
 			pod := &api.PodSandbox{Id: testPod, Name: "pod", Namespace: "ml"}
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -219,7 +219,7 @@ func Apply(t Target, size int64, opt Options) (remount.Result, error) {
 	roots = append(roots, t.Roots...)
 	switch t.Kind {
 	case HostTmpfs:
-		return remount.Set(t.Path, size, roots)
+		return remount.Set(t.Path, size, remount.Scope{Roots: roots})
 	case Namespace:
 		// SetInNamespace refuses the host's /dev/shm by device number.
 		return remount.SetInNamespace(t.PID, t.Path, size)

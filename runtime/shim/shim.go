@@ -140,7 +140,7 @@ func (s *Shim) prepare(inv Invocation, pol *policy.Policy, log *slog.Logger) (er
 	switch pl.Action {
 	case oci.ActionNone:
 	case oci.ActionRemount:
-		res, err := remount.Grow(pl.Shm.Source, pl.Size, pol.EngineRoots)
+		res, err := remount.Grow(pl.Shm.Source, pl.Size, remount.Scope{Roots: pol.EngineRoots})
 		if err != nil {
 			return fmt.Errorf("grow %s: %w", pl.Shm.Source, err)
 		}
