@@ -26,8 +26,11 @@ config.json, plans /dev/shm exactly as gpurun-runtime does, and makes the
 container's /dev/shm the planned size:
 
   - a bind of a tmpfs the engine mounted on the host (Podman/CRI-O
-    userdata/shm, a CRI pod's sandbox shm, Docker shareable IPC) is grown on
-    the host, under the policy's engine_roots;
+    userdata/shm, a CRI pod's sandbox shm) is grown on the host: only the
+    one the engine named for this container, which the bundle path shows
+    (<graph or run root>/overlay-containers/<id>/userdata, containerd's
+    <state>/io.containerd.runtime.v2.task/<ns>/<id>), or, for a bundle of
+    another layout, one under the policy's engine_roots;
   - the container's own tmpfs is grown inside its mount namespace, at
     <rootfs>/dev/shm (stages createRuntime, prestart, createContainer).
 
