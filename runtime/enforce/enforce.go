@@ -24,6 +24,7 @@
 package enforce
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -358,6 +359,13 @@ func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
 // logPlanned writes the record of a container whose plan was carried out.
 func (e *Enforcer) logPlanned(res Result, base []any) {
 	pl := res.Plan
+	level := slog.LevelInfo
+	if e.quietNone && pl.Action == oci.ActionNone && !pl.GPU {
+		level = slog.LevelDebug
+	}
+	if !e.log.Enabled(context.Background(), level) {
+		return // no record to build
+	}
 	rec := append(base, "action", string(pl.Action), "size_bytes", pl.Size, "current_bytes", pl.Current,
 		"target_bytes", pl.Target, "gpu", pl.GPU, "gpus", pl.GPUs, "reason", pl.Reason)
 	switch {
@@ -371,11 +379,7 @@ func (e *Enforcer) logPlanned(res Result, base []any) {
 		}
 		rec = append(rec, "before_bytes", res.Done.Before, "after_bytes", res.Done.After, "changed", res.Done.Changed)
 	}
-	if e.quietNone && pl.Action == oci.ActionNone && !pl.GPU {
-		e.log.Debug(MsgPlanned, rec...)
-		return
-	}
-	e.log.Info(MsgPlanned, rec...)
+	e.log.Log(context.Background(), level, MsgPlanned, rec...)
 }
 
 func policySource(pol *policy.Policy) string {
