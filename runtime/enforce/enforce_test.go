@@ -260,7 +260,9 @@ func TestCarry(t *testing.T) {
 // — the container starts as it is and the record says why, unless
 // fail_closed.
 func TestFailOpenOrClosed(t *testing.T) {
-	ok := func() (Request, error) { return Request{Container: container(ownTmpfs, nil), Carry: func(oci.Plan) (Done, error) { return Done{}, nil }}, nil }
+	ok := func() (Request, error) {
+		return Request{Container: container(ownTmpfs, nil), Carry: func(oci.Plan) (Done, error) { return Done{}, nil }}, nil
+	}
 	tests := []struct {
 		name    string
 		prepare func() (Request, error)
