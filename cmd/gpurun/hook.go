@@ -101,9 +101,11 @@ removes exactly that; a second install changes nothing; --dry-run shows the
 diff. Hooks.d entries are read at each container start (CRI-O watches the
 directory if it existed when CRI-O started): no restart is needed.
 
-The policy's engine_roots must cover where %[3]s mounts /dev/shm (Podman:
-/var/lib/containers/storage; CRI-O: /run/containers/storage): install warns
-when it does not.`, defDir, install.HookFileName, name),
+The hook learns where %[3]s keeps a container's /dev/shm tmpfs from the
+bundle path it is given (<root>/overlay-containers/<id>/userdata: Podman's
+graph root, CRI-O's run root), wherever storage.conf puts the root. Install
+warns when the hook would refuse it: a root through a symbolic link, or a
+storage driver other than overlay.`, defDir, install.HookFileName, name),
 		Example: example,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

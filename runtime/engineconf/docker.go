@@ -362,6 +362,30 @@ func djDropRuntime(data []byte, top djObject, st djStyle, o DockerOptions, c Doc
 	}
 }
 
+// DockerDefaultDataRoot is dockerd's data-root unless daemon.json's
+// "data-root" (or a --data-root flag) says otherwise.
+const DockerDefaultDataRoot = "/var/lib/docker"
+
+// DockerDataRoot returns daemon.json's "data-root" (or its pre-23.0 name,
+// "graph"), or "" when neither is set or the document cannot be read.
+// UsernsRemap says whether "userns-remap" is set: dockerd then keeps its
+// containers in a subdirectory of the data-root named for the remapped ids.
+func DockerDataRoot(data []byte) (root string, usernsRemap bool) {
+	var cfg struct {
+		DataRoot    string `json:"data-root"`
+		Graph       string `json:"graph"`
+		UsernsRemap string `json:"userns-remap"`
+	}
+	if _, body := djSplitBOM(data); json.Unmarshal(body, &cfg) != nil {
+		return "", false
+	}
+	root = cfg.DataRoot
+	if root == "" {
+		root = cfg.Graph
+	}
+	return root, cfg.UsernsRemap != ""
+}
+
 // DockerPIDFile returns where dockerd writes its PID according to the
 // daemon.json document data: its "pidfile", or DockerDefaultPIDFile when
 // that is unset, empty or the document cannot be read.
