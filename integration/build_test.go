@@ -10,18 +10,28 @@ import (
 	"testing"
 )
 
-// builtBinaries builds bin/gpurun and bin/gpurun-runtime from this checkout
-// once per test run, into a temporary directory.
+// testBuilds are the binaries the tests run: gpurun and gpurun-runtime as
+// released, and gpurun-runtime-fault, gpurun-runtime built with the
+// test-only tag gpurunfault, whose enforcer panics while planning (see
+// cmd/gpurun-runtime/fault.go).
+var testBuilds = []struct{ name, pkg, tags string }{
+	{"gpurun", "gpurun", ""},
+	{"gpurun-runtime", "gpurun-runtime", ""},
+	{"gpurun-runtime-fault", "gpurun-runtime", "gpurunfault"},
+}
+
+// builtBinaries builds testBuilds from this checkout once per test run,
+// into a temporary directory.
 var builtBinaries = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "gpurun-bin-")
 	if err != nil {
 		return "", err
 	}
-	for _, name := range []string{"gpurun", "gpurun-runtime"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "../cmd/"+name)
+	for _, b := range testBuilds {
+		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", filepath.Join(dir, b.name), "../cmd/"+b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", &buildError{name, string(out), err}
+			return "", &buildError{b.name, string(out), err}
 		}
 	}
 	return dir, nil
