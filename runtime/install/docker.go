@@ -76,7 +76,10 @@ func (d Docker) dataRoot(config []byte) string {
 		root, from = d.DataRoot, "--data-root"
 	case liveErr == nil && live != "":
 		root = live
-		if live != fileRoot {
+		// daemon.json silent and dockerd elsewhere: a --data-root flag,
+		// which is dockerd's to know. daemon.json saying another: a
+		// restart will move it.
+		if live != fileRoot && from == "daemon.json" {
 			fmt.Fprintf(d.Out, "warning: the running dockerd uses data-root %s, but %s says %s (a --data-root flag?): gpurun-runtime is told %s; run gpurun install docker again if dockerd restarts with another\n", live, from, fileRoot, live)
 		}
 		from = "the running dockerd"
