@@ -238,9 +238,10 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // as the engine made it (Result.Err says what went wrong). attrs are the
 // front door's own fields for the record (a hook's stage, runc's command).
 func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) (Result, error) {
-	base := slices.Clip(append(s.attrs(), attrs...))
+	// The record's common fields, built only for a record to be written.
+	base := func() []any { return slices.Clip(append(s.attrs(), attrs...)) }
 	if e.polErr != nil {
-		e.log.Error(MsgPolicyUnreadable, append(base, "err", e.polErr.Error())...)
+		e.log.Error(MsgPolicyUnreadable, append(base(), "err", e.polErr.Error())...)
 		return Result{Err: e.polErr}, nil
 	}
 	res, stack := e.run(base, prepare)
@@ -248,7 +249,7 @@ func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) 
 		e.logPlanned(res, base)
 		return res, nil
 	}
-	rec := base
+	rec := base()
 	if res.Plan.Action != "" {
 		rec = append(rec, "action", string(res.Plan.Action), "size_bytes", res.Plan.Size, "reason", res.Plan.Reason)
 	}
@@ -268,7 +269,7 @@ func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) 
 }
 
 // run is Run's work, with a panic turned into an error and its stack.
-func (e *Enforcer) run(base []any, prepare func() (Request, error)) (res Result, stack string) {
+func (e *Enforcer) run(base func() []any, prepare func() (Request, error)) (res Result, stack string) {
 	defer func() {
 		if r := recover(); r != nil {
 			res.Err = fmt.Errorf("panic: %v", r)
@@ -285,10 +286,10 @@ func (e *Enforcer) run(base []any, prepare func() (Request, error)) (res Result,
 }
 
 // enforce plans and acts, filling in res.
-func (e *Enforcer) enforce(base []any, req Request, res *Result) {
+func (e *Enforcer) enforce(base func() []any, req Request, res *Result) {
 	facts, err := e.facts()
 	if err != nil {
-		e.log.Warn("host facts incomplete", append(base, "err", err.Error())...)
+		e.log.Warn("host facts incomplete", append(base(), "err", err.Error())...)
 	}
 	pl := oci.Decide(oci.Input{Container: req.Container, Policy: e.pol, Facts: facts})
 	res.Plan = pl
@@ -357,7 +358,7 @@ func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
 }
 
 // logPlanned writes the record of a container whose plan was carried out.
-func (e *Enforcer) logPlanned(res Result, base []any) {
+func (e *Enforcer) logPlanned(res Result, base func() []any) {
 	pl := res.Plan
 	level := slog.LevelInfo
 	if e.quietNone && pl.Action == oci.ActionNone && !pl.GPU {
@@ -366,7 +367,7 @@ func (e *Enforcer) logPlanned(res Result, base []any) {
 	if !e.log.Enabled(context.Background(), level) {
 		return // no record to build
 	}
-	rec := append(base, "action", string(pl.Action), "size_bytes", pl.Size, "current_bytes", pl.Current,
+	rec := append(base(), "action", string(pl.Action), "size_bytes", pl.Size, "current_bytes", pl.Current,
 		"target_bytes", pl.Target, "gpu", pl.GPU, "gpus", pl.GPUs, "reason", pl.Reason)
 	switch {
 	case res.Grown != nil:

@@ -26,9 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/gpurun/gpurun/oci"
 )
@@ -79,18 +77,43 @@ type Dirs struct {
 	FromMounts bool
 }
 
-// identifierRE is containerd's rule for namespaces and ids (alphanumerics
-// joined by single '.', '_' or '-'), which keeps them one clean path element.
-var identifierRE = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$`)
-})
-
-// hexID is a Docker, Podman or containers/storage id.
-var hexID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{12,64}$`) })
-
-// identifier reports whether s is a valid containerd identifier.
+// identifier reports whether s is a valid containerd identifier:
+// alphanumerics joined by single '.', '_' or '-', at most 76 bytes — one
+// clean path element. (A loop, not a regular expression: the shim is a
+// new process for every container, and would compile it every time.)
 func identifier(s string) bool {
-	return len(s) <= 76 && identifierRE().MatchString(s)
+	if s == "" || len(s) > 76 {
+		return false
+	}
+	sep := true // at the start, as after a separator
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+			sep = false
+		case c == '.' || c == '_' || c == '-':
+			if sep {
+				return false
+			}
+			sep = true
+		default:
+			return false
+		}
+	}
+	return !sep
+}
+
+// hexID reports whether s is a Docker, Podman or containers/storage id
+// (12 to 64 lower-case hexadecimal digits).
+func hexID(s string) bool {
+	if len(s) < 12 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // FromBundle returns what a bundle path names: containerd's state dir for
@@ -114,7 +137,7 @@ func FromBundle(bundle, id string) Dirs {
 		ctrDir := filepath.Dir(bundle)
 		owner := filepath.Base(ctrDir)
 		listDir := filepath.Dir(ctrDir)
-		if filepath.Base(listDir) == StorageContainersDir && hexID().MatchString(owner) && (id == "" || id == owner) {
+		if filepath.Base(listDir) == StorageContainersDir && hexID(owner) && (id == "" || id == owner) {
 			d.StorageRoot = filepath.Dir(listDir)
 		}
 	}
@@ -212,7 +235,7 @@ func (d Dirs) owner(sh oci.Shm, pod oci.Pod, l layout) (string, error) {
 		return id, nil
 	case sh.Engine == "containerd-cri":
 		return "", fmt.Errorf("%w: /dev/shm binds %s, but containerd names no pod sandbox for this container", ErrNotNamed, sh.Source)
-	case !hexID().MatchString(sh.OwnerID):
+	case !hexID(sh.OwnerID):
 		return "", fmt.Errorf("%w: %q in %s is not a container id", ErrNotNamed, sh.OwnerID, sh.Source)
 	}
 	return sh.OwnerID, nil
