@@ -150,11 +150,6 @@ func ForPod(podID string) Dirs {
 	return Dirs{PodID: podID, FromMounts: true}
 }
 
-// Named reports whether d names anything.
-func (d Dirs) Named() bool {
-	return d.ContainerdState != "" || d.StorageRoot != "" || d.DockerRoot != "" || d.FromMounts
-}
-
 // layout is one engine's place for a shared /dev/shm tmpfs:
 // <root>/<prefix>/<owner>/<suffix>.
 type layout struct {
