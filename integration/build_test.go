@@ -27,8 +27,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// builtBinaries builds bin/gpurun and bin/gpurun-runtime from this checkout
-// once per test run, into binDir.
+// testBuilds are the binaries the tests run: gpurun and gpurun-runtime as
+// released, and gpurun-runtime-fault, gpurun-runtime built with the
+// test-only tag gpurunfault, whose enforcer panics while planning (see
+// cmd/gpurun-runtime/fault.go).
+var testBuilds = []struct{ name, pkg, tags string }{
+	{"gpurun", "gpurun", ""},
+	{"gpurun-runtime", "gpurun-runtime", ""},
+	{"gpurun-runtime-fault", "gpurun-runtime", "gpurunfault"},
+}
+
+// builtBinaries builds testBuilds from this checkout once per test run,
+// into binDir.
 var builtBinaries = sync.OnceValues(func() (string, error) {
 	dir := binDir()
 	// A directory of a crashed run whose pid this process reuses.
@@ -38,11 +48,11 @@ var builtBinaries = sync.OnceValues(func() (string, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
 	}
-	for _, name := range []string{"gpurun", "gpurun-runtime"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "../cmd/"+name)
+	for _, b := range testBuilds {
+		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", filepath.Join(dir, b.name), "../cmd/"+b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", &buildError{name, string(out), err}
+			return "", &buildError{b.name, string(out), err}
 		}
 	}
 	return dir, nil

@@ -184,7 +184,7 @@ func testDaemonSetEntrypoint(t *testing.T, original []byte, containerd2, setDefa
 	image := filepath.Dir(bin(t, "gpurun")) // gpurun and gpurun-runtime, as in the image
 	logFile := filepath.Join(t.TempDir(), "gpurun.log")
 	source := filepath.Join(t.TempDir(), "config.toml")
-	sourceText := "# the DaemonSet's policy\nsize = \"40%\"\nmin = \"1g\"\nlog_file = \"" + logFile + "\"\nengine_roots = [\"/tmp\"]\n"
+	sourceText := "# the DaemonSet's policy\nsize = \"40%\"\nmin = \"1g\"\nlog_file = \"" + logFile + "\"\n"
 	if err := os.WriteFile(source, []byte(sourceText), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -195,7 +195,7 @@ func TestDoctorHostDocker(t *testing.T) {
 
 	common := []string{"docker", "--config", e.d.ConfigPath, "--runtime-path", bin(t, "gpurun-runtime"),
 		"--state", filepath.Join(t.TempDir(), "state.json"), "--policy", e.config, "--set-as-default"}
-	gpurunInstall(t, append([]string{"install"}, common...)...)
+	installDocker(t, e.d, append([]string{"install"}, common...)...)
 	// Not reloaded yet: daemon.json and the daemon disagree.
 	r = doctorHost(t, 1)
 	c = wantCheck(t, r, "docker.runtime", doctor.Problem)
@@ -209,6 +209,7 @@ func TestDoctorHostDocker(t *testing.T) {
 		t.Errorf("after install and reload: %v", c.Data)
 	}
 	wantCheck(t, r, "runtime.chain", doctor.OK)
+	wantCheck(t, r, "docker.data-root", doctor.OK)
 }
 
 // TestDoctorHostContainerd: doctor reads a real containerd config and asks
@@ -280,4 +281,68 @@ func TestDoctorHostContainerd(t *testing.T) {
 	if got := number(t, wantCheck(t, r, "shm.size", doctor.OK), "size_bytes"); got != hostTarget(t) {
 		t.Errorf("pod /dev/shm %d, want %d", got, hostTarget(t))
 	}
+}
+
+// TestDoctorHostDockerRemount is issue 13's case: gpurun-runtime registered
+// in dockerd without its data-root (by hand, or by an older gpurun), and the
+// data-root outside the policy's engine_roots (the private daemon's is under
+// /tmp): a --ipc shareable GPU container keeps 64 MiB, and the shim only
+// logs the refusal. Doctor on the host makes it a problem naming the path
+// and the fix; after that fix (gpurun install docker) the group is grown,
+// with the default policy, and doctor is satisfied.
+func TestDoctorHostDockerRemount(t *testing.T) {
+	config, logFile := shimConfig(t, "")
+	d := harness.StartDockerd(t, harness.DockerdOptions{
+		DaemonJSON: map[string]any{"runtimes": map[string]any{"gpurun": map[string]any{"path": bin(t, "gpurun-runtime")}}},
+		Env:        []string{"GPURUN_CONFIG=" + config},
+	})
+	img := harness.BusyboxImage(t, d)
+	want := hostTarget(t) / 1024
+	donor := func(t *testing.T, name string) int64 {
+		t.Helper()
+		if _, stderr, err := d.Docker("run", "-d", "--name", name, "--runtime", "gpurun", "--network", "none", "--ipc", "shareable", "-e", "NVIDIA_VISIBLE_DEVICES=all", img, "sleep", "600"); err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+		t.Cleanup(func() { _, _, _ = d.Docker("rm", "-f", name) })
+		out, stderr, err := d.Docker("exec", name, "df", "-k", "/dev/shm")
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+		return dfKiB(t, out)
+	}
+	doctorHost := func(t *testing.T) doctor.Report {
+		t.Helper()
+		cmd := execGpurun(t, "doctor", "--json", "--docker-config", d.ConfigPath)
+		cmd.Env = append(d.Env(), "GPURUN_CONFIG="+config)
+		out, _ := cmd.Output()
+		return decodeReport(t, string(out))
+	}
+
+	if got := donor(t, "before"); got != 65536 {
+		t.Fatalf("registered without the data-root: the shareable donor has %d KiB, want the untouched 65536 (was the remount not refused?)", got)
+	}
+	if log := readFile(logFile); !strings.Contains(log, "not under an engine root") {
+		t.Fatalf("the shim's log lacks the refusal:\n%s", log)
+	}
+	r := doctorHost(t)
+	if r.ExitCode != 1 {
+		t.Errorf("doctor: exit %d, want 1", r.ExitCode)
+	}
+	c := wantCheck(t, r, "remount", doctor.Problem)
+	if !strings.Contains(c.Detail, filepath.Join(d.DataRoot, "containers")) || !strings.Contains(c.Fix, "gpurun install docker") {
+		t.Errorf("remount: %q, fix %q; want the refused path under %s and the install", c.Detail, c.Fix, d.DataRoot)
+	}
+	if c := wantCheck(t, r, "docker.data-root", doctor.Problem); !strings.Contains(c.Detail, d.DataRoot) {
+		t.Errorf("docker.data-root: %q, want dockerd's %s", c.Detail, d.DataRoot)
+	}
+
+	registerDocker(t, d, bin(t, "gpurun-runtime"), config, false)
+	if got := donor(t, "after"); got != want {
+		t.Errorf("after gpurun install docker: the shareable donor has %d KiB, want %d\nshim log:\n%s", got, want, readFile(logFile))
+	}
+	r = doctorHost(t)
+	if c := wantCheck(t, r, "remount", doctor.OK); !strings.Contains(c.Detail, "succeeded since") {
+		t.Errorf("remount: %q, want the earlier refusals fixed", c.Detail)
+	}
+	wantCheck(t, r, "docker.data-root", doctor.OK)
 }

@@ -453,8 +453,10 @@ func TestHookPodman(t *testing.T) {
 	state := filepath.Join(dir, "install-state.json")
 	config := filepath.Join(dir, "config.toml")
 	logFile := filepath.Join(dir, "gpurun.log")
-	// Podman's /dev/shm is a tmpfs it mounts under its graph root.
-	body := fmt.Sprintf("log_file = %q\nengine_roots = [%q]\n", logFile, p.Root)
+	// Podman's /dev/shm is a tmpfs it mounts under its graph root, here
+	// under /tmp, which the default engine_roots do not list: the hook
+	// learns the graph root from the bundle path Podman hands the runtime.
+	body := fmt.Sprintf("log_file = %q\n", logFile)
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -507,8 +509,9 @@ func TestHookPodman(t *testing.T) {
 			}
 		})
 	}
-	if log := readFile(logFile); strings.Count(log, `"component":"gpurun-hook"`) != len(tests) || strings.Contains(log, `"level":"ERROR"`) {
-		t.Errorf("want one clean hook record per container:\n%s", log)
+	if log := readFile(logFile); strings.Count(log, `"component":"gpurun-hook"`) != len(tests) || strings.Contains(log, `"level":"ERROR"`) ||
+		!strings.Contains(log, `"path":"`+filepath.Join(p.Root, "overlay-containers")) {
+		t.Errorf("want one clean hook record per container, the GPU one's remount under the graph root %s:\n%s", p.Root, log)
 	}
 
 	uninstall := exec.Command(gpurun, "uninstall", "podman", "--hooks-dir", hooksDir, "--state", state)

@@ -25,6 +25,36 @@ func gpurunInstall(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// installDocker runs `gpurun install|uninstall docker ARGS` for the private
+// daemon d, at whose socket install asks dockerd for its data-root; it
+// fails the test on an error and returns the output.
+func installDocker(t *testing.T, d *harness.Dockerd, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin(t, "gpurun"), args...)
+	cmd.Env = d.Env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gpurun %q: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// registerDocker registers runtime (a gpurun-runtime build) in the private
+// daemon d with gpurun install docker, as the default runtime when
+// setDefault, under the policy file config, and reloads d.
+func registerDocker(t *testing.T, d *harness.Dockerd, runtime, config string, setDefault bool) string {
+	t.Helper()
+	args := []string{"install", "docker", "--config", d.ConfigPath, "--runtime-path", runtime,
+		"--state", filepath.Join(t.TempDir(), "state.json"), "--policy", config,
+		"--reload", "--pid-file", filepath.Join(d.Dir, "dockerd.pid")}
+	if setDefault {
+		args = append(args, "--set-as-default")
+	}
+	out := installDocker(t, d, args...)
+	d.Reload()
+	return out
+}
+
 func TestInstallDocker(t *testing.T) {
 	config, logFile := shimConfig(t, "")
 	d := harness.StartDockerd(t, harness.DockerdOptions{Env: []string{"GPURUN_CONFIG=" + config}})
@@ -46,9 +76,14 @@ func TestInstallDocker(t *testing.T) {
 		return dfKiB(t, out)
 	}
 
-	out := gpurunInstall(t, append([]string{"install"}, common...)...)
+	out := installDocker(t, d, append([]string{"install"}, common...)...)
 	if !strings.Contains(out, "sent SIGHUP to dockerd") {
 		t.Errorf("install did not reload: %s", out)
+	}
+	// The data-root is a flag of the private daemon, not in daemon.json:
+	// only the running dockerd names it.
+	if want := "dockerd data-root " + d.DataRoot + " (from the running dockerd)"; !strings.Contains(out, want) || strings.Contains(out, "warning:") {
+		t.Errorf("install output lacks %q, or warns:\n%s", want, out)
 	}
 	d.Reload() // waits until the daemon answers again
 	if got := shm(t, "--runtime", "gpurun", "-e", "NVIDIA_VISIBLE_DEVICES=all"); got != want {
@@ -92,14 +127,14 @@ func TestInstallDocker(t *testing.T) {
 	})
 	// Idempotent.
 	configured, _ := os.ReadFile(d.ConfigPath)
-	if out := gpurunInstall(t, append([]string{"install"}, common...)...); !strings.Contains(out, "nothing to do") {
+	if out := installDocker(t, d, append([]string{"install"}, common...)...); !strings.Contains(out, "nothing to do") {
 		t.Errorf("second install: %s", out)
 	}
 	if again, _ := os.ReadFile(d.ConfigPath); string(again) != string(configured) {
 		t.Error("second install changed daemon.json")
 	}
 	// As the default runtime, plain docker run is covered.
-	gpurunInstall(t, append(append([]string{"install"}, common...), "--set-as-default")...)
+	installDocker(t, d, append(append([]string{"install"}, common...), "--set-as-default")...)
 	d.Reload()
 	if got := shm(t, "-e", "NVIDIA_VISIBLE_DEVICES=all"); got != want {
 		t.Errorf("default runtime: plain docker run GPU container %d KiB, want %d", got, want)
@@ -107,7 +142,7 @@ func TestInstallDocker(t *testing.T) {
 	// Uninstall restores daemon.json byte for byte. dockerd's reload keeps
 	// keys that are gone from the file, so uninstall says a restart is needed,
 	// and a daemon started on the restored file no longer knows gpurun.
-	out = gpurunInstall(t, append([]string{"uninstall"}, common...)...)
+	out = installDocker(t, d, append([]string{"uninstall"}, common...)...)
 	now, _ := os.ReadFile(d.ConfigPath)
 	if string(now) != string(original) {
 		t.Errorf("uninstall left\n%s\nwant\n%s", now, original)
@@ -204,4 +239,32 @@ func TestInstallContainerd(t *testing.T) {
 			t.Error("runtime handler gpurun still accepted after uninstall")
 		}
 	})
+}
+
+// TestInstallContainerd2: containerd 2.x, its state under the harness's
+// /tmp directory (not /run/containerd), set up by gpurun install
+// containerd, with the default policy: gpurun-runtime learns the state dir
+// from the bundle path containerd hands it and grows the GPU pod's tmpfs,
+// shared with its sidecar.
+func TestInstallContainerd2(t *testing.T) {
+	config, logFile := shimConfig(t, "")
+	c2 := harness.StartContainerd2(t, harness.Containerd2Options{Env: []string{"GPURUN_CONFIG=" + config}})
+	c := c2.Containerd
+	gpurunInstall(t, "install", "containerd", "--config", c.ConfigPath, "--runtime-path", bin(t, "gpurun-runtime"),
+		"--state", filepath.Join(t.TempDir(), "state.json"), "--policy", config, "--set-as-default")
+	c.Restart()
+	want := hostTarget(t) / 1024
+	pod := c.RunPod(harness.PodOptions{Name: "gpu"})
+	gpu := c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
+	c.StartContainer(gpu)
+	side := c.CreateContainer(pod, harness.ContainerOptions{Name: "sidecar"})
+	c.StartContainer(side)
+	gs, gd := shmOf(t, c, gpu)
+	ss, sd := shmOf(t, c, side)
+	if gs != want || ss != want || gd != sd {
+		t.Errorf("trainer %d KiB (dev %s), sidecar %d KiB (dev %s); want %d KiB, one st_dev\nshim log:\n%s", gs, gd, ss, sd, want, readFile(logFile))
+	}
+	if !strings.HasPrefix(c.StateDir, "/tmp/") || !strings.Contains(readFile(logFile), `"path":"`+c.SandboxShm(pod)+`"`) {
+		t.Errorf("the shim's record lacks the remount of %s (state %s):\n%s", c.SandboxShm(pod), c.StateDir, readFile(logFile))
+	}
 }

@@ -21,13 +21,14 @@ import (
 const engineDefaultKiB = 65536
 
 // nriPolicy is the test's gpurun policy for the NRI plugin: a size that
-// is not the default (so that the plugin visibly uses this file), the
-// private containerd's directory as the only engine root, and a log file
-// under the test's directory; extra is appended.
-func nriPolicy(t *testing.T, engineRoot, extra string) (text string, logFile string) {
+// is not the default (so that the plugin visibly uses this file) and a log
+// file under the test's directory; extra is appended. No engine_roots: the
+// private containerd keeps its state under /tmp, and the plugin grows the
+// pod's tmpfs containerd names in the container's mounts.
+func nriPolicy(t *testing.T, extra string) (text string, logFile string) {
 	t.Helper()
 	logFile = filepath.Join(t.TempDir(), "gpurun.log")
-	text = fmt.Sprintf("size = \"25%%\"\nengine_roots = [%q]\nlog_file = %q\n%s", engineRoot, logFile, extra)
+	text = fmt.Sprintf("size = \"25%%\"\nlog_file = %q\n%s", logFile, extra)
 	return text, logFile
 }
 
@@ -61,6 +62,15 @@ type nriPlugin struct {
 // stderr in a log file; the cleanup kills it.
 func startNRIPlugin(t *testing.T, policyText, socket string, args ...string) *nriPlugin {
 	t.Helper()
+	return startNRIPluginHiding(t, policyText, socket, "", args...)
+}
+
+// startNRIPluginHiding is startNRIPlugin in a mount namespace of its own
+// where an empty tmpfs covers the directory hide ("" for none): a plugin
+// that cannot see the engine's directories, as in a pod without their
+// hostPath volume.
+func startNRIPluginHiding(t *testing.T, policyText, socket, hide string, args ...string) *nriPlugin {
+	t.Helper()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(config, []byte(policyText), 0o644); err != nil {
@@ -74,6 +84,11 @@ func startNRIPlugin(t *testing.T, policyText, socket string, args ...string) *nr
 	defer logf.Close()
 	argv := append([]string{"--config", config, "nri", "--socket", socket}, args...)
 	p.cmd = exec.Command(bin(t, "gpurun"), argv...)
+	if hide != "" {
+		// unshare and sh exec in place: the plugin keeps the process.
+		p.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-ec",
+			`mount -t tmpfs hidden "$0"; exec "$@"`, hide, bin(t, "gpurun")}, argv...)...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -144,7 +159,7 @@ func TestNRIPluginContainerd2(t *testing.T) {
 		c2 := harness.StartContainerd2(t, harness.Containerd2Options{})
 		c := c2.Containerd
 		dir = c.Dir
-		text, _ := nriPolicy(t, c.StateDir, "")
+		text, _ := nriPolicy(t, "")
 		want := nriTarget(t, text)
 		plugin := startNRIPlugin(t, text, c2.NRISocket)
 		plugin.waitLog(t, "registered with the runtime", 1)
@@ -218,11 +233,12 @@ func TestNRIPluginContainerd2(t *testing.T) {
 				t.Errorf("/dev/shm %d KiB, want %d\nplugin log:\n%s", got, want, readFile(plugin.log))
 			}
 		})
-		t.Run("a refused remount: fail-open starts the pod, fail_closed fails the container", func(t *testing.T) {
+		t.Run("a failed remount: fail-open starts the pod, fail_closed fails the container", func(t *testing.T) {
 			plugin.kill()
-			// The state dir is not an engine root: remount.Grow refuses.
-			open, _ := nriPolicy(t, "/nonexistent-engine-root", "")
-			plugin = startNRIPlugin(et, open, c2.NRISocket)
+			// The plugin cannot see containerd's CRI state dir, where the
+			// pod's tmpfs is: the remount fails.
+			open, _ := nriPolicy(t, "")
+			plugin = startNRIPluginHiding(et, open, c2.NRISocket, c.State)
 			plugin.waitLog(t, "registered with the runtime", 1)
 			_, ctr := gpuPod(t, c, "fail-open")
 			if got, _ := shmOf(t, c, ctr); got != engineDefaultKiB {
@@ -231,13 +247,16 @@ func TestNRIPluginContainerd2(t *testing.T) {
 			plugin.waitLog(t, "could not size /dev/shm", 1)
 
 			plugin.kill()
-			closed, _ := nriPolicy(t, "/nonexistent-engine-root", "fail_closed = true\n")
-			plugin = startNRIPlugin(et, closed, c2.NRISocket)
+			closed, _ := nriPolicy(t, "fail_closed = true\n")
+			plugin = startNRIPluginHiding(et, closed, c2.NRISocket, c.State)
 			plugin.waitLog(t, "registered with the runtime", 1)
 			pod := c.RunPod(harness.PodOptions{Name: "fail-closed"})
 			_, err := c.TryCreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
-			if err == nil || !strings.Contains(err.Error(), "fail_closed") || !strings.Contains(err.Error(), "not under an engine root") {
-				t.Errorf("fail_closed: CreateContainer error %v, want the plugin's refusal", err)
+			if err == nil || !strings.Contains(err.Error(), "fail_closed") || !strings.Contains(err.Error(), "grow "+c.SandboxShm(pod)) || !strings.Contains(err.Error(), "no such file") {
+				t.Errorf("fail_closed: CreateContainer error %v, want the plugin's failed remount of %s", err, c.SandboxShm(pod))
+			}
+			if log := readFile(plugin.log); !strings.Contains(log, "hostPath") {
+				t.Errorf("the plugin's log does not say how to fix it:\n%s", log)
 			}
 			plain, err := c.TryCreateContainer(pod, harness.ContainerOptions{Name: "plain"})
 			if err != nil {
@@ -262,7 +281,7 @@ func TestNRIPluginPreinstalled(t *testing.T) {
 		c2 := harness.StartContainerd2(t, harness.Containerd2Options{
 			Plugins: map[string]string{"10-gpurun": bin(t, "gpurun")},
 			PluginConfigs: map[string]func(string) string{"10-gpurun.conf": func(dir string) string {
-				text, logFile = nriPolicy(t, dir, "")
+				text, logFile = nriPolicy(t, "")
 				return text
 			}},
 		})

@@ -210,7 +210,7 @@ func TestShmProbe(t *testing.T) {
 	})
 
 	t.Run("runtime shim as the default runtime, no flag", func(t *testing.T) {
-		gpurunInstall(t, "install", "docker", "--config", d.ConfigPath, "--runtime-path", bin(t, "gpurun-runtime"),
+		installDocker(t, d, "install", "docker", "--config", d.ConfigPath, "--runtime-path", bin(t, "gpurun-runtime"),
 			"--state", filepath.Join(t.TempDir(), "state.json"), "--policy", config,
 			"--set-as-default", "--reload", "--pid-file", filepath.Join(d.Dir, "dockerd.pid"))
 		d.Reload()

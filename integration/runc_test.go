@@ -17,7 +17,6 @@ import (
 
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/runtime/shim"
 )
 
 // runcEnv runs bundles through gpurun-runtime (or plain runc) directly,
@@ -167,8 +166,8 @@ func TestShimFaults(t *testing.T) {
 	type fault struct {
 		name    string
 		make    func(t *testing.T, e *runcEnv) string // returns the bundle
-		env     []string
-		started bool // under fail-open, runc itself can start the container
+		runtime string                                // the gpurun-runtime build; "" for the release one
+		started bool                                  // under fail-open, runc itself can start the container
 		log     string
 	}
 	faults := []fault{
@@ -180,19 +179,19 @@ func TestShimFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			return b
-		}, nil, true, "ambiguous keys"},
+		}, "", true, "ambiguous keys"},
 		{"malformed config.json", func(t *testing.T, e *runcEnv) string {
 			b := e.bundle(t, "bad", dfArgs, gpuEnv, nil)
 			if err := os.WriteFile(filepath.Join(b, "config.json"), []byte(`{"ociVersion": "1.0.2", "mounts": [`), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			return b
-		}, nil, false, "malformed JSON"},
+		}, "", false, "malformed JSON"},
 		{"bind source outside the engine roots", func(t *testing.T, e *runcEnv) string {
 			src := filepath.Join(e.dir, "elsewhere", "sandboxes", "pod2", "shm")
 			mountTmpfs(t, src)
 			return e.bundle(t, "outside", dfArgs, gpuEnv, shmBind(src))
-		}, nil, true, "not under an engine root"},
+		}, "", true, "not under an engine root"},
 		{"symlinked bind source", func(t *testing.T, e *runcEnv) string {
 			real := filepath.Join(e.dir, "engine", "real", "sandboxes", "pod3", "shm")
 			mountTmpfs(t, real)
@@ -201,10 +200,10 @@ func TestShimFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			return e.bundle(t, "symlink", dfArgs, gpuEnv, shmBind(filepath.Join(link, "sandboxes", "pod3", "shm")))
-		}, nil, true, "symbolic link"},
-		{"panic while planning", func(t *testing.T, e *runcEnv) string {
+		}, "", true, "symbolic link"},
+		{"panic while planning (a gpurunfault build)", func(t *testing.T, e *runcEnv) string {
 			return e.bundle(t, "panic", dfArgs, gpuEnv, nil)
-		}, []string{shim.PanicEnv + "=plan"}, true, "panic: test hook"},
+		}, "gpurun-runtime-fault", true, "panic: injected fault"},
 	}
 	for _, f := range faults {
 		for _, closed := range []bool{false, true} {
@@ -215,7 +214,9 @@ func TestShimFaults(t *testing.T) {
 					extra = "fail_closed = true\n"
 				}
 				e := newRuncEnv(t, extra)
-				e.env = append(e.env, f.env...)
+				if f.runtime != "" {
+					e.rt = bin(t, f.runtime)
+				}
 				b := f.make(t, e)
 				out, stderr, err := e.run(e.rt, "run", "-b", b, "c")
 				log := readFile(e.logFile)

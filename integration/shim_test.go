@@ -11,18 +11,19 @@ import (
 
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/shim"
 	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
-// shimConfig writes a gpurun policy for gpurun-runtime: its log file, and
-// the engine root of the test's private engine.
+// shimConfig writes a gpurun policy for gpurun-runtime: the default policy
+// but for its log file, and extra. No engine_roots: the private engines
+// keep their dirs under /tmp, which the defaults do not list, and the shim
+// learns them from the engine (the bundle path, dockerd's runtimeArgs).
 func shimConfig(t *testing.T, extra string) (config, logFile string) {
 	t.Helper()
 	dir := t.TempDir()
 	config = filepath.Join(dir, "config.toml")
 	logFile = filepath.Join(dir, "gpurun.log")
-	body := "log_file = \"" + logFile + "\"\nengine_roots = [\"/tmp\"]\n" + extra
+	body := "log_file = \"" + logFile + "\"\n" + extra
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +62,8 @@ func logLines(t *testing.T, path string) []map[string]any {
 
 func TestShimDocker(t *testing.T) {
 	config, logFile := shimConfig(t, "")
-	rt := bin(t, "gpurun-runtime")
-	d := harness.StartDockerd(t, harness.DockerdOptions{
-		DaemonJSON: map[string]any{"runtimes": map[string]any{"gpurun": map[string]any{"path": rt}}},
-		Env:        []string{"GPURUN_CONFIG=" + config},
-	})
+	d := harness.StartDockerd(t, harness.DockerdOptions{Env: []string{"GPURUN_CONFIG=" + config}})
+	registerDocker(t, d, bin(t, "gpurun-runtime"), config, false)
 	img := harness.BusyboxImage(t, d)
 	gpu := harness.MknodGPU(t, t.TempDir())
 	want := hostTarget(t) / 1024
@@ -130,10 +128,11 @@ func TestShimDocker(t *testing.T) {
 	})
 }
 
-// TestShimDockerFailures: a panic while planning still starts the container
-// (fail-open) and is logged; with fail_closed the create fails clearly.
+// TestShimDockerFailures: a panic while planning (in a gpurun-runtime built
+// with the test-only tag gpurunfault) still starts the container (fail-open)
+// and is logged; with fail_closed the create fails clearly.
 func TestShimDockerFailures(t *testing.T) {
-	rt := bin(t, "gpurun-runtime")
+	rt := bin(t, "gpurun-runtime-fault")
 	for _, tt := range []struct {
 		name       string
 		extra      string
@@ -142,19 +141,17 @@ func TestShimDockerFailures(t *testing.T) {
 		wantStderr string
 	}{
 		{"fail-open", "", false, 65536, ""},
-		{"fail_closed", "fail_closed = true\n", true, 0, "gpurun-runtime: panic: test hook"},
+		{"fail_closed", "fail_closed = true\n", true, 0, "gpurun-runtime: /dev/shm of container "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			config, logFile := shimConfig(t, tt.extra)
-			d := harness.StartDockerd(t, harness.DockerdOptions{
-				DaemonJSON: map[string]any{"runtimes": map[string]any{"gpurun": map[string]any{"path": rt}}},
-				Env:        []string{"GPURUN_CONFIG=" + config, shim.PanicEnv + "=plan"},
-			})
+			d := harness.StartDockerd(t, harness.DockerdOptions{Env: []string{"GPURUN_CONFIG=" + config}})
+			registerDocker(t, d, rt, config, false)
 			img := harness.BusyboxImage(t, d)
 			out, stderr, err := d.Docker("run", "--rm", "--runtime", "gpurun", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=all", img, "df", "-k", "/dev/shm")
 			if tt.wantFail {
-				if err == nil || !strings.Contains(stderr, tt.wantStderr) {
-					t.Errorf("err %v, stderr %q; want a failure naming %q", err, stderr, tt.wantStderr)
+				if err == nil || !strings.Contains(stderr, tt.wantStderr) || !strings.Contains(stderr, "panic: injected fault") {
+					t.Errorf("err %v, stderr %q; want a failure naming %q and the panic", err, stderr, tt.wantStderr)
 				}
 			} else {
 				if err != nil {
@@ -164,7 +161,7 @@ func TestShimDockerFailures(t *testing.T) {
 					t.Errorf("/dev/shm %d KiB, want %d", got, tt.wantKiB)
 				}
 			}
-			if log := readFile(logFile); !strings.Contains(log, "panic: test hook") {
+			if log := readFile(logFile); !strings.Contains(log, "panic: injected fault") {
 				t.Errorf("log lacks the panic: %s", log)
 			}
 		})

@@ -215,7 +215,7 @@ func TestTorchDataLoaderShm(t *testing.T) {
 	})
 
 	t.Run("docker run under the gpurun runtime shim finishes", func(t *testing.T) {
-		gpurunInstall(t, "install", "docker", "--config", e.d.ConfigPath, "--runtime-path", bin(t, "gpurun-runtime"),
+		installDocker(t, e.d, "install", "docker", "--config", e.d.ConfigPath, "--runtime-path", bin(t, "gpurun-runtime"),
 			"--state", filepath.Join(t.TempDir(), "state.json"), "--policy", e.config,
 			"--set-as-default", "--reload", "--pid-file", filepath.Join(e.d.Dir, "dockerd.pid"))
 		e.d.For(t).Reload()

@@ -20,7 +20,9 @@ import (
 	"github.com/gpurun/gpurun/dockerspec"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
 	"github.com/gpurun/gpurun/runtime/nri"
+	"github.com/gpurun/gpurun/runtime/remount"
 )
 
 // The agreement test: every container captured from a real engine by
@@ -149,29 +151,41 @@ func (st setting) facts(fx *captured) oci.Facts {
 	}}
 }
 
-// nodePlan is how the node-level front doors plan a bundle on this branch:
-// `gpurun plan --spec`, the shim and the hook read config.json with
-// oci.FromSpec and ask oci.Decide with the host's facts (sysinfo.Facts;
-// the hook and the NRI plugin do not count the host's GPUs); the NRI
-// plugin first sees the container the way containerd describes it to NRI
-// and rebuilds the spec with nri.ToSpec. The shim, the hook and the NRI
-// plugin are being merged into one enforcer: when it lands, this helper
-// calls the enforcer's entry point instead and the rest of the test stays.
-// ok is false where the door never sees the container (NRI is never asked
-// about a pod's sandbox).
+// nodePlan is how the node-level front doors plan a bundle: `gpurun plan
+// --spec` reads config.json with oci.FromSpec and asks oci.Decide; the
+// shim, the hook and the NRI plugin hand the one form to the one enforcer
+// (runtime/enforce), which plans with the host's facts — here f, for every
+// door alike — and carries nothing out (its Grow and the door's Carry only
+// record). The NRI plugin first sees the container the way containerd
+// describes it to NRI and rebuilds the spec with nri.ToSpec. ok is false
+// where the door never sees the container (NRI is never asked about a
+// pod's sandbox).
 func nodePlan(d door, s *specs.Spec, pol *policy.Policy, f oci.Facts) (oci.Plan, bool) {
 	switch d {
-	case doorHook:
-		f.HostGPUs = 0
+	case doorPlan:
+		return oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: pol, Facts: f}), true
 	case doorNRI:
 		pod := oci.CRIPod(s)
 		if pod.Sandbox {
 			return oci.Plan{}, false
 		}
-		f.HostGPUs = 0
 		s = nri.ToSpec("containerd", &api.PodSandbox{Id: pod.SandboxID}, nriContainer(s, pod.SandboxID))
 	}
-	return oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: pol, Facts: f}), true
+	e := enforce.New(enforce.Config{
+		Component: string(d),
+		Policy:    pol,
+		Facts:     func() (oci.Facts, error) { return f, nil },
+		Grow: func(string, int64, remount.Scope) (remount.Result, error) {
+			return remount.Result{}, nil
+		},
+	})
+	res, _ := e.Run(enforce.Subject{ID: "agreement"}, nil, func() (enforce.Request, error) {
+		return enforce.Request{
+			Container: oci.FromSpec(s),
+			Carry:     func(oci.Plan) (enforce.Done, error) { return enforce.Done{}, nil },
+		}, nil
+	})
+	return res.Plan, true
 }
 
 // nriContainer describes a spec the way containerd's CRI plugin describes
@@ -306,6 +320,17 @@ func portableTarget(fx *captured, st setting) int64 {
 
 var exceptions = []exception{
 	{
+		why:   "a setting's GPU host is not the capture host (which had no GPUs): where config.json lists the host's own devices — --privileged gets every one, --device DIR the nodes dockerd found under the directory (here a temp dir of one render node) — the spec shows the capture host's, while gpurun run and doctor count the setting's host's GPUs, as the spec would on that host",
+		doors: []door{doorLauncher, doorDoctor},
+		applies: func(fx *captured, st setting, cur outcome) bool {
+			return st.gpus > 0 && named("docker-20.10-device-dri-dir", "docker-20.10-privileged", "docker-compose-1.29-devices-dri")(fx, st, cur)
+		},
+		want: func(fx *captured, st setting, _ outcome) outcome {
+			n, _ := st.pol.Target(policy.Request{MemoryLimit: fx.Docker.Inspect.HostConfig.Memory, HostMemory: st.memory, GPUs: st.gpus})
+			return outcome{oci.ActionSetSize, n}
+		},
+	},
+	{
 		why:   "an explicit 64 MiB (--shm-size 64m, shm_size: 64m) is the user's choice at the front doors that read the user's words; config.json and docker inspect cannot tell it from the engines' default, so the others size it",
 		doors: []door{doorLauncher, doorCompose},
 		applies: func(fx *captured, st setting, cur outcome) bool {
@@ -398,9 +423,16 @@ func TestFrontDoorsAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	perGPU, err := policy.Parse("per-gpu.toml", []byte(`per_gpu = "4g"`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	settings := []setting{
 		{name: "default", pol: policy.Default(), memory: 64 * policy.GiB, gpus: hostGPUs},
 		{name: `match "all"`, pol: all, memory: 64 * policy.GiB, gpus: hostGPUs},
+		// A GPU host: per_gpu counts the host's GPUs for "all" in every
+		// door alike (the hook and the NRI plugin once planned without them).
+		{name: "per_gpu 4g, 8 GPUs", pol: perGPU, memory: 64 * policy.GiB, gpus: 8},
 	}
 	used := map[string]bool{}
 	got := map[string]map[door]outcome{} // fixture/setting -> door -> outcome

@@ -85,8 +85,12 @@ type File struct {
 	// write JSON log lines.
 	LogFile string `toml:"log_file" comment:"Where gpurun-runtime, the hook and a runtime-launched NRI plugin write their JSON log lines (a long-running gpurun nri logs to stderr)."`
 	// EngineRoots are the directories under which gpurun may remount an
-	// engine-made tmpfs.
-	EngineRoots []string `toml:"engine_roots" comment:"Directories under which an engine-made tmpfs may be remounted."`
+	// engine-made tmpfs for a container whose engine named none: the
+	// fallback for layouts gpurun does not know. Where the engine names
+	// its dirs (containerd's bundle path, Podman's and CRI-O's, NRI's pod,
+	// dockerd's data-root in the runtime's runtimeArgs), only the tmpfs
+	// they give is remounted, wherever it is.
+	EngineRoots []string `toml:"engine_roots" comment:"Fallback: directories under which an engine-made tmpfs may be remounted when the engine names none for the container (gpurun-runtime, the hook and the NRI plugin learn containerd's, Podman's, CRI-O's and dockerd's dirs from the engine itself)."`
 	// ComposeDefault is the size `gpurun compose migrate` writes for a GPU
 	// service without a memory limit.
 	ComposeDefault string `toml:"compose_default" comment:"shm_size for a GPU compose service without a memory limit."`

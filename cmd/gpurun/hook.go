@@ -26,8 +26,11 @@ config.json, plans /dev/shm exactly as gpurun-runtime does, and makes the
 container's /dev/shm the planned size:
 
   - a bind of a tmpfs the engine mounted on the host (Podman/CRI-O
-    userdata/shm, a CRI pod's sandbox shm, Docker shareable IPC) is grown on
-    the host, under the policy's engine_roots;
+    userdata/shm, a CRI pod's sandbox shm) is grown on the host: only the
+    one the engine named for this container, which the bundle path shows
+    (<graph or run root>/overlay-containers/<id>/userdata, containerd's
+    <state>/io.containerd.runtime.v2.task/<ns>/<id>), or, for a bundle of
+    another layout, one under the policy's engine_roots;
   - the container's own tmpfs is grown inside its mount namespace, at
     <rootfs>/dev/shm (stages createRuntime, prestart, createContainer).
 
@@ -98,9 +101,11 @@ removes exactly that; a second install changes nothing; --dry-run shows the
 diff. Hooks.d entries are read at each container start (CRI-O watches the
 directory if it existed when CRI-O started): no restart is needed.
 
-The policy's engine_roots must cover where %[3]s mounts /dev/shm (Podman:
-/var/lib/containers/storage; CRI-O: /run/containers/storage): install warns
-when it does not.`, defDir, install.HookFileName, name),
+The hook learns where %[3]s keeps a container's /dev/shm tmpfs from the
+bundle path it is given (<root>/overlay-containers/<id>/userdata: Podman's
+graph root, CRI-O's run root), wherever storage.conf puts the root. Install
+warns when the hook would refuse it: a root through a symbolic link, or a
+storage driver other than overlay.`, defDir, install.HookFileName, name),
 		Example: example,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

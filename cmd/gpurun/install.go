@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/dockercli"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/restart"
@@ -107,13 +110,25 @@ func newInstallDockerCmd(g *globals, uninstall bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "docker",
 		Short: "dockerd: runtimes.gpurun in daemon.json",
+		Long: `Install registers gpurun-runtime in dockerd's daemon.json as the runtime
+"gpurun", with dockerd's data-root in its runtimeArgs
+(--gpurun-docker-data-root=DIR): dockerd passes runtimeArgs on every call, so
+gpurun-runtime knows where a --ipc shareable group's /dev/shm tmpfs is
+(DIR/containers/<id>/mounts/shm) wherever the data-root is. The data-root is
+the running dockerd's (asked at $DOCKER_HOST, else the default socket), else
+daemon.json's "data-root", else /var/lib/docker; --data-root overrides all.
+Run install again after moving the data-root.`,
 		Example: `  gpurun install docker --dry-run
   gpurun install docker --set-as-default --reload
+  gpurun install docker --data-root /mnt/nvme/docker --reload
   gpurun uninstall docker --reload`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d.Options = f.options(g, cmd.OutOrStdout())
 			d.ConfigPath = f.config
+			if !uninstall {
+				d.Daemon = dockerRootDir(cmd.Context())
+			}
 			return installOrUninstall(uninstall, d.Install, d.Uninstall)
 		},
 	}
@@ -124,7 +139,32 @@ func newInstallDockerCmd(g *globals, uninstall bool) *cobra.Command {
 	}
 	fl.BoolVar(&d.Reload, "reload", false, "send SIGHUP to dockerd, which reloads runtimes without a restart")
 	fl.StringVar(&d.PIDFile, "pid-file", "", `dockerd's pid file for --reload (default: daemon.json "pidfile", else /var/run/docker.pid)`)
+	if !uninstall {
+		fl.StringVar(&d.DataRoot, "data-root", "", "dockerd's data-root, told to gpurun-runtime (default: the running dockerd's, else daemon.json's, else /var/lib/docker)")
+	}
 	return cmd
+}
+
+// dockerRootDir asks the dockerd at $DOCKER_HOST (else the default socket)
+// for its data-root, within a few seconds.
+func dockerRootDir(ctx context.Context) func() (string, error) {
+	return func() (string, error) {
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		c, err := dockercli.NewClient(os.Getenv)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		info, err := c.Info(ctx)
+		if err != nil {
+			return "", err
+		}
+		return info.DockerRootDir, nil
+	}
 }
 
 func newInstallContainerdCmd(g *globals, uninstall bool) *cobra.Command {

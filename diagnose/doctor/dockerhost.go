@@ -9,12 +9,14 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/docker/docker/api/types/system"
 
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/textpos"
 )
 
@@ -23,6 +25,8 @@ type daemonJSON struct {
 	DefaultShmSize string `json:"default-shm-size"`
 	DefaultRuntime string `json:"default-runtime"`
 	PIDFile        string `json:"pidfile"`
+	DataRoot       string `json:"data-root"`
+	Graph          string `json:"graph"`
 	Runtimes       map[string]struct {
 		Path        string   `json:"path"`
 		RuntimeArgs []string `json:"runtimeArgs"`
@@ -133,6 +137,9 @@ func dockerChecks(ctx context.Context, sys *System, o HostOptions, pol *policy.P
 
 	// gpurun-runtime in dockerd.
 	out.checks = append(out.checks, dockerRuntimeCheck(sys, cfg, cfgPath, cfgErr == nil, info, live, &out))
+	if out.name != "" && cfgErr == nil {
+		out.checks = append(out.checks, dockerDataRootCheck(sys, cfg, cfgPath, out.name, info, live, pol))
+	}
 
 	// default-shm-size.
 	sc := Check{Name: "docker.default-shm-size", Status: OK}
@@ -237,6 +244,94 @@ func dockerRuntimeCheck(sys *System, cfg daemonJSON, cfgPath string, cfgOK bool,
 		c.Detail += fmt.Sprintf("; its binary is %s, not %s", path.Base(where), runtimeBinary)
 	}
 	return c
+}
+
+// toldDataRoot returns the data-root in gpurun-runtime's runtimeArgs
+// (enginedirs.DockerRootFlag), "" when none.
+func toldDataRoot(args []string) string {
+	for i, a := range args {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if "--"+name != enginedirs.DockerRootFlag {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			value = args[i+1]
+		}
+		return value
+	}
+	return ""
+}
+
+// dockerDataRootCheck compares the data-root gpurun-runtime is told in its
+// runtimeArgs with the one dockerd uses: the running daemon's, else
+// daemon.json's (links resolved, as dockerd resolves them). A shareable IPC
+// group's tmpfs is <data-root>/containers/<id>/mounts/shm; told another
+// root, or none that the policy's engine_roots cover, the shim refuses to
+// grow it and the group keeps 64MiB.
+func dockerDataRootCheck(sys *System, cfg daemonJSON, cfgPath, name string, info system.Info, live bool, pol *policy.Policy) Check {
+	c := Check{Name: "docker.data-root", Status: OK}
+	told := toldDataRoot(cfg.Runtimes[name].RuntimeArgs)
+	fileRoot, from := cfg.DataRoot, cfgPath
+	if fileRoot == "" {
+		fileRoot = cfg.Graph
+	}
+	if fileRoot == "" {
+		fileRoot, from = "/var/lib/docker", "Docker's default"
+	}
+	if r, err := filepath.EvalSymlinks(sys.path(fileRoot)); err == nil {
+		if rel, err := filepath.Rel(sys.path("/"), r); err == nil && !strings.HasPrefix(rel, "..") {
+			fileRoot = path.Join("/", rel)
+		}
+	}
+	actual := fileRoot
+	if live && info.DockerRootDir != "" {
+		actual, from = info.DockerRootDir, "the running dockerd"
+	}
+	c.Data = map[string]any{"told": told, "data_root": actual}
+	fix := "sudo gpurun install docker --reload   (it tells gpurun-runtime the running dockerd's data-root)"
+	switch {
+	case told == "" && underRoots(actual, pol.EngineRoots):
+		c.Status = Warn
+		c.Detail = fmt.Sprintf("gpurun-runtime is not told dockerd's data-root (runtimes.%s.runtimeArgs in %s has no %s): it grows a --ipc shareable group's /dev/shm only under the policy's engine_roots, which cover %s (from %s)", name, cfgPath, enginedirs.DockerRootFlag, actual, from)
+		c.Fix = fix
+	case told == "":
+		c.Status = Problem
+		c.Detail = fmt.Sprintf("gpurun-runtime is not told dockerd's data-root %s (from %s), and the policy's engine_roots (%s) do not cover it: every --ipc shareable container and its container: peers keep 64MiB (their remount is refused)", actual, from, strings.Join(pol.EngineRoots, ", "))
+		c.Fix = fix
+	case told != actual:
+		c.Status = Problem
+		c.Detail = fmt.Sprintf("gpurun-runtime is told data-root %s, but dockerd uses %s (from %s): every --ipc shareable container and its container: peers keep 64MiB (their remount is refused)", told, actual, from)
+		c.Fix = fix
+	default:
+		c.Detail = fmt.Sprintf("gpurun-runtime is told dockerd's data-root %s (from %s), where --ipc shareable groups' /dev/shm tmpfs are", told, from)
+	}
+	if live && c.Status == OK {
+		if loaded, ok := info.Runtimes[name]; ok && toldDataRoot(loaded.Args) != told {
+			c.Status = Problem
+			c.Detail = fmt.Sprintf("%s tells gpurun-runtime data-root %s, but the running dockerd still passes %q", cfgPath, told, strings.Join(loaded.Args, " "))
+			c.Fix = fmt.Sprintf("reload dockerd: kill -HUP $(cat %s)  (or: systemctl reload docker)", dockerPIDFile(cfg))
+		}
+	}
+	return c
+}
+
+// dockerPIDFile is where dockerd writes its pid according to daemon.json.
+func dockerPIDFile(cfg daemonJSON) string {
+	if cfg.PIDFile != "" {
+		return cfg.PIDFile
+	}
+	return "/var/run/docker.pid"
+}
+
+// underRoots reports whether dir is strictly below one of roots.
+func underRoots(dir string, roots []string) bool {
+	for _, r := range roots {
+		r = path.Clean(r)
+		if r != "/" && strings.HasPrefix(dir+"/", r+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // fileExists reports whether a regular file exists under the root.

@@ -74,8 +74,8 @@ type HostOptions struct {
 // Host checks the engines of the host doctor runs on: dockerd (daemon.json
 // and what the daemon loaded), containerd (config.toml with its imports, and
 // what the CRI plugin loaded), the OCI hooks of Podman and CRI-O, gpurun's
-// policy file and the low-level runtime it hands over to, and the host's
-// /dev/shm.
+// policy file and the low-level runtime it hands over to, the remounts
+// gpurun's log says failed, and the host's /dev/shm.
 func Host(ctx context.Context, sys *System, o HostOptions) *Report {
 	r := &Report{Mode: ModeHost}
 	r.add(Check{Name: "environment", Status: OK, Detail: whereDetail(o.Where)})
@@ -94,6 +94,7 @@ func Host(ctx context.Context, sys *System, o HostOptions) *Report {
 	if c, ok := chainCheck(sys, pol, src.Path, dk, ct); ok {
 		r.add(c)
 	}
+	r.add(remountCheck(sys, pol))
 	r.add(hostShmCheck(sys))
 	return r.finish()
 }

@@ -167,7 +167,27 @@ func TestHostDockerConfigs(t *testing.T) {
 			if nv := nvidiaRuntime(cfg.runtimePaths()); hasChain && isDefault && nv != "" && chain.Status != Warn {
 				t.Errorf("runtime.chain %s (%s): gpurun is the default over NVIDIA's %s, but the policy execs runc", chain.Status, chain.Detail, nv)
 			}
-			if r.Count(Problem) != 0 || r.ExitCode != 0 {
+			// engineconf's golden files register gpurun-runtime without the
+			// data-root gpurun install adds to runtimeArgs: covered by the
+			// default engine_roots, that is a warning; not covered, a problem.
+			wantProblems := 0
+			if registered {
+				dr := check(t, r, "docker.data-root")
+				root := cfg.DataRoot
+				if root == "" {
+					root = "/var/lib/docker"
+				}
+				wantDR := Warn
+				if !underRoots(root, pol.EngineRoots) {
+					wantDR, wantProblems = Problem, 1
+				}
+				if dr.Status != wantDR || !strings.Contains(dr.Fix, "gpurun install docker") {
+					t.Errorf("docker.data-root %s (%s), fix %q; want %s", dr.Status, dr.Detail, dr.Fix, wantDR)
+				}
+			} else if _, ok := r.Find("docker.data-root"); ok {
+				t.Error("docker.data-root without gpurun-runtime registered")
+			}
+			if r.Count(Problem) != wantProblems || (wantProblems == 0) != (r.ExitCode == 0) {
 				t.Errorf("exit %d\n%s", r.ExitCode, text(r))
 			}
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
 	"github.com/gpurun/gpurun/runtime/remount"
 )
 
@@ -65,8 +66,15 @@ type fixture struct {
 // with extra lines, and a Hook whose effects are recorded.
 func newFixture(t *testing.T, cfg map[string]any, extra string, state string) *fixture {
 	t.Helper()
+	return newFixtureAt(t, "bundle", cfg, extra, state)
+}
+
+// newFixtureAt is newFixture with the bundle at rel under the fixture's
+// directory (a Podman layout, say).
+func newFixtureAt(t *testing.T, rel string, cfg map[string]any, extra string, state string) *fixture {
+	t.Helper()
 	f := &fixture{dir: t.TempDir(), calls: &calls{}}
-	f.bundle = filepath.Join(f.dir, "bundle")
+	f.bundle = filepath.Join(f.dir, rel)
 	if err := os.MkdirAll(filepath.Join(f.bundle, "rootfs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -90,15 +98,14 @@ func newFixture(t *testing.T, cfg map[string]any, extra string, state string) *f
 	}
 	c := f.calls
 	f.h = &Hook{
-		Stdin:         strings.NewReader(state),
-		ConfigPath:    f.config,
-		Stage:         "createRuntime",
-		Getenv:        func(string) string { return "" },
-		Fallback:      &policy.Policy{LogFile: f.log},
-		MemTotal:      func() (int64, error) { return hostMem, nil },
-		HostTmpfsSize: func(string) (int64, error) { return podmanShm, nil },
-		Grow: func(path string, size int64, roots []string) (remount.Result, error) {
-			c.grow = append(c.grow, fmt.Sprintf("%s %d %s", path, size, strings.Join(roots, ",")))
+		Stdin:      strings.NewReader(state),
+		ConfigPath: f.config,
+		Stage:      "createRuntime",
+		Getenv:     func(string) string { return "" },
+		Fallback:   &policy.Policy{LogFile: f.log},
+		Facts:      hostFacts(podmanShm),
+		Grow: func(path string, size int64, scope remount.Scope) (remount.Result, error) {
+			c.grow = append(c.grow, fmt.Sprintf("%s %d %s", path, size, scope))
 			return remount.Result{Before: podmanShm, After: size, Changed: true}, nil
 		},
 		GrowPrivate: func(tg Target, size int64) (remount.Result, string, error) {
@@ -108,6 +115,13 @@ func newFixture(t *testing.T, cfg map[string]any, extra string, state string) *f
 		},
 	}
 	return f
+}
+
+// hostFacts are the fake host's facts, its engine tmpfs shmSize bytes.
+func hostFacts(shmSize int64) func() (oci.Facts, error) {
+	return func() (oci.Facts, error) {
+		return oci.Facts{HostMemory: hostMem, TmpfsSize: func(string) (int64, error) { return shmSize, nil }}, nil
+	}
 }
 
 // records returns the hook's log records.
@@ -159,14 +173,14 @@ func TestRunCarriesOutThePlan(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, tt.cfg, tt.extra, "")
 			if strings.Contains(tt.name, "--shm-size") {
-				f.h.HostTmpfsSize = func(string) (int64, error) { return 2 << 30, nil }
+				f.h.Facts = hostFacts(2 << 30)
 			}
 			if err := f.h.Run(); err != nil {
 				t.Fatal(err)
 			}
 			want := f.target(t)
 			if tt.grow {
-				if len(f.calls.grow) != 1 || f.calls.grow[0] != fmt.Sprintf("%s %d %s", podmanSrc, want, "/var/lib/containers/storage") {
+				if len(f.calls.grow) != 1 || f.calls.grow[0] != fmt.Sprintf("%s %d engine roots %s", podmanSrc, want, "/var/lib/containers/storage") {
 					t.Errorf("Grow calls %q, want one of %s to %d", f.calls.grow, podmanSrc, want)
 				}
 			} else if len(f.calls.grow) != 0 {
@@ -191,7 +205,7 @@ func TestRunCarriesOutThePlan(t *testing.T) {
 
 func TestRunFailsOpenUnlessFailClosed(t *testing.T) {
 	badGrow := func(f *fixture) {
-		f.h.Grow = func(string, int64, []string) (remount.Result, error) {
+		f.h.Grow = func(string, int64, remount.Scope) (remount.Result, error) {
 			return remount.Result{}, fmt.Errorf("%w: not under an engine root", remount.ErrUnsafe)
 		}
 	}
@@ -234,7 +248,7 @@ func TestRunFailsOpenUnlessFailClosed(t *testing.T) {
 					tt.setup(f)
 				}
 				err := f.h.Run()
-				var fc *FailClosedError
+				var fc *enforce.FailClosedError
 				if closed != errors.As(err, &fc) {
 					t.Fatalf("Run = %v; fail_closed %v", err, closed)
 				}
@@ -247,6 +261,52 @@ func TestRunFailsOpenUnlessFailClosed(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRunGrowsWhatPodmanNamed: a bundle in Podman's layout names its graph
+// root, wherever it is: the hook grows exactly the userdata/shm there,
+// whatever engine_roots say, and refuses a bind under another root.
+func TestRunGrowsWhatPodmanNamed(t *testing.T) {
+	const id = "2e315290161bfa1356e29152e483e5b451fe61ce288d62009a7145af926d173b"
+	rel := filepath.Join("graph", "overlay-containers", id, "userdata")
+	state := func(f *fixture) string {
+		return fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"creating","pid":4242,"bundle":%q}`, id, f.bundle)
+	}
+	for _, tt := range []struct {
+		name    string
+		source  func(f *fixture) string
+		refused bool
+	}{
+		{"the container's own userdata/shm", func(f *fixture) string { return filepath.Join(f.bundle, "shm") }, false},
+		{"another graph root's", func(*fixture) string { return podmanSrc }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixtureAt(t, rel, nil, "", "-")
+			bindAt := map[string]any{"destination": "/dev/shm", "type": "bind", "source": tt.source(f), "options": []string{"bind", "rprivate"}}
+			data, err := json.Marshal(spec(bindAt, gpuEnv, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(f.bundle, "config.json"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f.h.Stdin = strings.NewReader(state(f))
+			if err := f.h.Run(); err != nil {
+				t.Fatal(err)
+			}
+			recs := f.records(t)
+			if tt.refused {
+				if len(f.calls.grow) != 0 || len(recs) != 1 || recs[0]["refused"] != true || !strings.Contains(fmt.Sprint(recs[0]["err"]), "containers/storage named "+filepath.Join(f.dir, "graph")) {
+					t.Errorf("grows %q, records %v; want a refusal naming the graph root", f.calls.grow, recs)
+				}
+				return
+			}
+			want := fmt.Sprintf("%s %d named %s", tt.source(f), f.target(t), tt.source(f))
+			if len(f.calls.grow) != 1 || f.calls.grow[0] != want || len(recs) != 1 || recs[0]["msg"] != "planned /dev/shm" {
+				t.Errorf("grows %q, records %v; want %q", f.calls.grow, recs, want)
+			}
+		})
 	}
 }
 

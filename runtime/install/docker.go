@@ -2,14 +2,18 @@ package install
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/engineconf/docker"
+	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
 
@@ -30,6 +34,13 @@ type Docker struct {
 	// PIDFile is dockerd's pid file; "" means daemon.json's "pidfile", else
 	// /var/run/docker.pid.
 	PIDFile string
+	// DataRoot is dockerd's data-root (a node path); "" learns it: the
+	// running dockerd's (Daemon), else daemon.json's "data-root", else
+	// /var/lib/docker, with symbolic links resolved as dockerd resolves them.
+	DataRoot string
+	// Daemon asks the running dockerd for its data-root (Info's
+	// DockerRootDir); nil, or an error, when none answers.
+	Daemon func() (string, error)
 }
 
 func (d Docker) configPath() string {
@@ -43,14 +54,97 @@ func (d Docker) options() docker.Options {
 	return docker.Options{Name: RuntimeName, Path: d.RuntimePath, SetAsDefault: d.SetAsDefault}
 }
 
-// Install registers gpurun-runtime. A second install changes nothing.
+// dataRoot returns the data-root dockerd keeps its containers under, as
+// dockerd itself uses it (the running daemon's when it answers), and says
+// where it learned it and what would make gpurun-runtime refuse to grow a
+// shareable IPC group's /dev/shm. It returns "" when the data-root cannot
+// be passed to gpurun-runtime.
+func (d Docker) dataRoot(config []byte) string {
+	fileRoot, remap := docker.DataRoot(config)
+	from := "daemon.json"
+	if fileRoot == "" {
+		fileRoot, from = docker.DefaultDataRoot, "Docker's default"
+	}
+	fileRoot = d.resolve(fileRoot)
+	var root string
+	live, liveErr := "", errors.New("not asked")
+	if d.Daemon != nil {
+		live, liveErr = d.Daemon()
+	}
+	switch {
+	case d.DataRoot != "":
+		root, from = d.DataRoot, "--data-root"
+	case liveErr == nil && live != "":
+		root = live
+		// daemon.json silent and dockerd elsewhere: a --data-root flag,
+		// which is dockerd's to know. daemon.json saying another: a
+		// restart will move it.
+		if live != fileRoot && from == "daemon.json" {
+			fmt.Fprintf(d.Out, "warning: the running dockerd uses data-root %s, but %s says %s (a --data-root flag?): gpurun-runtime is told %s; run gpurun install docker again if dockerd restarts with another\n", live, from, fileRoot, live)
+		}
+		from = "the running dockerd"
+	default:
+		root = fileRoot
+		if remap {
+			fmt.Fprintf(d.Out, "warning: daemon.json sets userns-remap, so dockerd keeps containers in a subdirectory of %s that only the running daemon names, and none answered (%v): run gpurun install docker while dockerd runs, or --data-root DIR\n", root, liveErr)
+		}
+	}
+	if err := enginedirs.CheckDockerRoot(root); err != nil {
+		fmt.Fprintf(d.Out, "warning: %v: gpurun-runtime is not told it, and grows a --ipc shareable group's /dev/shm only under the policy's engine_roots%s\n", err, d.coveredNote(root))
+		return ""
+	}
+	fmt.Fprintf(d.Out, "dockerd data-root %s (from %s): passed to gpurun-runtime in runtimeArgs (%s)\n", root, from, enginedirs.DockerRootFlag)
+	return root
+}
+
+// resolve resolves the symbolic links of a node path, as dockerd resolves
+// its data-root at start; a path that does not exist (yet) stays as it is.
+func (d Docker) resolve(p string) string {
+	here := d.host(p)
+	r, err := filepath.EvalSymlinks(here)
+	if err != nil {
+		return p
+	}
+	if d.HostRoot == "" || d.HostRoot == "/" {
+		return r
+	}
+	rel, err := filepath.Rel(filepath.Clean(d.HostRoot), r)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return p // a link out of the host root: not the node's path
+	}
+	return "/" + rel
+}
+
+// coveredNote says whether the policy's engine_roots cover root.
+func (d Docker) coveredNote(root string) string {
+	pol, err := policy.Load(d.policyPath(), false)
+	if err != nil {
+		return ""
+	}
+	if underAny(root, pol.EngineRoots) {
+		return fmt.Sprintf(" (%s covers %s)", d.policyPath(), root)
+	}
+	return fmt.Sprintf(", which do not cover %s: it will be refused; add %q to engine_roots in %s", root, root, d.policyPath())
+}
+
+// Install registers gpurun-runtime, telling it dockerd's data-root. A
+// second install changes nothing.
 func (d Docker) Install() error {
 	path := d.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
 		return err
 	}
-	after, ch, err := docker.Install(before, d.options())
+	opts := d.options()
+	// dockerd passes a runtime's runtimeArgs on every call, ahead of its own
+	// arguments (it writes them into a wrapper script it runs instead of the
+	// runtime's path): so dockerd itself names its data-root to
+	// gpurun-runtime each time, and the shim knows exactly where a
+	// --ipc shareable group's tmpfs may be, wherever the data-root is.
+	if root := d.dataRoot(before); root != "" {
+		opts.RuntimeArgs = []string{enginedirs.DockerRootFlag + "=" + root}
+	}
+	after, ch, err := docker.Install(before, opts)
 	if err != nil {
 		return fmt.Errorf("install into %s: %w", path, err)
 	}

@@ -13,9 +13,12 @@ import (
 	"sort"
 	"strings"
 
+	toml "github.com/pelletier/go-toml/v2"
+
 	"github.com/gpurun/gpurun/atomicfile"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/runtime/enginedirs"
 )
 
 // HookFileName is the name of gpurun's hook definition in a hooks.d
@@ -395,24 +398,75 @@ func (h Hooks) checkExecutable() error {
 	return nil
 }
 
-// warnings says what would keep the hook from working on this node: the
-// policy's engine_roots must cover the directory where the engine mounts a
-// container's /dev/shm, or the hook refuses to grow it.
+// StorageConf is containers/storage's configuration, where Podman and CRI-O
+// read their graph root, run root and storage driver.
+const StorageConf = "/etc/containers/storage.conf"
+
+// warnings says what would keep the hook from working on this node: a
+// policy that does not load, and a storage root where the hook would refuse
+// to grow /dev/shm. The hook learns the root from each container's bundle
+// (<root>/overlay-containers/<id>/userdata), wherever storage.conf puts it,
+// but grows nothing through a symbolic link, and recognises only the
+// overlay driver's layout.
 func (h Hooks) warnings() {
 	path := h.policyPath()
-	pol, err := policy.Load(path, false)
-	if err != nil {
+	if _, err := policy.Load(path, false); err != nil {
 		fmt.Fprintf(h.Out, "warning: %v: the hook will leave every container as it is until the policy loads\n", err)
 		return
 	}
-	root := PodmanGraphRoot
+	st, err := h.storage()
+	if err != nil {
+		fmt.Fprintf(h.Out, "warning: %v: the hook learns the storage root from each container's bundle, but install cannot check it\n", err)
+		return
+	}
+	key, root := "graphroot", st.GraphRoot
 	if h.Engine == EngineCRIO {
-		root = CRIORunRoot
+		key, root = "runroot", st.RunRoot
 	}
-	if !underAny(root, pol.EngineRoots) {
-		fmt.Fprintf(h.Out, "warning: engine_roots in %s (%s) does not cover %s, where %s mounts /dev/shm: add it, or the hook refuses to grow it\n",
-			path, strings.Join(pol.EngineRoots, ", "), root, h.Engine)
+	if st.Driver != "" && st.Driver != "overlay" && st.Driver != "overlay2" {
+		fmt.Fprintf(h.Out, "warning: %s sets driver = %q: %s then keeps /dev/shm under %s/%s-containers, which gpurun does not take for an engine's tmpfs, so GPU containers keep their /dev/shm (the overlay driver's %s is supported)\n",
+			h.host(StorageConf), st.Driver, h.Engine, root, st.Driver, enginedirs.StorageContainersDir)
 	}
+	if resolved, err := filepath.EvalSymlinks(h.host(root)); err == nil && resolved != filepath.Clean(h.host(root)) {
+		fmt.Fprintf(h.Out, "warning: %s %s goes through a symbolic link (to %s): the hook refuses to grow /dev/shm through a link; set %s to the real directory in %s\n",
+			key, root, resolved, key, h.host(StorageConf))
+	}
+}
+
+// storageConf is the part of storage.conf the hook's checks read.
+type storageConf struct {
+	Driver, GraphRoot, RunRoot string
+}
+
+// storage reads storage.conf on the node, with containers/storage's
+// defaults for what it does not set (root's graph and run roots).
+func (h Hooks) storage() (storageConf, error) {
+	st := storageConf{GraphRoot: PodmanGraphRoot, RunRoot: CRIORunRoot}
+	data, err := os.ReadFile(h.host(StorageConf))
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("read %s: %w", h.host(StorageConf), err)
+	}
+	var f struct {
+		Storage struct {
+			Driver    string `toml:"driver"`
+			GraphRoot string `toml:"graphroot"`
+			RunRoot   string `toml:"runroot"`
+		} `toml:"storage"`
+	}
+	if err := toml.Unmarshal(data, &f); err != nil {
+		return st, fmt.Errorf("%s: %w", h.host(StorageConf), err)
+	}
+	st.Driver = f.Storage.Driver
+	if f.Storage.GraphRoot != "" {
+		st.GraphRoot = f.Storage.GraphRoot
+	}
+	if f.Storage.RunRoot != "" {
+		st.RunRoot = f.Storage.RunRoot
+	}
+	return st, nil
 }
 
 // underAny reports whether dir is one of roots or below one, allowing for

@@ -269,31 +269,52 @@ func TestHooksRefusals(t *testing.T) {
 	}
 }
 
-func TestHooksWarnsAboutEngineRoots(t *testing.T) {
+// TestHooksWarnsAboutStorage: the hook learns the storage root from each
+// bundle, so engine_roots no longer matter; install warns when the root is
+// one the hook would refuse (through a symbolic link) or a layout it does
+// not know (another storage driver).
+func TestHooksWarnsAboutStorage(t *testing.T) {
 	tests := []struct {
-		engine, policy string
-		warn           bool
+		name, engine, policy, storage string
+		link                          string // a root made a symbolic link to /mnt/real
+		warn                          string // "" for none
 	}{
-		{EnginePodman, "", false}, // the default engine_roots hold Podman's graph root
-		{EnginePodman, "engine_roots = [\"/var/lib/docker\"]\n", true},
-		{EnginePodman, "engine_roots = [\"/var/lib/containers\"]\n", false},
-		{EngineCRIO, "", false}, // /run/containers/storage is a default
-		{EngineCRIO, "engine_roots = [\"/var/run/containers/storage\"]\n", false},
-		{EngineCRIO, "engine_roots = [\"/var/lib/docker\"]\n", true},
+		{name: "Podman, defaults", engine: EnginePodman},
+		{name: "Podman, engine_roots without its graph root", engine: EnginePodman, policy: "engine_roots = [\"/var/lib/docker\"]\n"},
+		{name: "Podman, graph root moved", engine: EnginePodman, storage: "[storage]\ndriver = \"overlay\"\ngraphroot = \"/srv/containers\"\n"},
+		{name: "CRI-O, defaults", engine: EngineCRIO},
+		{name: "Podman, graph root through a link", engine: EnginePodman, link: "var/lib/containers/storage", warn: "graphroot /var/lib/containers/storage goes through a symbolic link"},
+		{name: "CRI-O, run root through a link", engine: EngineCRIO, storage: "[storage]\nrunroot = \"/var/run/crio-storage\"\n", link: "var/run/crio-storage", warn: "runroot /var/run/crio-storage goes through a symbolic link"},
+		{name: "Podman, the vfs driver", engine: EnginePodman, storage: "[storage]\ndriver = \"vfs\"\n", warn: "vfs-containers"},
+		{name: "a policy that does not load", engine: EnginePodman, policy: "size = [\n", warn: "until the policy loads"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.engine+" "+tt.policy, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			root := hookRoot(t)
 			if tt.policy != "" {
 				write(t, filepath.Join(root, "etc/gpurun/config.toml"), tt.policy)
+			}
+			if tt.storage != "" {
+				write(t, filepath.Join(root, StorageConf), tt.storage)
+			}
+			if tt.link != "" {
+				if err := os.MkdirAll(filepath.Join(root, "mnt/real"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(root, tt.link)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join(root, "mnt/real"), filepath.Join(root, tt.link)); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var out bytes.Buffer
 			h := hooksFor(root, tt.engine, &out)
 			if err := h.Install(); err != nil {
 				t.Fatal(err)
 			}
-			if got := strings.Contains(out.String(), "warning: engine_roots"); got != tt.warn {
-				t.Errorf("warning %v, want %v:\n%s", got, tt.warn, out.String())
+			if got := strings.Contains(out.String(), "warning:"); got != (tt.warn != "") || !strings.Contains(out.String(), tt.warn) {
+				t.Errorf("output:\n%s\nwant a warning saying %q", out.String(), tt.warn)
 			}
 		})
 	}

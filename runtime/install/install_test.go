@@ -2,6 +2,7 @@ package install
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -231,5 +232,79 @@ func TestContainerdRefusesABrokenImport(t *testing.T) {
 	err := Containerd{Options: opts(root, &out)}.Install()
 	if err == nil || !strings.Contains(err.Error(), "/etc/containerd/config.toml:2: imports /etc/containerd/gone.toml, which does not exist") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestDockerDataRoot: install tells gpurun-runtime dockerd's data-root in
+// the runtime's runtimeArgs, as the running dockerd names it (else
+// daemon.json's, else the default, links resolved), and warns when it sees
+// a refusal coming.
+func TestDockerDataRoot(t *testing.T) {
+	const flag = "--gpurun-docker-data-root="
+	tests := []struct {
+		name     string
+		daemon   string // daemon.json
+		live     string // the running dockerd's DockerRootDir; "" none answers
+		explicit string // --data-root
+		link     bool   // daemon.json's data-root is a link to /mnt/real
+		policy   string
+		want     string // the runtimeArgs' data-root; "" for no runtimeArgs
+		warn     string // a warning saying this; "" for none
+	}{
+		{name: "the default", daemon: "{}", want: "/var/lib/docker"},
+		{name: "daemon.json's data-root", daemon: `{"data-root": "/mnt/nvme/docker"}`, want: "/mnt/nvme/docker"},
+		{name: "the running dockerd's", daemon: `{"data-root": "/mnt/nvme/docker"}`, live: "/mnt/nvme/docker", want: "/mnt/nvme/docker"},
+		{name: "a --data-root flag the file does not show", daemon: "{}", live: "/srv/docker", want: "/srv/docker"},
+		{name: "daemon.json says another than the running dockerd", daemon: `{"data-root": "/mnt/nvme/docker"}`, live: "/srv/docker", want: "/srv/docker", warn: "the running dockerd uses data-root /srv/docker, but daemon.json says /mnt/nvme/docker"},
+		{name: "--data-root", daemon: "{}", live: "/srv/docker", explicit: "/data/docker", want: "/data/docker"},
+		{name: "a data-root through a link, as dockerd resolves it", daemon: `{"data-root": "/var/lib/docker"}`, link: true, want: "/mnt/real"},
+		{name: "userns-remap and no daemon", daemon: `{"userns-remap": "default"}`, want: "/var/lib/docker", warn: "userns-remap"},
+		{name: "a data-root runtimeArgs cannot carry, not in engine_roots", daemon: `{"data-root": "/mnt/my docker"}`, warn: `will be refused; add "/mnt/my docker" to engine_roots`},
+		{name: "a data-root runtimeArgs cannot carry, in engine_roots", daemon: `{"data-root": "/mnt/my docker"}`, policy: "engine_roots = [\"/mnt\"]\n", warn: "covers /mnt/my docker"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			var out bytes.Buffer
+			cfg := filepath.Join(root, "etc/docker/daemon.json")
+			write(t, cfg, tt.daemon)
+			write(t, filepath.Join(root, "etc/gpurun/config.toml"), tt.policy)
+			if tt.link {
+				if err := os.MkdirAll(filepath.Join(root, "mnt/real"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(filepath.Join(root, "var/lib"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink("../../mnt/real", filepath.Join(root, "var/lib/docker")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := Docker{Options: opts(root, &out), DataRoot: tt.explicit}
+			if tt.live != "" {
+				d.Daemon = func() (string, error) { return tt.live, nil }
+			}
+			if err := d.Install(); err != nil {
+				t.Fatal(err)
+			}
+			var doc struct {
+				Runtimes map[string]struct {
+					Args []string `json:"runtimeArgs"`
+				} `json:"runtimes"`
+			}
+			if err := json.Unmarshal([]byte(read(t, cfg)), &doc); err != nil {
+				t.Fatal(err)
+			}
+			args := doc.Runtimes[RuntimeName].Args
+			switch {
+			case tt.want == "" && len(args) != 0:
+				t.Errorf("runtimeArgs %q, want none", args)
+			case tt.want != "" && (len(args) != 1 || args[0] != flag+tt.want):
+				t.Errorf("runtimeArgs %q, want [%s%s]", args, flag, tt.want)
+			}
+			if got := strings.Contains(out.String(), "warning:"); got != (tt.warn != "") || !strings.Contains(out.String(), tt.warn) {
+				t.Errorf("output:\n%s\nwant a warning saying %q", out.String(), tt.warn)
+			}
+		})
 	}
 }

@@ -46,7 +46,7 @@ func TestLog(t *testing.T) {
 				t.Fatal("a file was written before the plugin was configured")
 			}
 			if tt.settle != "" {
-				p := New(Config{HostMemory: testHostMemory, OnConfigure: func(pol *policy.Policy) { l.Settle(pol.LogFile) }})
+				p := New(Config{Facts: testFacts(testHostMemory, nil), OnConfigure: func(pol *policy.Policy) { l.Settle(pol.LogFile) }})
 				if _, err := p.Configure(t.Context(), "log_file = \""+tt.settle+"\"\n", "containerd", "v2"); err != nil {
 					t.Fatal(err)
 				}

@@ -1,24 +1,29 @@
 // Package nri is gpurun's NRI plugin (Node Resource Interface: containerd
 // 2.x, 1.7 when enabled, CRI-O). On every CreateContainer it turns what NRI
-// says about the container into a runtime-spec Spec, asks the planner that
-// the runtime shim and `gpurun plan` use (oci.Decide), and carries the plan
-// out where NRI allows it:
+// says about the container into a runtime-spec Spec (ToSpec) and hands it
+// to the enforcer (runtime/enforce) that gpurun-runtime and the hook use,
+// which plans with the shared planner and carries the plan out where NRI
+// allows it:
 //
 //   - the container binds the pod's sandbox /dev/shm, a tmpfs the engine
-//     mounted on the host: grow that tmpfs on the host (remount.Grow, with
-//     its safety rules and the policy's engine_roots), so every container of
-//     the pod sees the new size and they keep sharing one tmpfs;
-//   - the container has its own tmpfs at /dev/shm: answer with a container
-//     adjustment that replaces that mount by one of the planned size,
-//     keeping its other options;
+//     mounted on the host: the enforcer grows that tmpfs on the host, so
+//     every container of the pod sees the new size and they keep sharing
+//     one tmpfs. The path comes from the container's mounts, which the
+//     engine made, and must be exactly the engine's tmpfs for NRI's pod:
+//     …/io.containerd.grpc.v1.cri/sandboxes/<pod id>/shm (containerd),
+//     …/overlay-containers/<pod id>/userdata/shm (CRI-O);
+//   - the container has its own tmpfs at /dev/shm: the plugin answers with a
+//     container adjustment that replaces that mount by one of the planned
+//     size, keeping its other options;
 //   - other plans (inject a tmpfs, host IPC) are logged and left alone: NRI
 //     cannot change a pod's IPC namespace, and a CRI container without a
 //     /dev/shm is not one gpurun adds mounts to.
 //
-// The handler reads only the request, the policy and the host (statfs, one
-// remount): no call to an engine's API, so it answers far inside NRI's 2 s
-// request budget. It fails open: an error is logged and the container is
-// created unchanged, unless the policy says fail_closed.
+// The handler reads only the request, the policy and the host (the facts
+// once at start, statfs, one remount): no call to an engine's API, so it
+// answers far inside NRI's 2 s request budget. It fails open: an error is
+// logged and the container is created unchanged, unless the policy says
+// fail_closed.
 package nri
 
 import (
@@ -26,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"slices"
 	"sync"
 
@@ -35,9 +39,14 @@ import (
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
+	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/runtime/remount"
 	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
+
+// Component names the plugin in fail-closed errors.
+const Component = "gpurun-nri"
 
 // Config sets up a Plugin.
 type Config struct {
@@ -47,12 +56,11 @@ type Config struct {
 	Policy *policy.Policy
 	// Logger receives one record per planned container (nil: discard).
 	Logger *slog.Logger
-	// HostMemory is the host's memory in bytes; 0 reads /proc/meminfo.
-	HostMemory int64
+	// Facts returns the host's facts (nil: sysinfo.Facts). New reads them
+	// once, so that no request pays for it.
+	Facts func() (oci.Facts, error)
 	// Grow grows an engine-made host tmpfs (nil: remount.Grow).
-	Grow func(path string, size int64, roots []string) (remount.Result, error)
-	// TmpfsSize returns the current size of a host tmpfs (nil: sysinfo.TmpfsSize).
-	TmpfsSize func(path string) (int64, error)
+	Grow func(path string, size int64, scope remount.Scope) (remount.Result, error)
 	// OnConfigure, if set, is called with the policy in force each time the
 	// runtime has configured the plugin (Log.Settle moves the log there).
 	OnConfigure func(*policy.Policy)
@@ -61,61 +69,51 @@ type Config struct {
 // Plugin handles NRI's CreateContainer requests. Its methods are safe for
 // concurrent use.
 type Plugin struct {
-	log        *slog.Logger
-	hostMemory int64
-	grow       func(path string, size int64, roots []string) (remount.Result, error)
-	tmpfsSize  func(path string) (int64, error)
-	onConfig   func(*policy.Policy)
+	log      *slog.Logger
+	facts    func() (oci.Facts, error)
+	grow     func(path string, size int64, scope remount.Scope) (remount.Result, error)
+	onConfig func(*policy.Policy)
 
 	mu      sync.RWMutex
-	pol     *policy.Policy
-	runtime string // the runtime's name from Configure: "containerd", "cri-o"
+	enf     *enforce.Enforcer // for the policy in force
+	runtime string            // the runtime's name from Configure: "containerd", "cri-o"
 }
 
-// New returns a Plugin. It reads the host's memory once, here, so that no
-// request pays for it.
+// New returns a Plugin. It reads the host's facts once, here.
 func New(cfg Config) *Plugin {
-	p := &Plugin{
-		log:        cfg.Logger,
-		hostMemory: cfg.HostMemory,
-		grow:       cfg.Grow,
-		tmpfsSize:  cfg.TmpfsSize,
-		onConfig:   cfg.OnConfigure,
-		pol:        cfg.Policy,
-	}
+	p := &Plugin{log: cfg.Logger, grow: cfg.Grow, onConfig: cfg.OnConfigure}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
-	if p.pol == nil {
-		p.pol = policy.Default()
+	read := cfg.Facts
+	if read == nil {
+		read = sysinfo.Facts
 	}
-	if p.grow == nil {
-		p.grow = remount.Grow
+	facts, err := read()
+	if err != nil {
+		p.log.Warn("host facts incomplete; containers without a memory limit are sized from min", "err", err.Error())
 	}
-	if p.tmpfsSize == nil {
-		p.tmpfsSize = sysinfo.TmpfsSize
-	}
-	if p.hostMemory == 0 {
-		mem, err := sysinfo.MemTotal()
-		if err != nil {
-			p.log.Warn("host memory unknown; containers without a memory limit are sized from min", "err", err.Error())
-		}
-		p.hostMemory = mem
-	}
+	p.facts = func() (oci.Facts, error) { return facts, nil }
+	p.enf = p.enforcer(cfg.Policy)
 	return p
+}
+
+// enforcer returns the enforcer for pol.
+func (p *Plugin) enforcer(pol *policy.Policy) *enforce.Enforcer {
+	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, QuietNone: true})
 }
 
 // Policy returns the policy in force.
 func (p *Plugin) Policy() *policy.Policy {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.pol
+	return p.enf.Policy()
 }
 
-func (p *Plugin) state() (*policy.Policy, string) {
+func (p *Plugin) state() (*enforce.Enforcer, string) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.pol, p.runtime
+	return p.enf, p.runtime
 }
 
 // Configure is NRI's first request after registration. It records the
@@ -138,9 +136,9 @@ func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (
 	p.mu.Lock()
 	p.runtime = runtime
 	if pol != nil {
-		p.pol = pol
+		p.enf = p.enforcer(pol)
 	}
-	inForce := p.pol
+	inForce := p.enf.Policy()
 	p.mu.Unlock()
 	if p.onConfig != nil {
 		p.onConfig(inForce)
@@ -171,17 +169,11 @@ type Outcome struct {
 // CreateContainer is NRI's CreateContainer request: plan the container's
 // /dev/shm and carry the plan out. On an error the container is created
 // unchanged (the error is logged) unless the policy is fail_closed, which
-// returns the error and so fails the container's creation.
+// returns an *enforce.FailClosedError and so fails the container's creation.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	pol, runtime := p.state()
-	out, err := p.handle(pol, runtime, pod, ctr)
+	out, _, err := p.handle(pod, ctr)
 	if err != nil {
-		p.log.Error("could not size /dev/shm", append(containerAttrs(pod, ctr), "err", err.Error(), "fail_closed", pol.FailClosed)...)
-		if pol.FailClosed {
-			return nil, nil, fmt.Errorf("gpurun: /dev/shm of container %s in pod %s: %w (fail_closed is set in %s)",
-				ctr.GetName(), podName(pod), err, policySource(pol))
-		}
-		return nil, nil, nil
+		return nil, nil, err
 	}
 	return out.Adjust, nil, nil
 }
@@ -190,52 +182,45 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // out, like CreateContainer, but returns what it did and any error
 // whatever fail_closed says.
 func (p *Plugin) Handle(pod *api.PodSandbox, ctr *api.Container) (Outcome, error) {
-	pol, runtime := p.state()
-	return p.handle(pol, runtime, pod, ctr)
+	out, err, _ := p.handle(pod, ctr)
+	return out, err
 }
 
-// handle turns a panic into an error (its stack goes to the log only), so
-// that CreateContainer can fail open.
-func (p *Plugin) handle(pol *policy.Policy, runtime string, pod *api.PodSandbox, ctr *api.Container) (out Outcome, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			p.log.Error("panic while sizing /dev/shm", append(containerAttrs(pod, ctr), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))...)
-			err = fmt.Errorf("panic: %v", r)
-		}
-	}()
-	if ctr == nil {
-		return out, errors.New("the request has no container")
+// handle returns the outcome, what went wrong, and the error that fails the
+// container's creation (fail_closed).
+func (p *Plugin) handle(pod *api.PodSandbox, ctr *api.Container) (out Outcome, failure, failClosed error) {
+	e, runtime := p.state()
+	podID := pod.GetId()
+	if podID == "" {
+		podID = ctr.GetPodSandboxId()
 	}
-	spec := ToSpec(runtime, pod, ctr)
-	pl := oci.Decide(oci.Input{Container: oci.FromSpec(spec), Policy: pol, Facts: oci.Facts{HostMemory: p.hostMemory, TmpfsSize: p.tmpfsSize}})
-	out.Plan = pl
-	attrs := append(containerAttrs(pod, ctr), "action", string(pl.Action), "size_bytes", pl.Size,
-		"current_bytes", pl.Current, "gpu", pl.GPU, "reason", pl.Reason)
-	switch pl.Action {
-	case oci.ActionNone:
-	case oci.ActionRemount:
-		res, err := p.grow(pl.Shm.Source, pl.Size, pol.EngineRoots)
-		if err != nil {
-			return out, fmt.Errorf("grow %s: %w", pl.Shm.Source, err)
+	s := enforce.Subject{ID: ctr.GetId(), Name: ctr.GetName(), Pod: podName(pod), PodID: podID}
+	res, err := e.Run(s, nil, func() (enforce.Request, error) {
+		if ctr == nil {
+			return enforce.Request{}, errors.New("the request has no container")
 		}
-		out.Grown = &res
-		attrs = append(attrs, "before_bytes", res.Before, "after_bytes", res.After, "changed", res.Changed)
-	case oci.ActionSetSize:
-		adj, err := Adjustment(spec, pl)
-		if err != nil {
-			return out, err
-		}
-		out.Adjust = adj
-	default:
-		out.Skipped = fmt.Sprintf("the NRI plugin does not carry out %q plans: NRI cannot change a pod's IPC namespace, and it adds no /dev/shm to a CRI container", pl.Action)
-		attrs = append(attrs, "skipped", out.Skipped)
+		spec := ToSpec(runtime, pod, ctr)
+		return enforce.Request{
+			Container: oci.FromSpec(spec),
+			Dirs:      enginedirs.ForPod(podID),
+			Carry: func(pl oci.Plan) (enforce.Done, error) {
+				if pl.Action != oci.ActionSetSize {
+					return enforce.Done{Skipped: fmt.Sprintf("the NRI plugin does not carry out %q plans: NRI cannot change a pod's IPC namespace, and it adds no /dev/shm to a CRI container", pl.Action)}, nil
+				}
+				adj, err := Adjustment(spec, pl)
+				if err != nil {
+					return enforce.Done{}, err
+				}
+				out.Adjust = adj
+				return enforce.Done{Before: pl.Current, After: pl.Size, Changed: true}, nil
+			},
+		}, nil
+	})
+	out.Plan, out.Grown, out.Skipped = res.Plan, res.Grown, res.Done.Skipped
+	if res.Err != nil {
+		out.Adjust = nil // the container is created as it is
 	}
-	if pl.Action == oci.ActionNone && !pl.GPU {
-		p.log.Debug("planned /dev/shm", attrs...)
-	} else {
-		p.log.Info("planned /dev/shm", attrs...)
-	}
-	return out, nil
+	return out, res.Err, err
 }
 
 // Adjustment returns the container adjustment that carries out a set-size
@@ -265,10 +250,6 @@ func Adjustment(s *specs.Spec, pl oci.Plan) (*api.ContainerAdjustment, error) {
 	adj.RemoveMount(m.Destination)
 	adj.AddMount(&api.Mount{Destination: m.Destination, Type: m.Type, Source: m.Source, Options: opts})
 	return adj, nil
-}
-
-func containerAttrs(pod *api.PodSandbox, ctr *api.Container) []any {
-	return []any{"pod", podName(pod), "pod_id", pod.GetId(), "container", ctr.GetName(), "container_id", ctr.GetId()}
 }
 
 func podName(pod *api.PodSandbox) string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/runtime/remount"
 )
 
@@ -30,22 +31,36 @@ type recorder struct {
 	grows   []growCall
 	growErr error
 	log     bytes.Buffer
+	// panics makes reading a tmpfs's size panic.
+	panics bool
+}
+
+func (r *recorder) tmpfsSize(string) (int64, error) {
+	if r.panics {
+		panic("boom")
+	}
+	return engineDefault, nil
 }
 
 type growCall struct {
 	path  string
 	size  int64
-	roots []string
+	scope remount.Scope
+}
+
+// testFacts are a host's facts: its memory, and its engine tmpfs' sizes
+// (nil: unknown).
+func testFacts(mem int64, tmpfs func(string) (int64, error)) func() (oci.Facts, error) {
+	return func() (oci.Facts, error) { return oci.Facts{HostMemory: mem, TmpfsSize: tmpfs}, nil }
 }
 
 func (r *recorder) plugin(pol *policy.Policy) *Plugin {
 	return New(Config{
-		Policy:     pol,
-		HostMemory: testHostMemory,
-		Logger:     slog.New(slog.NewJSONHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		TmpfsSize:  func(string) (int64, error) { return engineDefault, nil },
-		Grow: func(path string, size int64, roots []string) (remount.Result, error) {
-			r.grows = append(r.grows, growCall{path, size, roots})
+		Policy: pol,
+		Facts:  testFacts(testHostMemory, r.tmpfsSize),
+		Logger: slog.New(slog.NewJSONHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Grow: func(path string, size int64, scope remount.Scope) (remount.Result, error) {
+			r.grows = append(r.grows, growCall{path, size, scope})
 			if r.growErr != nil {
 				return remount.Result{}, r.growErr
 			}
@@ -125,7 +140,8 @@ func TestMountShapes(t *testing.T) {
 			want, _ := tt.pol.Target(policy.Request{MemoryLimit: tt.limit, HostMemory: testHostMemory})
 
 			if tt.grow {
-				wantCall := growCall{sandboxShm, want, tt.pol.EngineRoots}
+				// The pod's tmpfs as the engine named it, whatever engine_roots say.
+				wantCall := growCall{sandboxShm, want, remount.Scope{Named: sandboxShm}}
 				if len(r.grows) != 2 || !equalGrow(r.grows[0], wantCall) {
 					t.Errorf("grows %+v, want %+v (once per call)", r.grows, wantCall)
 				}
@@ -213,7 +229,7 @@ func sizeOpt(opts []string) string {
 }
 
 func equalGrow(a, b growCall) bool {
-	return a.path == b.path && a.size == b.size && slices.Equal(a.roots, b.roots)
+	return a.path == b.path && a.size == b.size && a.scope.Named == b.scope.Named && slices.Equal(a.scope.Roots, b.scope.Roots)
 }
 
 // TestAdjustmentRefuses: Adjustment needs a set-size plan that matches the spec.
@@ -253,11 +269,8 @@ func TestFailOpenOrClosed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pol := mustParse(t, fmt.Sprintf("fail_closed = %v", tt.failClosed))
-			r := recorder{growErr: tt.growErr}
+			r := recorder{growErr: tt.growErr, panics: tt.panics}
 			p := r.plugin(pol)
-			if tt.panics {
-				p.tmpfsSize = func(string) (int64, error) { panic("boom") }
-			}
 			adj, upd, err := p.CreateContainer(context.Background(), &api.PodSandbox{Id: testPod, Name: "pod"}, gpuContainer(bind))
 			if adj != nil || upd != nil {
 				t.Errorf("adjustment %v, updates %v; want the container unchanged", adj, upd)
@@ -364,5 +377,46 @@ func TestPodAnnotationRequest(t *testing.T) {
 		if out.Plan.Action != oci.ActionRemount || len(r.grows) != 1 || r.grows[0].size != want {
 			t.Errorf("policy %q, pod annotation %s: plan %s, grows %+v; want a remount to %d", tt.policy, tt.value, out.Plan.Action, r.grows, want)
 		}
+	}
+}
+
+// TestEngineNamesThePodsTmpfs: the pod's tmpfs is the one the engine named
+// in the container's mounts for NRI's pod, wherever containerd keeps its
+// state (no engine_roots needed); a bind of another shape is refused before
+// any remount.
+func TestEngineNamesThePodsTmpfs(t *testing.T) {
+	moved := "/data/containerd/state/io.containerd.grpc.v1.cri/sandboxes/" + testPod + "/shm"
+	tests := []struct {
+		name, source string
+		refused      string
+	}{
+		{"containerd's state on another disk", moved, ""},
+		{"the default state dir", sandboxShm, ""},
+		{"not the CRI plugin's layout", "/run/containerd/evil/sandboxes/" + testPod + "/shm", "not where containerd makes a pod's /dev/shm"},
+		{"a .. segment", "/data/x/../containerd/state/io.containerd.grpc.v1.cri/sandboxes/" + testPod + "/shm", "containerd named /data/containerd/state/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := recorder{}
+			p := r.plugin(mustParse(t, `engine_roots = ["/nonexistent"]`))
+			bind := &api.Mount{Destination: "/dev/shm", Type: "bind", Source: tt.source, Options: []string{"rbind", "rw"}}
+			out, err := p.Handle(&api.PodSandbox{Id: testPod, Name: "pod", Namespace: "ml"}, gpuContainer(bind))
+			if out.Plan.Action != oci.ActionRemount {
+				t.Fatalf("plan %s (%s), want a remount", out.Plan.Action, out.Plan.Reason)
+			}
+			if tt.refused == "" {
+				want := growCall{tt.source, out.Plan.Size, remount.Scope{Named: tt.source}}
+				if err != nil || len(r.grows) != 1 || !equalGrow(r.grows[0], want) {
+					t.Errorf("err %v, grows %+v; want %+v", err, r.grows, want)
+				}
+				return
+			}
+			if len(r.grows) != 0 || !errors.Is(err, enginedirs.ErrNotNamed) || !strings.Contains(err.Error(), tt.refused) {
+				t.Errorf("err %v, grows %+v; want a refusal saying %q before any remount", err, r.grows, tt.refused)
+			}
+			if !strings.Contains(r.log.String(), `"refused":true`) || !strings.Contains(r.log.String(), `"pod_id":"`+testPod+`"`) {
+				t.Errorf("log %s: want the refusal with the pod", r.log.String())
+			}
+		})
 	}
 }

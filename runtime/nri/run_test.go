@@ -148,9 +148,9 @@ func TestRunReconnects(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "nri.sock")
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	p := New(Config{Policy: policy.Default(), HostMemory: testHostMemory, Logger: log,
-		TmpfsSize: func(string) (int64, error) { return engineDefault, nil },
-		Grow:      func(string, int64, []string) (remount.Result, error) { return remount.Result{}, nil }})
+	p := New(Config{Policy: policy.Default(), Logger: log,
+		Facts: testFacts(testHostMemory, func(string) (int64, error) { return engineDefault, nil }),
+		Grow:  func(string, int64, remount.Scope) (remount.Result, error) { return remount.Result{}, nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -208,7 +208,7 @@ func TestRunLaunchedExits(t *testing.T) {
 	t.Setenv(api.PluginSocketEnvVar, "not-a-number")
 	t.Setenv(api.PluginNameEnvVar, "gpurun")
 	t.Setenv(api.PluginIdxEnvVar, "10")
-	err := Run(context.Background(), New(Config{HostMemory: testHostMemory}), Options{Socket: "/nonexistent/nri.sock"})
+	err := Run(context.Background(), New(Config{Facts: testFacts(testHostMemory, nil)}), Options{Socket: "/nonexistent/nri.sock"})
 	if err == nil || !strings.Contains(err.Error(), api.PluginSocketEnvVar) {
 		t.Errorf("Run = %v, want an error about %s", err, api.PluginSocketEnvVar)
 	}
@@ -235,9 +235,8 @@ func BenchmarkCreateContainer(b *testing.B) {
 		{"no-gpu", &api.Container{PodSandboxId: testPod, Mounts: []*api.Mount{bind}}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			p := New(Config{Policy: policy.Default(), HostMemory: testHostMemory,
-				TmpfsSize: func(string) (int64, error) { return engineDefault, nil },
-				Grow:      func(string, int64, []string) (remount.Result, error) { return remount.Result{}, nil }})
+			p := New(Config{Policy: policy.Default(), Facts: testFacts(testHostMemory, func(string) (int64, error) { return engineDefault, nil }),
+				Grow: func(string, int64, remount.Scope) (remount.Result, error) { return remount.Result{}, nil }})
 			pod := &api.PodSandbox{Id: testPod, Name: "pod", Namespace: "ml"}
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -257,8 +256,7 @@ func BenchmarkCreateContainerNRI(b *testing.B) {
 	socket := filepath.Join(b.TempDir(), "nri.sock")
 	r := startRuntime(b, socket)
 	defer r.Stop()
-	p := New(Config{Policy: policy.Default(), HostMemory: testHostMemory,
-		TmpfsSize: func(string) (int64, error) { return engineDefault, nil }})
+	p := New(Config{Policy: policy.Default(), Facts: testFacts(testHostMemory, func(string) (int64, error) { return engineDefault, nil })})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

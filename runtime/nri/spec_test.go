@@ -193,9 +193,8 @@ func TestGPUEvidence(t *testing.T) {
 			tt.ctr.Mounts = append(tt.ctr.Mounts, shm)
 			tt.ctr.PodSandboxId = "p"
 			var grown []int64
-			p := New(Config{Policy: pol, HostMemory: host,
-				TmpfsSize: func(string) (int64, error) { return 64 << 20, nil },
-				Grow: func(_ string, size int64, _ []string) (remount.Result, error) {
+			p := New(Config{Policy: pol, Facts: testFacts(host, func(string) (int64, error) { return 64 << 20, nil }),
+				Grow: func(_ string, size int64, _ remount.Scope) (remount.Result, error) {
 					grown = append(grown, size)
 					return remount.Result{Before: 64 << 20, After: size, Changed: true}, nil
 				}})
@@ -250,8 +249,8 @@ func TestFixturesPlanLikeTheShim(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			for _, pol := range []*policy.Policy{policy.Default(), mustParse(t, `match = "all"`), mustParse(t, `mode = "mount"`), mustParse(t, "enforce_min = true\nmin = \"4g\"")} {
 				want := oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: pol, Facts: oci.Facts{HostMemory: host, TmpfsSize: sizes}})
-				p := New(Config{Policy: pol, HostMemory: host, TmpfsSize: sizes,
-					Grow: func(string, int64, []string) (remount.Result, error) { return remount.Result{}, nil }})
+				p := New(Config{Policy: pol, Facts: testFacts(host, sizes),
+					Grow: func(string, int64, remount.Scope) (remount.Result, error) { return remount.Result{}, nil }})
 				podID := c.SandboxID
 				out, err := p.Handle(&api.PodSandbox{Id: podID}, nriContainer(s, podID))
 				if err != nil {

@@ -29,16 +29,41 @@ type Result struct {
 	Changed       bool
 }
 
+// Scope says which engine-made tmpfs a remount may touch.
+type Scope struct {
+	// Named is the host tmpfs the engine itself named for the container —
+	// derived from the bundle path it handed over and the sandbox id it
+	// wrote (runtime/enginedirs) — or "" when it named none. When set, it
+	// is the only path allowed.
+	Named string
+	// Roots are directories under which an engine-made tmpfs may be when
+	// the engine named none: the policy's engine_roots, and roots a running
+	// engine reported.
+	Roots []string
+}
+
+// String describes the scope for errors and logs.
+func (s Scope) String() string {
+	if s.Named != "" {
+		return "named " + s.Named
+	}
+	return "engine roots " + strings.Join(s.Roots, ", ")
+}
+
 // CheckPath applies the rules that do not need the mount table: path is
 // absolute and clean, is not the host's /dev/shm, contains no symbolic link,
-// and lies strictly under one of roots (each taken as it is and with its own
+// and is the scope's named tmpfs — or, when the scope names none, lies
+// strictly under one of its roots (each taken as it is and with its own
 // symbolic links resolved, since /var/run is often a link to /run).
-func CheckPath(path string, roots []string) error {
+func CheckPath(path string, scope Scope) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return fmt.Errorf("%w: %q is not a clean absolute path", ErrUnsafe, path)
 	}
 	if slices.Contains(hostShm, path) {
 		return fmt.Errorf("%w: %s is the host's /dev/shm", ErrUnsafe, path)
+	}
+	if scope.Named != "" && path != scope.Named {
+		return fmt.Errorf("%w: %s is not the tmpfs the engine named for this container (%s)", ErrUnsafe, path, scope.Named)
 	}
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
@@ -52,7 +77,10 @@ func CheckPath(path string, roots []string) error {
 			return fmt.Errorf("%w: %s is the host's /dev/shm", ErrUnsafe, path)
 		}
 	}
-	for _, root := range roots {
+	if scope.Named != "" {
+		return nil
+	}
+	for _, root := range scope.Roots {
 		candidates := []string{filepath.Clean(root)}
 		if r, err := filepath.EvalSymlinks(root); err == nil && r != candidates[0] {
 			candidates = append(candidates, r)
@@ -63,7 +91,7 @@ func CheckPath(path string, roots []string) error {
 			}
 		}
 	}
-	return fmt.Errorf("%w: %s is not under an engine root (%s)", ErrUnsafe, path, strings.Join(roots, ", "))
+	return fmt.Errorf("%w: %s is not under an engine root (%s)", ErrUnsafe, path, strings.Join(scope.Roots, ", "))
 }
 
 // TmpfsMount returns the mount table entry of the tmpfs mounted at path —
@@ -89,11 +117,12 @@ func Size(path string) (int64, error) {
 }
 
 // Grow makes the engine-made tmpfs at path at least size bytes. It checks
-// CheckPath's rules and that path is a tmpfs mount point, never shrinks,
-// and keeps the mount's flags (nosuid, nodev, noexec, ro, atime) as they are.
-func Grow(path string, size int64, roots []string) (Result, error) {
+// CheckPath's rules for scope and that path is a tmpfs mount point, never
+// shrinks, and keeps the mount's flags (nosuid, nodev, noexec, ro, atime) as
+// they are.
+func Grow(path string, size int64, scope Scope) (Result, error) {
 	var res Result
-	if err := CheckPath(path, roots); err != nil {
+	if err := CheckPath(path, scope); err != nil {
 		return res, err
 	}
 	m, err := TmpfsMount(path)
@@ -133,8 +162,8 @@ var ErrInUse = errors.New("in use")
 
 // Set makes the engine-made tmpfs at path size bytes, with Grow's rules.
 // Unlike Grow it may shrink the tmpfs, but never below the bytes it holds.
-func Set(path string, size int64, roots []string) (Result, error) {
-	if err := CheckPath(path, roots); err != nil {
+func Set(path string, size int64, scope Scope) (Result, error) {
+	if err := CheckPath(path, scope); err != nil {
 		return Result{}, err
 	}
 	m, err := TmpfsMount(path)

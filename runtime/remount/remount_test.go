@@ -23,31 +23,42 @@ func TestCheckPath(t *testing.T) {
 	if err := os.Symlink(root, linkRoot); err != nil {
 		t.Fatal(err)
 	}
+	other := filepath.Join(root, "sandboxes", "other", "shm")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	roots := func(r ...string) Scope { return Scope{Roots: r} }
 	tests := []struct {
 		name   string
 		path   string
-		roots  []string
+		scope  Scope
 		unsafe bool
 	}{
-		{"under a root", shm, []string{root}, false},
-		{"under a root given through a symlink", shm, []string{linkRoot}, false},
-		{"not under any root", shm, []string{"/var/lib/docker"}, true},
-		{"the root itself", root, []string{root}, true},
-		{"a symlinked path", filepath.Join(link, "abc", "shm"), []string{root}, true},
-		{"relative", "sandboxes/abc/shm", []string{root}, true},
-		{"not clean", shm + "/../shm", []string{root}, true},
-		{"the host's /dev/shm", "/dev/shm", []string{"/"}, true},
-		{"root / is no root", shm, []string{"/"}, true},
+		{"under a root", shm, roots(root), false},
+		{"under a root given through a symlink", shm, roots(linkRoot), false},
+		{"not under any root", shm, roots("/var/lib/docker"), true},
+		{"the root itself", root, roots(root), true},
+		{"a symlinked path", filepath.Join(link, "abc", "shm"), roots(root), true},
+		{"relative", "sandboxes/abc/shm", roots(root), true},
+		{"not clean", shm + "/../shm", roots(root), true},
+		{"the host's /dev/shm", "/dev/shm", roots("/"), true},
+		{"root / is no root", shm, roots("/"), true},
+		{"the named tmpfs", shm, Scope{Named: shm}, false},
+		{"named: no root needed", shm, Scope{Named: shm, Roots: []string{"/var/lib/docker"}}, false},
+		{"named: another path under the same root", other, Scope{Named: shm, Roots: []string{root}}, true},
+		{"named through a symlink", filepath.Join(link, "abc", "shm"), Scope{Named: filepath.Join(link, "abc", "shm")}, true},
+		{"named: the host's /dev/shm", "/dev/shm", Scope{Named: "/dev/shm"}, true},
+		{"named: not clean", shm + "/../shm", Scope{Named: shm + "/../shm"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := CheckPath(tt.path, tt.roots)
+			err := CheckPath(tt.path, tt.scope)
 			if tt.unsafe != errors.Is(err, ErrUnsafe) {
-				t.Errorf("CheckPath(%q, %q) = %v, unsafe want %v", tt.path, tt.roots, err, tt.unsafe)
+				t.Errorf("CheckPath(%q, %s) = %v, unsafe want %v", tt.path, tt.scope, err, tt.unsafe)
 			}
 		})
 	}
-	if err := CheckPath(filepath.Join(root, "missing"), []string{root}); err == nil {
+	if err := CheckPath(filepath.Join(root, "missing"), roots(root)); err == nil {
 		t.Error("a missing path passed")
 	}
 }

@@ -50,8 +50,13 @@ type Target struct {
 	Path string
 	// PID is a process in the container's mount namespace (Namespace).
 	PID int
+	// Named is the host tmpfs the engine itself named for the container
+	// (HostTmpfs): <DockerRootDir>/containers/<donor id>/mounts/shm from
+	// docker info, <CRI stateDir>/sandboxes/<sandbox id>/shm from
+	// containerd's verbose status; "" when it named none.
+	Named string
 	// Roots are engine roots the engine itself reported, allowed in
-	// addition to the policy's engine_roots.
+	// addition to the policy's engine_roots when it named no tmpfs.
 	Roots []string
 	// SharedWith names the containers that see the same tmpfs, when
 	// known (Docker IPC donor).
@@ -104,6 +109,7 @@ func DockerTarget(ctx context.Context, d Docker, ref string) (Target, error) {
 		}
 		root = info.DockerRootDir
 		t.Roots = []string{filepath.Join(root, "containers")}
+		t.Named = filepath.Join(root, "containers", c.ID, "mounts", "shm")
 	}
 	form, err := dockerspec.FromInspect(c, root, nil)
 	if err != nil {
@@ -136,6 +142,24 @@ func DockerTarget(ctx context.Context, d Docker, ref string) (Target, error) {
 // CRI is the part of the CRI runtime service client resize uses.
 type CRI interface {
 	ContainerStatus(ctx context.Context, in *runtimeapi.ContainerStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error)
+	Status(ctx context.Context, in *runtimeapi.StatusRequest, opts ...grpc.CallOption) (*runtimeapi.StatusResponse, error)
+}
+
+// criStateDir asks the runtime for its CRI plugin's state dir (containerd's
+// verbose Status reports its configuration, stateDir included); "" when it
+// does not say.
+func criStateDir(ctx context.Context, c CRI) string {
+	resp, err := c.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		StateDir string `json:"stateDir"`
+	}
+	if json.Unmarshal([]byte(resp.GetInfo()["config"]), &cfg) != nil || !filepath.IsAbs(cfg.StateDir) {
+		return ""
+	}
+	return filepath.Clean(cfg.StateDir)
 }
 
 // criInfo is the verbose "info" of containerd's CRI ContainerStatus.
@@ -174,6 +198,12 @@ func CRITarget(ctx context.Context, c CRI, id string) (Target, error) {
 	case oci.ShmEngine:
 		t.Kind, t.Path = HostTmpfs, sh.Source
 		t.SharedWith = "every container of pod sandbox " + sh.OwnerID
+		if state := criStateDir(ctx, c); state != "" && info.SandboxID != "" {
+			t.Named = filepath.Join(state, "sandboxes", info.SandboxID, "shm")
+			if t.Named != sh.Source {
+				return t, fmt.Errorf("CRI container %s binds %s at /dev/shm, not the tmpfs containerd made for its pod sandbox (%s)", id, sh.Source, t.Named)
+			}
+		}
 	case oci.ShmPrivate:
 		t.Kind, t.Path, t.PID = Namespace, oci.ShmPath, info.PID
 	case oci.ShmHost:
@@ -206,8 +236,9 @@ type Options struct {
 }
 
 // Apply makes the target's /dev/shm size bytes. It may shrink it, but never
-// below the bytes in use; it never touches the host's /dev/shm or a path
-// outside the engine roots (the policy's and the engine's own).
+// below the bytes in use; it never touches the host's /dev/shm, nor
+// another path than the tmpfs the engine named (or, where it named none,
+// one outside the engine roots: the policy's and the engine's own).
 func Apply(t Target, size int64, opt Options) (remount.Result, error) {
 	if err := Check(size, opt.Policy, opt.Force); err != nil {
 		return remount.Result{}, err
@@ -219,7 +250,7 @@ func Apply(t Target, size int64, opt Options) (remount.Result, error) {
 	roots = append(roots, t.Roots...)
 	switch t.Kind {
 	case HostTmpfs:
-		return remount.Set(t.Path, size, roots)
+		return remount.Set(t.Path, size, remount.Scope{Named: t.Named, Roots: roots})
 	case Namespace:
 		// SetInNamespace refuses the host's /dev/shm by device number.
 		return remount.SetInNamespace(t.PID, t.Path, size)

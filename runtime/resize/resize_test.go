@@ -110,6 +110,9 @@ func TestDockerTarget(t *testing.T) {
 			if got.Kind == HostTmpfs && (len(got.Roots) != 1 || !strings.HasPrefix(got.Path, got.Roots[0]+"/")) {
 				t.Errorf("Roots = %v, want the daemon's containers dir holding %s", got.Roots, got.Path)
 			}
+			if got.Kind == HostTmpfs && got.Named != got.Path {
+				t.Errorf("Named = %q, want the donor's tmpfs %s, as docker info names it", got.Named, got.Path)
+			}
 			if got.Note != DockerNote {
 				t.Errorf("Note = %q, want the HostConfig.ShmSize note", got.Note)
 			}
@@ -120,10 +123,20 @@ func TestDockerTarget(t *testing.T) {
 type fakeCRI struct {
 	resp *runtimeapi.ContainerStatusResponse
 	err  error
+	// stateDir is the CRI plugin's state dir its verbose Status reports
+	// ("" for a runtime that does not say).
+	stateDir string
 }
 
 func (f fakeCRI) ContainerStatus(context.Context, *runtimeapi.ContainerStatusRequest, ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
 	return f.resp, f.err
+}
+
+func (f fakeCRI) Status(context.Context, *runtimeapi.StatusRequest, ...grpc.CallOption) (*runtimeapi.StatusResponse, error) {
+	if f.stateDir == "" {
+		return &runtimeapi.StatusResponse{}, nil
+	}
+	return &runtimeapi.StatusResponse{Info: map[string]string{"config": `{"stateDir":"` + f.stateDir + `"}`}}, nil
 }
 
 func criStatus(t *testing.T, state runtimeapi.ContainerState, pid int, spec *specs.Spec) *runtimeapi.ContainerStatusResponse {
@@ -157,17 +170,35 @@ func specWithShm(m *specs.Mount, privateIPC bool) *specs.Spec {
 
 func TestCRITarget(t *testing.T) {
 	sandboxShm := "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/0123abcd/shm"
+	movedShm := "/data/ctd/io.containerd.grpc.v1.cri/sandboxes/pod1/shm" // pod1: criStatus's sandbox
+	bindOf := func(src string) *specs.Mount {
+		return &specs.Mount{Destination: "/dev/shm", Type: "bind", Source: src, Options: []string{"rbind", "rprivate", "rw"}}
+	}
 	tests := []struct {
-		name string
-		resp *runtimeapi.ContainerStatusResponse
-		kind Kind
-		path string
-		err  string
+		name     string
+		resp     *runtimeapi.ContainerStatusResponse
+		stateDir string
+		kind     Kind
+		path     string
+		named    string
+		err      string
 	}{
 		{
 			name: "sandbox shm bind",
-			resp: criStatus(t, runtimeapi.ContainerState_CONTAINER_RUNNING, 77, specWithShm(&specs.Mount{Destination: "/dev/shm", Type: "bind", Source: sandboxShm, Options: []string{"rbind", "rprivate", "rw"}}, true)),
+			resp: criStatus(t, runtimeapi.ContainerState_CONTAINER_RUNNING, 77, specWithShm(bindOf(sandboxShm), true)),
 			kind: HostTmpfs, path: sandboxShm,
+		},
+		{
+			name:     "sandbox shm bind, containerd names its state dir",
+			resp:     criStatus(t, runtimeapi.ContainerState_CONTAINER_RUNNING, 77, specWithShm(bindOf(movedShm), true)),
+			stateDir: "/data/ctd/io.containerd.grpc.v1.cri",
+			kind:     HostTmpfs, path: movedShm, named: movedShm,
+		},
+		{
+			name:     "a bind that is not the tmpfs containerd made for the pod",
+			resp:     criStatus(t, runtimeapi.ContainerState_CONTAINER_RUNNING, 77, specWithShm(bindOf(sandboxShm), true)),
+			stateDir: "/data/ctd/io.containerd.grpc.v1.cri",
+			err:      "not the tmpfs containerd made for its pod sandbox (" + movedShm + ")",
 		},
 		{
 			name: "own tmpfs",
@@ -192,7 +223,7 @@ func TestCRITarget(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := CRITarget(context.Background(), fakeCRI{resp: tc.resp}, "c1")
+			got, err := CRITarget(context.Background(), fakeCRI{resp: tc.resp, stateDir: tc.stateDir}, "c1")
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("CRITarget error = %v, want one containing %q", err, tc.err)
@@ -202,8 +233,8 @@ func TestCRITarget(t *testing.T) {
 			if err != nil {
 				t.Fatalf("CRITarget: %v", err)
 			}
-			if got.Kind != tc.kind || got.Path != tc.path {
-				t.Errorf("CRITarget = %s %s, want %s %s", got.Kind, got.Path, tc.kind, tc.path)
+			if got.Kind != tc.kind || got.Path != tc.path || got.Named != tc.named {
+				t.Errorf("CRITarget = %s %s (named %q), want %s %s (named %q)", got.Kind, got.Path, got.Named, tc.kind, tc.path, tc.named)
 			}
 			if got.Kind == Namespace && got.PID != 77 {
 				t.Errorf("PID = %d, want 77 from the verbose info", got.PID)

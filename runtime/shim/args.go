@@ -1,12 +1,18 @@
 // Package shim is gpurun-runtime: an OCI runtime that engines (containerd's
-// runc shim, dockerd) call in place of runc. On create and run it plans the
-// container's /dev/shm with the shared planner, carries the plan out, and
-// then hands the unchanged command line to the low-level runtime.
+// runc shim, dockerd) call in place of runc. On create and run it reads the
+// bundle's config.json and hands it to the enforcer (runtime/enforce), which
+// plans the container's /dev/shm with the shared planner and carries the
+// plan out — rewriting config.json, or growing the host tmpfs the engine
+// named for the container — and then it hands the command line, less its
+// own flags, to the low-level runtime.
 package shim
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/gpurun/gpurun/runtime/enginedirs"
 )
 
 // Invocation is what gpurun-runtime needs from a runc command line.
@@ -21,7 +27,14 @@ type Invocation struct {
 	// Log and LogFormat are runc's global --log and --log-format: where an
 	// engine reads a runtime's error from ("json" or "text").
 	Log, LogFormat string
+	// DockerRoot is dockerd's data-root, when dockerd passed it in the
+	// runtime's runtimeArgs (enginedirs.DockerRootFlag, gpurun's own
+	// global flag, which RuncArgs removes).
+	DockerRoot string
 }
+
+// ownFlag is gpurun-runtime's own global flag, without its dashes.
+var ownFlag = strings.TrimLeft(enginedirs.DockerRootFlag, "-")
 
 // valueFlags are the runc and crun flags, global or of create and run,
 // that take a value. runc parses with urfave/cli, which accepts one dash or
@@ -33,6 +46,8 @@ var valueFlags = map[string]bool{
 	// create / run
 	"bundle": true, "b": true, "console-socket": true, "pid-file": true,
 	"preserve-fds": true, "pidfd-socket": true, "config": true, "f": true,
+	// gpurun-runtime's own, from dockerd's runtimeArgs
+	ownFlag: true,
 }
 
 // ParseArgs reads a runc command line (without the program name). It knows
@@ -64,6 +79,8 @@ func ParseArgs(args []string, cwd string) Invocation {
 			inv.Log = value
 		case "log-format":
 			inv.LogFormat = value
+		case ownFlag:
+			inv.DockerRoot = value
 		}
 	}
 	if i >= len(args) {
@@ -109,6 +126,43 @@ func ParseArgs(args []string, cwd string) Invocation {
 		}
 	}
 	return inv
+}
+
+// RuncArgs returns args without gpurun-runtime's own global flags (the
+// ones dockerd passes from runtimeArgs, ahead of its own): what the
+// low-level runtime, which would refuse an unknown flag, gets. Anything
+// after the subcommand is left as it is.
+func RuncArgs(args []string) []string {
+	var drop []int
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		name, hasValue, ok := flagName(a)
+		if !ok {
+			break
+		}
+		if name == ownFlag {
+			drop = append(drop, i)
+			if !hasValue && i+1 < len(args) {
+				drop = append(drop, i+1)
+			}
+		}
+		if !hasValue && valueFlags[name] {
+			i++
+		}
+	}
+	if len(drop) == 0 {
+		return args
+	}
+	out := make([]string, 0, len(args)-len(drop))
+	for i, a := range args {
+		if !slices.Contains(drop, i) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // flagName returns the name of a flag argument ("--root=x" -> "root", true).

@@ -1,6 +1,9 @@
 package shim
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestParseArgs(t *testing.T) {
 	const cwd = "/run/containerd/io.containerd.runtime.v2.task/k8s.io/sandbox"
@@ -33,6 +36,10 @@ func TestParseArgs(t *testing.T) {
 		{"nothing", nil, Invocation{}},
 		{"id after --", []string{"create", "-b", "/b", "--", "-weird-id"}, Invocation{Command: "create", Bundle: "/b", ID: "-weird-id"}},
 		{"features", []string{"features"}, Invocation{Command: "features"}},
+		{"dockerd with runtimeArgs: its data-root first",
+			[]string{"--gpurun-docker-data-root=/srv/docker", "--root", "/var/run/docker/runtime-runc/moby", "--log", "/b/log.json", "--log-format", "json", "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "deadbeef"},
+			Invocation{Command: "create", Bundle: "/b", ID: "deadbeef", Log: "/b/log.json", LogFormat: "json", DockerRoot: "/srv/docker"}},
+		{"the data-root as a separate value", []string{"--gpurun-docker-data-root", "/srv/docker", "start", "x"}, Invocation{Command: "start", ID: "x", DockerRoot: "/srv/docker"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,7 +50,29 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
+func TestRuncArgs(t *testing.T) {
+	tests := []struct {
+		name       string
+		args, want []string
+	}{
+		{"dockerd's runtimeArgs first", []string{"--gpurun-docker-data-root=/srv/docker", "--root", "/r", "create", "--bundle", "/b", "id"}, []string{"--root", "/r", "create", "--bundle", "/b", "id"}},
+		{"with a separate value", []string{"--root", "/r", "--gpurun-docker-data-root", "/srv/docker", "start", "id"}, []string{"--root", "/r", "start", "id"}},
+		{"single dash", []string{"-gpurun-docker-data-root=/d", "delete", "id"}, []string{"delete", "id"}},
+		{"none of ours: the same slice", []string{"--root", "/r", "create", "id"}, []string{"--root", "/r", "create", "id"}},
+		{"after the subcommand it is not ours to take", []string{"create", "--gpurun-docker-data-root=/d", "id"}, []string{"create", "--gpurun-docker-data-root=/d", "id"}},
+		{"a root literally named like our flag", []string{"--root", "--gpurun-docker-data-root=/d", "start", "id"}, []string{"--root", "--gpurun-docker-data-root=/d", "start", "id"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := RuncArgs(tt.args); !slices.Equal(got, tt.want) {
+				t.Errorf("RuncArgs(%q) = %q, want %q", tt.args, got, tt.want)
+			}
+		})
+	}
+}
+
 func FuzzParseArgs(f *testing.F) {
+	f.Add("--gpurun-docker-data-root=/d\x00--root\x00/r\x00create\x00id")
 	f.Add("--root\x00/r\x00create\x00--bundle\x00/b\x00id")
 	f.Add("run\x00-b=x\x00--\x00id")
 	f.Fuzz(func(t *testing.T, joined string) {
@@ -54,6 +83,14 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		if inv.Command != "create" && inv.Command != "run" && inv.Bundle != "" {
 			t.Fatalf("%q: bundle for %q", args, inv.Command)
+		}
+		// What runc gets is the same command line without gpurun's flag.
+		rest := RuncArgs(args)
+		got := ParseArgs(rest, "/cwd")
+		want := inv
+		want.DockerRoot = ""
+		if got != want {
+			t.Fatalf("%q: without gpurun's flag %q parses as %+v, want %+v", args, rest, got, want)
 		}
 	})
 }

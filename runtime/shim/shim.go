@@ -4,24 +4,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
+	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/runtime/logfile"
-	"github.com/gpurun/gpurun/runtime/remount"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
-// PanicEnv, when set to "plan" in the shim's environment, makes planning
-// panic: a test hook that shows the shim fails open.
-const PanicEnv = "GPURUN_TEST_PANIC"
+// Component names the shim in its log records and fail-closed errors.
+const Component = "gpurun-runtime"
 
 // Shim is one invocation of gpurun-runtime. Its fields are the process's
 // effects, so tests can replace them.
@@ -36,6 +33,11 @@ type Shim struct {
 	Environ []string
 	// Self is this executable, so the low-level runtime never resolves to it.
 	Self string
+	// Facts returns the host's facts (nil: sysinfo.Facts).
+	Facts func() (oci.Facts, error)
+	// Fallback is the policy used (for its log_file) when the policy file
+	// cannot be read; nil means policy.Default().
+	Fallback *policy.Policy
 }
 
 // New returns a Shim for this process.
@@ -54,45 +56,67 @@ func New() *Shim {
 }
 
 // Main runs the shim and returns the exit status when it did not exec.
+// On create and run it hands the bundle to the enforcer; the low-level
+// runtime then gets the command line without gpurun-runtime's own flags.
 func (s *Shim) Main() int {
 	inv := ParseArgs(s.Args, s.Cwd)
 	path, explicit := policy.ResolvePath("", s.Getenv)
-	pol, polErr := policy.Load(path, explicit)
-	if polErr != nil {
-		// Without a policy there is no fail_closed to honour: pass through.
-		pol = policy.Default()
-	}
-	log, closeLog := logfile.Open(pol.LogFile, "gpurun-runtime")
+	pol, polErr := enforce.LoadPolicy(path, explicit, s.Fallback)
+	log, closeLog := logfile.Open(pol.LogFile, Component)
 	defer closeLog()
-	if polErr != nil {
-		log.Error("policy unreadable; passing through unchanged", "err", polErr.Error(), "command", inv.Command, "id", inv.ID)
-	}
 
 	runtimePath, err := s.lowLevel(pol.Runtime)
 	if err != nil {
 		log.Error("no low-level runtime", "err", err.Error())
-		fmt.Fprintf(s.Stderr, "gpurun-runtime: %v\n", err)
+		fmt.Fprintf(s.Stderr, "%s: %v\n", Component, err)
 		return 1
 	}
 
-	if (inv.Command == "create" || inv.Command == "run") && polErr == nil {
-		if err := s.prepare(inv, pol, log); err != nil {
-			log.Error("could not size /dev/shm", "id", inv.ID, "bundle", inv.Bundle, "err", err.Error(), "fail_closed", pol.FailClosed)
-			if pol.FailClosed {
-				msg := fmt.Sprintf("gpurun-runtime: %v (fail_closed is set in %s)", err, path)
-				fmt.Fprintln(s.Stderr, msg)
-				reportToEngine(inv, msg)
-				return 1
-			}
+	if inv.Command == "create" || inv.Command == "run" {
+		e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: s.Facts, Log: log})
+		if _, err := e.Run(enforce.Subject{ID: inv.ID, Bundle: inv.Bundle}, []any{"command", inv.Command}, func() (enforce.Request, error) {
+			return prepare(inv)
+		}); err != nil {
+			fmt.Fprintln(s.Stderr, err)
+			reportToEngine(inv, err.Error())
+			return 1
 		}
 	}
-	argv := append([]string{runtimePath}, s.Args...)
+	args := RuncArgs(s.Args)
+	argv := append([]string{runtimePath}, args...)
 	if err := s.Exec(runtimePath, argv, s.Environ); err != nil {
 		log.Error("exec low-level runtime", "path", runtimePath, "err", err.Error())
-		fmt.Fprintf(s.Stderr, "gpurun-runtime: exec %s: %v\n", runtimePath, err)
+		fmt.Fprintf(s.Stderr, "%s: exec %s: %v\n", Component, runtimePath, err)
 		return 1
 	}
 	return 0 // only a replaced Exec returns without error
+}
+
+// prepare reads the bundle's config.json into the one form, names the dirs
+// the engine handed over (the bundle path, dockerd's data-root), and
+// carries out the plans that change the spec by rewriting config.json.
+func prepare(inv Invocation) (enforce.Request, error) {
+	cfgPath := filepath.Join(inv.Bundle, "config.json")
+	cfg, err := oci.LoadConfig(cfgPath)
+	if err != nil {
+		return enforce.Request{}, err
+	}
+	dirs := enginedirs.FromBundle(inv.Bundle, inv.ID)
+	dirs.DockerRoot = inv.DockerRoot
+	return enforce.Request{
+		Container: oci.FromSpec(cfg.Spec),
+		Dirs:      dirs,
+		Carry: func(pl oci.Plan) (enforce.Done, error) {
+			changed, err := cfg.Apply(pl)
+			if err != nil {
+				return enforce.Done{}, err
+			}
+			if err := cfg.WriteFile(cfgPath); err != nil {
+				return enforce.Done{}, err
+			}
+			return enforce.Done{Path: cfgPath, Before: pl.Current, After: pl.Size, Changed: changed}, nil
+		},
+	}, nil
 }
 
 // lowLevel resolves the configured runtime to a path that is not this shim.
@@ -112,49 +136,6 @@ func (s *Shim) lowLevel(name string) (string, error) {
 		}
 	}
 	return p, nil
-}
-
-// prepare plans the bundle's /dev/shm and carries the plan out. A panic is
-// turned into an error, so the caller can fail open.
-func (s *Shim) prepare(inv Invocation, pol *policy.Policy, log *slog.Logger) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-	}()
-	cfgPath := filepath.Join(inv.Bundle, "config.json")
-	cfg, err := oci.LoadConfig(cfgPath)
-	if err != nil {
-		return err
-	}
-	if s.Getenv(PanicEnv) == "plan" {
-		panic("test hook " + PanicEnv + "=plan")
-	}
-	facts, err := sysinfo.Facts()
-	if err != nil {
-		log.Warn("host facts incomplete", "err", err.Error())
-	}
-	pl := oci.Decide(oci.Input{Container: oci.FromSpec(cfg.Spec), Policy: pol, Facts: facts})
-	attrs := []any{"id", inv.ID, "command", inv.Command, "action", string(pl.Action),
-		"size_bytes", pl.Size, "current_bytes", pl.Current, "gpu", pl.GPU, "reason", pl.Reason}
-	switch pl.Action {
-	case oci.ActionNone:
-	case oci.ActionRemount:
-		res, err := remount.Grow(pl.Shm.Source, pl.Size, pol.EngineRoots)
-		if err != nil {
-			return fmt.Errorf("grow %s: %w", pl.Shm.Source, err)
-		}
-		attrs = append(attrs, "before_bytes", res.Before, "after_bytes", res.After, "changed", res.Changed)
-	default:
-		if _, err := cfg.Apply(pl); err != nil {
-			return err
-		}
-		if err := cfg.WriteFile(cfgPath); err != nil {
-			return err
-		}
-	}
-	log.Info("planned /dev/shm", attrs...)
-	return nil
 }
 
 // reportToEngine writes an error where the engine reads a runtime's errors:

@@ -3,6 +3,7 @@ package shim
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,10 +56,14 @@ func newTestShim(t *testing.T, spec, config string, args func(bundle string) []s
 			calls = append(calls, execCall{path, argv})
 			return nil
 		},
-		Self: "/nonexistent/gpurun-runtime",
+		Self:     "/nonexistent/gpurun-runtime",
+		Fallback: &policy.Policy{LogFile: logFile, Runtime: fake},
 	}
 	return s, bundle, &calls, stderr, logFile
 }
+
+// panics is a facts provider that panics: a fault inside the enforcer.
+func panics() (oci.Facts, error) { panic("test fault") }
 
 func readShm(t *testing.T, bundle string) (oci.Shm, string) {
 	t.Helper()
@@ -83,6 +88,7 @@ func TestShim(t *testing.T) {
 		config   string
 		args     func(string) []string
 		env      map[string]string
+		facts    func() (oci.Facts, error)
 		wantCode int
 		wantExec bool
 		wantSize int64
@@ -97,8 +103,12 @@ func TestShim(t *testing.T) {
 		{name: "malformed config.json fails open", spec: "{broken", args: createArgs, wantExec: true, wantLog: "malformed JSON"},
 		{name: "malformed config.json with fail_closed", spec: "{broken", config: "fail_closed = true\n", args: createArgs, wantCode: 1, wantErr: "malformed JSON"},
 		{name: "missing config.json fails open", spec: "", args: createArgs, wantExec: true, wantLog: "no such file"},
-		{name: "a panic in planning fails open", spec: gpuSpec, args: createArgs, env: map[string]string{PanicEnv: "plan"}, wantExec: true, wantSize: 64 * policy.MiB, wantLog: "panic: test hook"},
-		{name: "a panic with fail_closed", spec: gpuSpec, config: "fail_closed = true\n", args: createArgs, env: map[string]string{PanicEnv: "plan"}, wantCode: 1, wantErr: "panic"},
+		{name: "a panic in planning fails open", spec: gpuSpec, args: createArgs, facts: panics, wantExec: true, wantSize: 64 * policy.MiB, wantLog: "panic: test fault"},
+		{name: "a panic with fail_closed", spec: gpuSpec, config: "fail_closed = true\n", args: createArgs, facts: panics, wantCode: 1, wantErr: "panic: test fault"},
+		{name: "dockerd's data-root reaches the shim, not runc", spec: gpuSpec, args: func(b string) []string {
+			return append([]string{"--gpurun-docker-data-root=/srv/docker"}, createArgs(b)...)
+		}, wantExec: true, wantSize: 4 * policy.GiB, wantLog: `"action":"set-size"`},
+		{name: "unreadable policy: passes through, says why", spec: gpuSpec, config: "fail_closed = true\nsize = [\n", args: createArgs, wantExec: true, wantSize: 64 * policy.MiB, wantLog: "policy unreadable; container left as it is"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,14 +120,19 @@ func TestShim(t *testing.T) {
 				}
 				return base(k)
 			}
+			s.Facts = tt.facts
 			code := s.Main()
 			if tt.wantExec {
 				if len(*calls) != 1 {
 					t.Fatalf("exec calls = %v, stderr %s", *calls, stderr)
 				}
 				got := (*calls)[0].argv[1:]
-				if strings.Join(got, "\x00") != strings.Join(s.Args, "\x00") {
-					t.Errorf("argv changed: %q, want %q", got, s.Args)
+				want := s.Args
+				if strings.HasPrefix(want[0], "--gpurun-") {
+					want = want[1:] // gpurun's own flag is not runc's
+				}
+				if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+					t.Errorf("argv changed: %q, want %q", got, want)
 				}
 			} else {
 				if len(*calls) != 0 {
@@ -173,5 +188,43 @@ func TestShimRefusesItselfAsLowLevelRuntime(t *testing.T) {
 	s.Self = pol.Runtime // as if the config named gpurun-runtime itself
 	if code := s.Main(); code != 1 || len(*calls) != 0 || !strings.Contains(stderr.String(), "is gpurun-runtime itself") {
 		t.Errorf("code %d, calls %v, stderr %q", code, *calls, stderr)
+	}
+}
+
+// BenchmarkShimCreate is the shim's own work on a create of a GPU
+// container: the policy, the bundle's config.json, the host's facts, the
+// plan, the rewrite and the log record; the exec of runc is recorded, not
+// made (BenchmarkShimCycle in integration/ measures whole cycles).
+func BenchmarkShimCreate(b *testing.B) {
+	dir := b.TempDir()
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	fake := filepath.Join(dir, "fake-runc")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte("runtime = \""+fake+"\"\nlog_file = \""+filepath.Join(dir, "gpurun.log")+"\"\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	args := []string{"--root", "/run/runc", "--log", bundle + "/log.json", "--log-format", "json", "create", "--bundle", bundle, "--pid-file", bundle + "/init.pid", "c1"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(gpuSpec), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		s := &Shim{
+			Args:   args,
+			Cwd:    bundle,
+			Getenv: func(k string) string { return map[string]string{policy.ConfigEnv: cfg}[k] },
+			Stderr: io.Discard,
+			Exec:   func(string, []string, []string) error { return nil },
+			Self:   "/nonexistent/gpurun-runtime",
+		}
+		if code := s.Main(); code != 0 {
+			b.Fatalf("exit %d", code)
+		}
 	}
 }

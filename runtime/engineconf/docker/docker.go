@@ -381,7 +381,31 @@ func dropRuntime(data []byte, top object, st style, o Options, c Change) ([]byte
 	}
 }
 
-// DockerPIDFile returns where dockerd writes its PID according to the
+// DefaultDataRoot is dockerd's data-root unless daemon.json's
+// "data-root" (or a --data-root flag) says otherwise.
+const DefaultDataRoot = "/var/lib/docker"
+
+// DataRoot returns daemon.json's "data-root" (or its pre-23.0 name,
+// "graph"), or "" when neither is set or the document cannot be read.
+// UsernsRemap says whether "userns-remap" is set: dockerd then keeps its
+// containers in a subdirectory of the data-root named for the remapped ids.
+func DataRoot(data []byte) (root string, usernsRemap bool) {
+	var cfg struct {
+		DataRoot    string `json:"data-root"`
+		Graph       string `json:"graph"`
+		UsernsRemap string `json:"userns-remap"`
+	}
+	if _, body := splitBOM(data); json.Unmarshal(body, &cfg) != nil {
+		return "", false
+	}
+	root = cfg.DataRoot
+	if root == "" {
+		root = cfg.Graph
+	}
+	return root, cfg.UsernsRemap != ""
+}
+
+// PIDFile returns where dockerd writes its PID according to the
 // daemon.json document data: its "pidfile", or DefaultPIDFile when
 // that is unset, empty or the document cannot be read.
 func PIDFile(data []byte) string {

@@ -549,6 +549,54 @@ func TestPIDFile(t *testing.T) {
 	}
 }
 
+func TestDataRoot(t *testing.T) {
+	tests := []struct {
+		in    string
+		want  string
+		remap bool
+	}{
+		{"", "", false},
+		{"{}", "", false},
+		{`{"data-root": "/mnt/nvme/docker", "debug": true}`, "/mnt/nvme/docker", false},
+		{`{"graph": "/srv/docker"}`, "/srv/docker", false},
+		{`{"data-root": "/a", "graph": "/b"}`, "/a", false},
+		{`{"data-root": "/a", "userns-remap": "default"}`, "/a", true},
+		{`{"data-root": 12}`, "", false},
+		{"\xef\xbb\xbf{\"data-root\": \"/bom\"}", "/bom", false},
+	}
+	for _, tt := range tests {
+		root, remap := DataRoot([]byte(tt.in))
+		if root != tt.want || remap != tt.remap {
+			t.Errorf("DataRoot(%q) = %q, %v; want %q, %v", tt.in, root, remap, tt.want, tt.remap)
+		}
+	}
+}
+
+// TestDockerRuntimeArgs: gpurun-runtime's runtimeArgs are part of its
+// entry: the same args change nothing, other args (another data-root)
+// replace the entry, and uninstall still takes it out.
+func TestRuntimeArgsDataRoot(t *testing.T) {
+	o := dockerTestOptions(false)
+	o.RuntimeArgs = []string{"--gpurun-docker-data-root=/a"}
+	first, ch, err := Install([]byte("{}\n"), o)
+	if err != nil || !ch.Changed || !strings.Contains(string(first), `"runtimeArgs": [`) {
+		t.Fatalf("install: %v, %+v\n%s", err, ch, first)
+	}
+	again, ch2, err := Install(first, o)
+	if err != nil || ch2.Changed || string(again) != string(first) {
+		t.Errorf("the same args again: %v, %+v", err, ch2)
+	}
+	o.RuntimeArgs = []string{"--gpurun-docker-data-root=/b"}
+	moved, ch3, err := Install(first, o)
+	if err != nil || !ch3.Changed || !strings.Contains(string(moved), "data-root=/b") || strings.Contains(string(moved), "data-root=/a") {
+		t.Errorf("another data-root: %v, %+v\n%s", err, ch3, moved)
+	}
+	out, changed, err := Uninstall(moved, o, ch)
+	if err != nil || !changed || strings.Contains(string(out), "gpurun") {
+		t.Errorf("uninstall: %v, %v\n%s", err, changed, out)
+	}
+}
+
 func TestUnifiedDiff(t *testing.T) {
 	if d := engineconf.UnifiedDiff("daemon.json", []byte("{}\n"), []byte("{}\n")); d != "" {
 		t.Errorf("equal inputs: %q", d)

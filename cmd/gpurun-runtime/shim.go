@@ -1,0 +1,8 @@
+//go:build !gpurunfault
+
+package main
+
+import "github.com/gpurun/gpurun/runtime/shim"
+
+// newShim is the shim of this process.
+func newShim() *shim.Shim { return shim.New() }
