@@ -220,23 +220,42 @@ func (c *Cluster) WaitPodPhase(ns, name, phase string, timeout time.Duration) {
 }
 
 // WaitRollout waits until a DaemonSet has rolled out (kubectl rollout
-// status).
+// status); on failure it dumps the DaemonSet and its namespace's pods with
+// their logs.
 func (c *Cluster) WaitRollout(ns, name string, timeout time.Duration) {
 	c.t.Helper()
-	ds := Object{Kind: "daemonset", Namespace: ns, Name: name}
-	out, err := c.Kubectl("rollout", "status", "daemonset/"+name, "-n", ns, "--timeout", timeout.String())
-	if err != nil {
-		c.t.Fatalf("harness: rollout of %s: %v\n%s\n%s%s", ds, err, out, c.Dump(ds), c.podsDump(ns))
+	if err := c.TryWaitRollout(ns, name, timeout); err != nil {
+		ds := Object{Kind: "daemonset", Namespace: ns, Name: name}
+		c.t.Fatalf("harness: %v\n%s%s", err, c.Dump(ds), c.PodsDump(ns))
 	}
 }
 
-// podsDump describes every pod of namespace ns.
-func (c *Cluster) podsDump(ns string) string {
+// TryWaitRollout is WaitRollout returning the error instead.
+func (c *Cluster) TryWaitRollout(ns, name string, timeout time.Duration) error {
+	out, err := c.Kubectl("rollout", "status", "daemonset/"+name, "-n", ns, "--timeout", timeout.String())
+	if err != nil {
+		return fmt.Errorf("rollout of %s/daemonset/%s: %w\n%s", ns, name, err, out)
+	}
+	return nil
+}
+
+// PodsDump describes every pod of namespace ns, with the tail of each
+// one's log.
+func (c *Cluster) PodsDump(ns string) string {
 	out, err := c.Kubectl("describe", "pods", "-n", ns)
 	if err != nil {
 		out += "(" + err.Error() + ")"
 	}
-	return "--- pods of " + ns + " ---\n" + out
+	b := "--- pods of " + ns + " ---\n" + out
+	names, _ := c.Kubectl("get", "pods", "-n", ns, "-o", "jsonpath={.items[*].metadata.name}")
+	for _, p := range strings.Fields(names) {
+		logs, err := c.Kubectl("logs", "-n", ns, p, "--all-containers=true", "--tail=40")
+		if err != nil {
+			logs += "(" + err.Error() + ")"
+		}
+		b += "--- log of " + ns + "/" + p + " ---\n" + logs
+	}
+	return b
 }
 
 // WaitJob waits until a Job has completed or failed and returns which
