@@ -317,10 +317,12 @@ func agentPod(t *testing.T, c *harness.Cluster, ds string) string {
 func (e *clusterEnv) installAgent(t *testing.T, mode string) (overlay string) {
 	t.Helper()
 	c := e.c.For(t)
+	start := time.Now()
 	overlay = e.agentOverlay(t, mode)
 	t.Cleanup(func() { e.uninstallAll(t, overlay) })
 	c.ApplyKustomize(overlay)
 	pod := agentPod(t, c, "gpurun-node")
+	t.Logf("%s: agent pod %s running after %s", mode, pod, time.Since(start).Round(100*time.Millisecond))
 	// Installed: the config registers gpurun, and the agent says
 	// containerd has not read it yet.
 	if err := waitUntil(agentTimeout, func() (bool, string) {
@@ -336,8 +338,10 @@ func (e *clusterEnv) installAgent(t *testing.T, mode string) (overlay string) {
 	if bytes.Equal(installed, e.original) {
 		t.Fatal("the agent did not change containerd's config")
 	}
+	t.Logf("%s: installed, waiting for a containerd restart, after %s", mode, time.Since(start).Round(100*time.Millisecond))
 	c.Containerd.Restart()
 	c.WaitPodReady("gpurun-system", pod, agentTimeout)
+	t.Logf("%s: agent ready after %s", mode, time.Since(start).Round(100*time.Millisecond))
 	return overlay
 }
 
@@ -347,6 +351,10 @@ func (e *clusterEnv) installAgent(t *testing.T, mode string) (overlay string) {
 // harness's own config.
 func (e *clusterEnv) uninstallAll(t *testing.T, overlay string) {
 	c := e.c.For(t)
+	start := time.Now()
+	defer func() {
+		t.Logf("kubectl delete -k and a containerd restart took %s", time.Since(start).Round(100*time.Millisecond))
+	}()
 	if out, err := c.Kubectl("delete", "-k", overlay, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
 		t.Errorf("kubectl delete -k: %v\n%s", err, out)
 	}

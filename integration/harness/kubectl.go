@@ -121,6 +121,17 @@ func (c *Cluster) Dump(objs ...Object) string {
 		if err != nil {
 			fmt.Fprintf(&b, "(%v)\n", err)
 		}
+		if o.Kind == "pod" {
+			for _, prev := range []bool{false, true} {
+				args := append([]string{"logs"}, o.args()[1:]...)
+				args = append(args, "--all-containers=true", "--tail=40", fmt.Sprintf("--previous=%v", prev))
+				logs, err := c.Kubectl(args...)
+				if err != nil {
+					logs += "(" + err.Error() + ")\n"
+				}
+				fmt.Fprintf(&b, "--- log of %s (previous: %v) ---\n%s", o, prev, logs)
+			}
+		}
 	}
 	events, err := c.Kubectl("get", "events", "-A", "--sort-by=.lastTimestamp",
 		"-o", "custom-columns=LAST:.lastTimestamp,NS:.metadata.namespace,OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message")
