@@ -323,13 +323,17 @@ func (e *clusterEnv) installAgent(t *testing.T, mode string) (overlay string) {
 	c.ApplyKustomize(overlay)
 	pod := agentPod(t, c, "gpurun-node")
 	t.Logf("%s: agent pod %s running after %s", mode, pod, time.Since(start).Round(100*time.Millisecond))
-	// Installed: the config registers gpurun, and the agent says
-	// containerd has not read it yet.
+	// Installed (the agent logs it), and `gpurun node status`, which the
+	// docs send administrators to, says containerd has not read it yet.
 	if err := waitUntil(agentTimeout, func() (bool, string) {
-		st, err := c.Exec("gpurun-system", pod, "agent", "gpurun", "node", "status", "--host-root=/host", "--state="+c.AgentState)
-		return err != nil && strings.Contains(st, "not ready") && strings.Contains(st, "restart containerd"), st
+		logs, err := c.Kubectl("logs", "-n", "gpurun-system", pod)
+		return err == nil && strings.Contains(logs, "msg=installed"), logs
 	}); err != nil {
-		t.Fatalf("agent before the containerd restart: %v\n%s", err, c.Dump(harness.Pod("gpurun-system", pod)))
+		t.Fatalf("agent install: %v\n%s", err, c.Dump(harness.Pod("gpurun-system", pod)))
+	}
+	st, err := c.Exec("gpurun-system", pod, "agent", "gpurun", "node", "status", "--host-root=/host", "--state="+c.AgentState)
+	if err == nil || !strings.Contains(st, "not ready") || !strings.Contains(st, "restart containerd") {
+		t.Fatalf("gpurun node status before containerd's restart: %v\n%s", err, st)
 	}
 	installed, err := os.ReadFile(c.Containerd.ConfigPath)
 	if err != nil {
@@ -400,7 +404,8 @@ type shmCase struct {
 
 // runShmCases creates every pod, waits until all are Ready, and checks
 // each container's /dev/shm size; the containers of one pod must share one
-// tmpfs (one st_dev).
+// tmpfs (one st_dev). A wrong size is reported with gpurun-runtime's log
+// (or the NRI plugin's, when it runs).
 func (e *clusterEnv) runShmCases(t *testing.T, ns string, cases []shmCase) {
 	t.Helper()
 	c := e.c.For(t)
@@ -416,8 +421,8 @@ func (e *clusterEnv) runShmCases(t *testing.T, ns string, cases []shmCase) {
 		for i, ctr := range sc.pod.containers {
 			got := c.ShmOf(ns, sc.pod.name, ctr.name)
 			if got.Bytes != want {
-				t.Errorf("pod %s, container %s: /dev/shm %s, want %s\ngpurun-runtime log:\n%s", sc.pod.name, ctr.name,
-					policy.FormatSize(got.Bytes), policy.FormatSize(want), e.runtimeLog())
+				t.Errorf("pod %s, container %s: /dev/shm %s, want %s\n%s", sc.pod.name, ctr.name,
+					policy.FormatSize(got.Bytes), policy.FormatSize(want), e.gpurunLogs())
 			}
 			if i == 0 {
 				first = got
@@ -427,6 +432,16 @@ func (e *clusterEnv) runShmCases(t *testing.T, ns string, cases []shmCase) {
 			}
 		}
 	}
+}
+
+// gpurunLogs returns what gpurun logged about the pods: the NRI plugin's
+// pod log when it runs, and gpurun-runtime's log on the node.
+func (e *clusterEnv) gpurunLogs() string {
+	out := "--- gpurun-runtime log (node) ---\n" + e.runtimeLog()
+	if nri, err := e.c.Kubectl("logs", "-n", "gpurun-system", "daemonset/gpurun-nri", "--tail=20"); err == nil {
+		out += "\n--- gpurun NRI plugin log ---\n" + nri
+	}
+	return out
 }
 
 // runtimeLog is the tail of gpurun-runtime's log on the node (the shipped
