@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,7 +150,11 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		ctdBin, ctr = requireContainerd16(t)
 	}
 
+	sweepStaleClusters(t)
 	dir := makeDir(t, "k")
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
 	c := &Cluster{
 		Dir:          dir,
 		NodeDir:      filepath.Join(dir, "n"),
@@ -582,6 +587,42 @@ func (c *Cluster) removeAll() {
 	}
 	if err := errors.Join(errs...); err != nil {
 		c.t.Errorf("harness: cluster cleanup of %s: %v", c.Dir, err)
+	}
+}
+
+// ownerFile, in a cluster's directory, holds the pid of the test process
+// that started it.
+const ownerFile = "owner"
+
+// sweepStaleClusters removes what clusters left whose test process died
+// without running its cleanups (go test -timeout panics, a kill): the
+// daemons die with it (PR_SET_PDEATHSIG), but containerd's shims, the
+// pods' processes, their cgroups and mounts would stay. A directory without
+// an owner, or whose owner runs, is left alone.
+func sweepStaleClusters(t testing.TB) {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join("/tmp", DirPrefix+"k-*"))
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) == nil {
+			continue
+		}
+		errs := killShims(t, dir, "")
+		if err := removeCgroup("/" + filepath.Base(dir)); err != nil {
+			errs = append(errs, err)
+		}
+		if err := removeDir(dir); err != nil {
+			errs = append(errs, err)
+		}
+		if err := errors.Join(errs...); err != nil {
+			t.Errorf("harness: removing the leftovers of %s (its test process %d is gone): %v", dir, pid, err)
+			continue
+		}
+		t.Logf("harness: removed the leftovers of %s, whose test process %d is gone", dir, pid)
 	}
 }
 
