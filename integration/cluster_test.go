@@ -91,6 +91,9 @@ func newClusterEnv(t *testing.T, c *harness.Cluster, containerd2 bool) *clusterE
 	}
 	c.ImportImage(harness.DockerfileImageTar(t, t.TempDir(), agentImageName+":"+agentImageTag,
 		"../deploy/image/Dockerfile", ctx, map[string]string{"VERSION": "cluster-test"}))
+	// GPUs as NVIDIA's device plugin hands them out: the env and the
+	// device node (a real 195:N character device; no driver needed).
+	c.StartFakeGPUs(2)
 	return &clusterEnv{c: c, containerd2: containerd2, pol: pol, hostMem: mem, original: original}
 }
 
@@ -176,6 +179,7 @@ type containerSpec struct {
 	name        string
 	env         []string // KEY=VALUE
 	memoryLimit string   // a quantity, "" for none
+	gpus        int      // nvidia.com/gpu from the fake device plugin
 }
 
 type podSpec struct {
@@ -213,15 +217,22 @@ func podManifest(ns string, p podSpec) string {
 				fmt.Fprintf(&b, "    - name: %s\n      value: %q\n", k, v)
 			}
 		}
-		if ctr.memoryLimit != "" {
-			fmt.Fprintf(&b, "    resources:\n      limits:\n        memory: %s\n", ctr.memoryLimit)
+		if ctr.memoryLimit != "" || ctr.gpus > 0 {
+			b.WriteString("    resources:\n      limits:\n")
+			if ctr.memoryLimit != "" {
+				fmt.Fprintf(&b, "        memory: %s\n", ctr.memoryLimit)
+			}
+			if ctr.gpus > 0 {
+				fmt.Fprintf(&b, "        %s: %d\n", harness.GPUResource, ctr.gpus)
+			}
 		}
 	}
 	return b.String()
 }
 
 // gpuEnv is what the NVIDIA device plugin (envvar strategy) sets in a
-// container it gives a GPU.
+// container it gives a GPU; pods that ask the harness's fake device plugin
+// for nvidia.com/gpu get it from the plugin (with the device node) instead.
 const gpuEnv = "NVIDIA_VISIBLE_DEVICES=GPU-6a8b1f4e-3c2d-4e5f-8a9b-0c1d2e3f4a5b"
 
 // cdiAnnotation is a CDI device request as a pod annotation
@@ -333,7 +344,7 @@ func (e *clusterEnv) installAgent(t *testing.T, mode string) (overlay string) {
 	}
 	st, err := c.Exec("gpurun-system", pod, "agent", "gpurun", "node", "status", "--host-root=/host", "--state="+c.AgentState)
 	if err == nil || !strings.Contains(st, "not ready") || !strings.Contains(st, "restart containerd") {
-		t.Fatalf("gpurun node status before containerd's restart: %v\n%s", err, st)
+		t.Errorf("gpurun node status before containerd's restart: %v\n%s", err, st)
 	}
 	installed, err := os.ReadFile(c.Containerd.ConfigPath)
 	if err != nil {
@@ -364,6 +375,17 @@ func (e *clusterEnv) uninstallAll(t *testing.T, overlay string) {
 	}
 	if now, err := os.ReadFile(c.Containerd.ConfigPath); err != nil || !bytes.Equal(now, e.original) {
 		t.Errorf("containerd's config after kubectl delete -k: %v\n%s\nwant\n%s", err, now, e.original)
+		// The next mode starts from the harness's node, not this one's
+		// leftovers: its config, and none of the agent's files.
+		if err := os.WriteFile(c.Containerd.ConfigPath, e.original, 0o644); err != nil {
+			t.Error(err)
+		}
+		for _, p := range []string{c.AgentState, c.InstallState, c.PolicyPath,
+			filepath.Join(c.BinDir, "gpurun"), filepath.Join(c.BinDir, "gpurun-runtime")} {
+			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+				t.Error(err)
+			}
+		}
 	}
 	if err := c.Containerd.TryRestart(); err != nil {
 		t.Errorf("restart containerd: %v", err)
@@ -488,6 +510,8 @@ func (e *clusterEnv) testRuntimeClass(t *testing.T) {
 				{name: "trainer", env: []string{gpuEnv}}, {name: "sidecar"}}}, wantTarget(0)},
 			{podSpec{name: "gpu-cdi", runtimeClass: "gpurun", annotations: cdiAnnotation, containers: []containerSpec{
 				{name: "trainer"}}}, wantTarget(0)},
+			{podSpec{name: "gpu-device", runtimeClass: "gpurun", containers: []containerSpec{
+				{name: "trainer", gpus: 1}, {name: "sidecar"}}}, wantTarget(0)},
 			{podSpec{name: "gpu-limit", runtimeClass: "gpurun", containers: []containerSpec{
 				{name: "trainer", env: []string{gpuEnv}, memoryLimit: "3Gi"}}}, wantTarget(3 * gib)},
 			{podSpec{name: "no-class", containers: []containerSpec{{name: "trainer", env: []string{gpuEnv}}}}, wantEngine},
@@ -515,6 +539,7 @@ func (e *clusterEnv) testDefaultRuntime(t *testing.T) {
 		e.runShmCases(t, ns, []shmCase{
 			{podSpec{name: "gpu", containers: []containerSpec{{name: "trainer", env: []string{gpuEnv}}, {name: "sidecar"}}}, wantTarget(0)},
 			{podSpec{name: "gpu-cdi", annotations: cdiAnnotation, containers: []containerSpec{{name: "trainer"}}}, wantTarget(0)},
+			{podSpec{name: "gpu-device", containers: []containerSpec{{name: "trainer", gpus: 1}}}, wantTarget(0)},
 			{podSpec{name: "not-gpu", containers: []containerSpec{{name: "app"}}}, wantEngine},
 		})
 	})
@@ -643,6 +668,7 @@ func (e *clusterEnv) testNRI(t *testing.T) {
 	ns := testNamespace(t, c)
 	e.runShmCases(t, ns, []shmCase{
 		{podSpec{name: "gpu", containers: []containerSpec{{name: "trainer", env: []string{gpuEnv}}, {name: "sidecar"}}}, wantTarget(0)},
+		{podSpec{name: "gpu-device", containers: []containerSpec{{name: "trainer", gpus: 1}}}, wantTarget(0)},
 		{podSpec{name: "not-gpu", containers: []containerSpec{{name: "app"}}}, wantEngine},
 	})
 	if now, _ := os.ReadFile(c.Containerd.ConfigPath); !bytes.Equal(now, e.original) {
