@@ -663,10 +663,3 @@ func (c *Cluster) ReadNodeFile(path string) ([]byte, error) {
 	})
 	return data, err
 }
-
-// NodeStat stats a path as the node sees it.
-func (c *Cluster) NodeStat(path string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	err := c.ns.Do(func() error { return unix.Stat(path, &st) })
-	return st, err
-}
