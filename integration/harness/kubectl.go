@@ -318,8 +318,14 @@ func (c *Cluster) WaitServiceAccount(ns, name string, timeout time.Duration) {
 	})
 }
 
+// execRetry bounds how long Exec retries while the kubelet cannot reach
+// containerd: after a containerd restart its CRI connection comes back
+// only after a reconnect backoff of up to a few seconds.
+const execRetry = 20 * time.Second
+
 // Exec runs cmd in a container of a pod (kubectl exec) and returns its
-// stdout.
+// stdout. While the kubelet's connection to containerd is down (gRPC
+// Unavailable, right after a containerd restart) it retries.
 func (c *Cluster) Exec(ns, pod, container string, cmd ...string) (string, error) {
 	if ns == "" {
 		ns = "default"
@@ -328,7 +334,15 @@ func (c *Cluster) Exec(ns, pod, container string, cmd ...string) (string, error)
 	if container != "" {
 		args = append(args, "-c", container)
 	}
-	return c.Kubectl(append(append(args, "--"), cmd...)...)
+	args = append(append(args, "--"), cmd...)
+	deadline := time.Now().Add(execRetry)
+	for {
+		out, err := c.Kubectl(args...)
+		if err == nil || !strings.Contains(err.Error(), "code = Unavailable") || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // Shm is what a container sees at /dev/shm.
