@@ -53,10 +53,23 @@ test-unit: $(CONTAINERD2)
 	@# gpurun explain's recall and false findings on its corpus of real logs.
 	@$(GO) test -count=1 -v -run '^TestCorpusRecall$$' ./diagnose/explain/ | grep 'corpus: '
 
-# Real engines (dockerd, containerd + CRI, runc, podman), each on its own
-# socket and state dir; needs root. The tests build bin/ themselves.
-test-integration: build $(CONTAINERD2_TOOLS)
-	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) $(GO) test -count=1 -p 1 -timeout 25m -tags integration ./integration/... ./hack/checkhost/
+# Kubernetes for the cluster tests (integration/cluster_test.go): kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet and kubectl built from the
+# Go module proxy by hack/build-kubernetes.sh, once per release, into
+# K8S_CACHE/<version>/bin (about 8 minutes on 2 cores; then a no-op). 1.34 is
+# the last release that runs on cgroup v1 without opting in.
+K8S_VERSION ?= v1.34.4
+K8S_CACHE   ?= /var/cache/gpurun-k8s
+K8S_BIN     ?= $(K8S_CACHE)/$(K8S_VERSION)/bin
+.PHONY: k8s-tools
+k8s-tools:
+	GPURUN_K8S_VERSION=$(K8S_VERSION) GPURUN_K8S_CACHE=$(K8S_CACHE) hack/build-kubernetes.sh >/dev/null
+
+# Real engines (dockerd, containerd + CRI, runc, podman, a single-node
+# Kubernetes cluster), each on its own sockets, state dirs and network
+# namespace; needs root. The tests build bin/ themselves.
+test-integration: build $(CONTAINERD2_TOOLS) k8s-tools
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/... ./hack/checkhost/
 
 # The machine as the tests found it (hack/checkhost; root): host-snapshot
 # records docker0 and the other interfaces, the engines' configs and
@@ -77,8 +90,9 @@ check-host:
 # image is built once (~1.5 min) and cached in /var/cache/gpurun-e2e.
 .PHONY: e2e
 E2E_TAGS = integration e2e
-e2e:
-	$(GO) test -count=1 -p 1 -timeout 15m -tags '$(E2E_TAGS)' -run '^TestTorch' -v ./integration/
+e2e: $(CONTAINERD2_TOOLS) k8s-tools
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) \
+		$(GO) test -count=1 -p 1 -timeout 20m -tags '$(E2E_TAGS)' -run '^TestTorch|^TestClusterTorch' -v ./integration/
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)

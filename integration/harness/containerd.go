@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +47,22 @@ type ContainerdOptions struct {
 	// Env is added to containerd's environment (and so to its shims' and
 	// runtimes'), for example GPURUN_* settings or a PATH.
 	Env []string
+	// CRI holds the settings a kubelet's containerd needs.
+	CRI CRISettings
+}
+
+// CRISettings are the CRI plugin settings of a containerd that a kubelet
+// drives (see [StartCluster]), beyond those of a bare CRI test's.
+type CRISettings struct {
+	// PodNetwork keeps the pods' network namespaces under the state
+	// directory (netns_mounts_under_state_dir) rather than in
+	// /var/run/netns: pods get their own network through the CNI
+	// configuration in Dir/cni.
+	PodNetwork bool
+	// CDISpecDirs are the directories containerd 2.x (whose CDI is
+	// always on) reads CDI specs from, instead of /etc/cdi and
+	// /var/run/cdi; containerd 1.6 has no CDI and ignores them.
+	CDISpecDirs []string
 }
 
 // Containerd is a private containerd 1.6 with its CRI plugin, its own
@@ -86,6 +103,7 @@ type Containerd struct {
 	ctr     string // the ctr that imports images (of the same release as bin)
 	logPath string
 	env     []string
+	ns      *NetNS // where containerd runs (nil: the test's namespaces)
 	conn    *grpc.ClientConn
 	rt      runtimeapi.RuntimeServiceClient
 	img     runtimeapi.ImageServiceClient
@@ -98,7 +116,35 @@ type containerdShared struct {
 	mu   sync.Mutex
 	proc *process
 	pods map[string]*runtimeapi.PodSandboxConfig
+	// supervise starts containerd again whenever it exits, as systemd's
+	// Restart=always does, until stopping; restarts records each time.
+	supervise bool
+	stopping  bool
+	restarts  []ContainerdRestart
 }
+
+// ContainerdRestart is one exit of a supervised containerd and the start
+// that followed it.
+type ContainerdRestart struct {
+	// PID and Exit are the process that exited and how ("signal:
+	// terminated", "exit status 1").
+	PID  int
+	Exit string
+	// At is when the exit was seen.
+	At time.Time
+	// NewPID is the containerd started after it (0: the start failed,
+	// StartErr says why).
+	NewPID   int
+	StartErr string
+}
+
+// supervisorRestartDelay is how long the supervisor waits after an exit
+// before it starts containerd again (systemd: RestartSec).
+const supervisorRestartDelay = 200 * time.Millisecond
+
+// supervisorMaxRestarts stops a supervisor that would restart forever (a
+// config containerd refuses), as systemd's start limit does.
+const supervisorMaxRestarts = 20
 
 // For returns a view of the same instance whose methods report failures to
 // t, for use in a subtest (t.Fatal must be called from the test's
@@ -117,6 +163,23 @@ func (c *Containerd) currentProc() *process {
 	return c.shared.proc
 }
 
+// CurrentPID returns the pid of the containerd running now (a supervisor
+// may have restarted it since PID was set), 0 when none runs.
+func (c *Containerd) CurrentPID() int {
+	if p := c.currentProc(); p != nil && !p.exited() {
+		return p.pid
+	}
+	return 0
+}
+
+// Restarts returns what the supervisor did so far (nil when containerd is
+// not supervised or never exited).
+func (c *Containerd) Restarts() []ContainerdRestart {
+	c.shared.mu.Lock()
+	defer c.shared.mu.Unlock()
+	return append([]ContainerdRestart(nil), c.shared.restarts...)
+}
+
 // StartContainerd writes a config (version 2) for a private containerd,
 // starts Debian's containerd with it, waits until the CRI plugin answers
 // and imports the pause image. containerd runs in a network namespace of
@@ -128,7 +191,7 @@ func (c *Containerd) currentProc() *process {
 func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
 	bin, ctr := requireContainerd16(t)
-	return launchContainerd(t, "c", bin, ctr, opts.Env, func(dir string) (string, error) { return ContainerdConfig(dir, opts), nil })
+	return launchContainerd(t, launchSpec{kind: "c"}, bin, ctr, opts.Env, func(dir string) (string, error) { return ContainerdConfig(dir, opts), nil })
 }
 
 // requireContainerd16 checks what Debian's containerd needs — root,
@@ -145,15 +208,39 @@ func requireContainerd16(t testing.TB) (bin, ctr string) {
 	return bin, ctr
 }
 
+// launchSpec says where and how launchContainerd runs containerd.
+type launchSpec struct {
+	// kind names a fresh directory /tmp/<DirPrefix><kind>-NNNN; dir, when
+	// set, is used instead (it must exist; the cleanup removes it).
+	kind, dir string
+	// ns is where containerd runs (nil: a network namespace of its own).
+	ns *NetNS
+	// supervise restarts containerd whenever it exits (systemd's
+	// Restart=always).
+	supervise bool
+	// cgroupParent replaces CgroupParent ("/" + the directory's name).
+	cgroupParent string
+}
+
 // launchContainerd starts the containerd binary bin, as StartContainerd
-// describes, in a fresh directory /tmp/<DirPrefix><kind>-NNNN with the
-// config that setup returns (setup may also prepare files below the
-// directory); env is added to its environment.
-func launchContainerd(t testing.TB, kind, bin, ctr string, env []string, setup func(dir string) (string, error)) *Containerd {
+// describes, in the directory spec names with the config that setup
+// returns (setup may also prepare files below the directory); env is added
+// to its environment.
+func launchContainerd(t testing.TB, spec launchSpec, bin, ctr string, env []string, setup func(dir string) (string, error)) *Containerd {
 	t.Helper()
-	dir := makeDir(t, kind)
-	// Registered before containerd's cleanup, so removed after it.
-	ns := NewNetNS(t, dir)
+	dir := spec.dir
+	if dir == "" {
+		dir = makeDir(t, spec.kind)
+	}
+	ns := spec.ns
+	if ns == nil {
+		// Registered before containerd's cleanup, so removed after it.
+		ns = NewNetNS(t, dir)
+	}
+	cgroupParent := spec.cgroupParent
+	if cgroupParent == "" {
+		cgroupParent = "/" + filepath.Base(dir)
+	}
 	c := &Containerd{
 		Dir:          dir,
 		Address:      filepath.Join(dir, "containerd.sock"),
@@ -161,7 +248,7 @@ func launchContainerd(t testing.TB, kind, bin, ctr string, env []string, setup f
 		StateDir:     filepath.Join(dir, "state"),
 		RuncRoot:     filepath.Join(dir, "runc"),
 		ConfigPath:   filepath.Join(dir, "config.toml"),
-		CgroupParent: "/" + filepath.Base(dir),
+		CgroupParent: cgroupParent,
 		PauseImage:   PauseRef,
 		NetNS:        ns,
 		t:            t,
@@ -169,7 +256,7 @@ func launchContainerd(t testing.TB, kind, bin, ctr string, env []string, setup f
 		ctr:          ctr,
 		logPath:      filepath.Join(dir, "containerd.log"),
 		env:          append(os.Environ(), env...),
-		shared:       &containerdShared{pods: map[string]*runtimeapi.PodSandboxConfig{}},
+		shared:       &containerdShared{pods: map[string]*runtimeapi.PodSandboxConfig{}, supervise: spec.supervise},
 	}
 	c.State = filepath.Join(c.StateDir, "io.containerd.grpc.v1.cri")
 	t.Cleanup(c.cleanup)
@@ -228,7 +315,11 @@ func ContainerdConfig(dir string, opts ContainerdOptions) string {
 	fmt.Fprintf(&b, "    restrict_oom_score_adj = true\n")
 	fmt.Fprintf(&b, "    stream_server_address = \"127.0.0.1\"\n")
 	fmt.Fprintf(&b, "    stream_server_port = \"0\"\n")
-	fmt.Fprintf(&b, "    enable_selinux = false\n\n")
+	fmt.Fprintf(&b, "    enable_selinux = false\n")
+	if opts.CRI.PodNetwork {
+		fmt.Fprintf(&b, "    netns_mounts_under_state_dir = true\n")
+	}
+	fmt.Fprintf(&b, "\n")
 	fmt.Fprintf(&b, "    [%s.cni]\n      bin_dir = \"/usr/lib/cni\"\n      conf_dir = %s\n\n", cri, q(filepath.Join(dir, "cni")))
 	def := opts.DefaultRuntime
 	if def == "" {
@@ -310,8 +401,12 @@ func (c *Containerd) start() error {
 	}
 	c.shared.mu.Lock()
 	c.shared.proc = p
+	supervise := c.shared.supervise
 	c.shared.mu.Unlock()
 	c.PID = p.pid
+	if supervise {
+		go c.supervise(p)
+	}
 	if err := waitSocket(c.Address, p); err != nil {
 		return fmt.Errorf("containerd did not come up: %w\n--- containerd log tail ---\n%s", err, c.LogTail(40))
 	}
@@ -335,6 +430,45 @@ func (c *Containerd) start() error {
 	}
 }
 
+// supervise waits for p to exit and, unless the harness stopped it, starts
+// containerd again, as systemd's Restart=always does for containerd.service.
+func (c *Containerd) supervise(p *process) {
+	<-p.done
+	c.shared.mu.Lock()
+	if c.shared.stopping || c.shared.proc != p {
+		c.shared.mu.Unlock()
+		return
+	}
+	exit := "exited"
+	if p.waitErr != nil {
+		exit = p.waitErr.Error()
+	}
+	i := len(c.shared.restarts)
+	c.shared.restarts = append(c.shared.restarts, ContainerdRestart{PID: p.pid, Exit: exit, At: time.Now()})
+	if i >= supervisorMaxRestarts {
+		c.shared.restarts[i].StartErr = fmt.Sprintf("not restarted: %d restarts already", i)
+		c.shared.mu.Unlock()
+		return
+	}
+	c.shared.mu.Unlock()
+	time.Sleep(supervisorRestartDelay)
+	c.shared.mu.Lock()
+	stopping := c.shared.stopping
+	c.shared.mu.Unlock()
+	if stopping {
+		return
+	}
+	// A view of its own: start sets PID, which belongs to the caller's view.
+	v := *c
+	err := v.start()
+	c.shared.mu.Lock()
+	defer c.shared.mu.Unlock()
+	c.shared.restarts[i].NewPID = v.PID
+	if err != nil {
+		c.shared.restarts[i].StartErr = err.Error()
+	}
+}
+
 // LogTail returns the last n lines of containerd's log (all its runs).
 func (c *Containerd) LogTail(n int) string {
 	return logTail(c.logPath, n)
@@ -352,7 +486,15 @@ func (c *Containerd) Restart() {
 }
 
 // TryRestart is Restart returning the error instead of failing the test.
+// A supervised containerd gets SIGTERM and is started again by its
+// supervisor (systemctl restart); TryRestart waits for that.
 func (c *Containerd) TryRestart() error {
+	c.shared.mu.Lock()
+	supervised, n := c.shared.supervise, len(c.shared.restarts)
+	c.shared.mu.Unlock()
+	if supervised {
+		return c.restartSupervised(n)
+	}
 	if err := c.currentProc().stop(15 * time.Second); err != nil {
 		return fmt.Errorf("stop containerd: %w", err)
 	}
@@ -360,6 +502,28 @@ func (c *Containerd) TryRestart() error {
 		return fmt.Errorf("restart containerd: %w", err)
 	}
 	return nil
+}
+
+// restartSupervised sends SIGTERM to the current containerd and waits
+// until the supervisor has started the next one and its CRI plugin answers.
+func (c *Containerd) restartSupervised(before int) error {
+	p := c.currentProc()
+	if err := syscall.Kill(p.pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("SIGTERM containerd (pid %d): %w", p.pid, err)
+	}
+	deadline := time.Now().Add(2 * startTimeout)
+	for time.Now().Before(deadline) {
+		rs := c.Restarts()
+		if len(rs) > before && (rs[before].NewPID != 0 || rs[before].StartErr != "") {
+			if rs[before].StartErr != "" {
+				return fmt.Errorf("restart containerd: %s", rs[before].StartErr)
+			}
+			c.PID = rs[before].NewPID
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("containerd (pid %d) was not restarted within %s\n--- containerd log tail ---\n%s", p.pid, 2*startTimeout, c.LogTail(30))
 }
 
 // importedNames returns the image names in ctr's "unpacking <name> (sha256:...)...done" lines.
@@ -417,6 +581,9 @@ func (c *Containerd) TryImportImage(tarPath string) error {
 // cleanup removes all pods, stops containerd and removes Dir.
 func (c *Containerd) cleanup() {
 	var errs []error
+	c.shared.mu.Lock()
+	c.shared.stopping = true
+	c.shared.mu.Unlock()
 	proc := c.currentProc()
 	if proc != nil && !proc.exited() {
 		if err := c.removeAllPods(); err != nil {
@@ -429,6 +596,12 @@ func (c *Containerd) cleanup() {
 	if proc != nil {
 		if err := proc.stop(15 * time.Second); err != nil {
 			errs = append(errs, err)
+		}
+		// A supervisor may have been starting the next one.
+		if p := c.currentProc(); p != proc {
+			if err := p.stop(15 * time.Second); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	errs = append(errs, killShims(c.t, c.Dir, c.Address)...)

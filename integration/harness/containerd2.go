@@ -38,6 +38,8 @@ type Containerd2Options struct {
 	// Env is added to containerd's environment (its own binary directory
 	// always comes first in PATH, so it runs its own shim).
 	Env []string
+	// CRI holds the settings a kubelet's containerd needs.
+	CRI CRISettings
 }
 
 // Containerd2 is a private containerd 2.x with its CRI plugin and NRI
@@ -68,7 +70,7 @@ func StartContainerd2(t testing.TB, opts Containerd2Options) *Containerd2 {
 	binDir, version := requireContainerd2(t)
 	bin := filepath.Join(binDir, "containerd")
 	env := append([]string{"PATH=" + binDir + ":" + os.Getenv("PATH")}, opts.Env...)
-	c := launchContainerd(t, "c2", bin, filepath.Join(binDir, "ctr"), env, func(dir string) (string, error) {
+	c := launchContainerd(t, launchSpec{kind: "c2"}, bin, filepath.Join(binDir, "ctr"), env, func(dir string) (string, error) {
 		nri := nriDirs(dir)
 		for _, d := range []string{nri.plugins, nri.configs} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
@@ -85,7 +87,7 @@ func StartContainerd2(t testing.TB, opts Containerd2Options) *Containerd2 {
 				return "", fmt.Errorf("write NRI plugin config %s: %w", name, err)
 			}
 		}
-		return Containerd2Config(dir), nil
+		return Containerd2ConfigWith(dir, opts.CRI), nil
 	})
 	nri := nriDirs(c.Dir)
 	t.Logf("harness: %s", version)
@@ -112,6 +114,12 @@ func nriDirs(dir string) nriPaths {
 // Containerd2Config returns the version 3 config.toml StartContainerd2
 // writes for an instance living in dir.
 func Containerd2Config(dir string) string {
+	return Containerd2ConfigWith(dir, CRISettings{})
+}
+
+// Containerd2ConfigWith is Containerd2Config with CRI settings for a
+// kubelet's containerd.
+func Containerd2ConfigWith(dir string, cri CRISettings) string {
 	q := tomlString
 	nri := nriDirs(dir)
 	var b strings.Builder
@@ -133,7 +141,14 @@ func Containerd2Config(dir string) string {
 	const rt = `plugins."io.containerd.cri.v1.runtime"`
 	fmt.Fprintf(&b, "  [%s]\n", rt)
 	fmt.Fprintf(&b, "    restrict_oom_score_adj = true\n")
-	fmt.Fprintf(&b, "    enable_selinux = false\n\n")
+	fmt.Fprintf(&b, "    enable_selinux = false\n")
+	if cri.PodNetwork {
+		fmt.Fprintf(&b, "    netns_mounts_under_state_dir = true\n")
+	}
+	if len(cri.CDISpecDirs) > 0 {
+		fmt.Fprintf(&b, "    cdi_spec_dirs = %s\n", tomlArray(cri.CDISpecDirs))
+	}
+	fmt.Fprintf(&b, "\n")
 	fmt.Fprintf(&b, "    [%s.cni]\n      bin_dirs = [\"/usr/lib/cni\"]\n      conf_dir = %s\n\n", rt, q(filepath.Join(dir, "cni")))
 	fmt.Fprintf(&b, "    [%s.containerd]\n      default_runtime_name = \"runc\"\n\n", rt)
 	fmt.Fprintf(&b, "      [%s.containerd.runtimes.runc]\n        runtime_type = \"io.containerd.runc.v2\"\n\n", rt)

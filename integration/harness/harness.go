@@ -33,7 +33,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,10 +117,9 @@ func startProcess(name, logPath string, argv, env []string, ns *NetNS) (*process
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	p := &process{name: name, logPath: logPath, done: make(chan struct{})}
 	started := make(chan error, 1)
-	go func() {
-		// Deliberately never unlocked: the thread dies with this goroutine,
-		// after the child has exited.
-		runtime.LockOSThread()
+	onDisposableThread(func() {
+		// Never unlocked: the thread dies with this goroutine, after the
+		// child has exited.
 		var err error
 		if ns != nil {
 			err = ns.enter()
@@ -137,7 +135,7 @@ func startProcess(name, logPath string, argv, env []string, ns *NetNS) (*process
 		}
 		p.waitErr = cmd.Wait()
 		close(p.done)
-	}()
+	})
 	if err := <-started; err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", name, strings.Join(argv, " "), err)
 	}

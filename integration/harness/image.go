@@ -3,15 +3,11 @@ package harness
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -191,73 +187,17 @@ func withTag(ref string) string {
 // same inputs give the same archive.
 func epoch() time.Time { return time.Unix(0, 0).UTC() }
 
-// buildImageTar assembles the docker-save archive in memory.
+// buildImageTar assembles the docker-save archive of the busybox image in
+// memory.
 func buildImageTar(ref string, cmd []string, busybox []byte, applets []string) ([]byte, error) {
 	layer, err := buildLayer(busybox, applets)
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
-	layerSum := sha256.Sum256(layer)
-	layerHex := hex.EncodeToString(layerSum[:])
-
-	config := map[string]any{
-		"architecture": runtime.GOARCH,
-		"os":           "linux",
-		"created":      epoch().Format(time.RFC3339),
-		"config": map[string]any{
-			"Env": []string{imagePath},
-			"Cmd": cmd,
-		},
-		"rootfs": map[string]any{
-			"type":     "layers",
-			"diff_ids": []string{"sha256:" + layerHex},
-		},
-		"history": []map[string]any{{
-			"created":    epoch().Format(time.RFC3339),
-			"created_by": "gpurun integration harness: static busybox",
-		}},
-	}
-	configJSON, err := json.Marshal(config)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	configSum := sha256.Sum256(configJSON)
-	configName := hex.EncodeToString(configSum[:]) + ".json"
-	layerName := layerHex + "/layer.tar"
-	manifest, err := json.Marshal([]map[string]any{{
-		"Config":   configName,
-		"RepoTags": []string{ref},
-		"Layers":   []string{layerName},
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
-	}
-
 	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch(), Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: layerHex + "/", Mode: 0o755, ModTime: epoch(), Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
-		return nil, err
-	}
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{
-		{layerName, layer},
-		{configName, configJSON},
-		{"manifest.json", manifest},
-	} {
-		if err := add(f.name, f.data); err != nil {
-			return nil, fmt.Errorf("write %s: %w", f.name, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
+	err = writeImageArchive(&buf, ref, map[string]any{"Env": []string{imagePath}, "Cmd": cmd},
+		layerSource{data: layer}, "gpurun integration harness: static busybox")
+	if err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

@@ -34,6 +34,10 @@ type NetNS struct {
 	// Path is the bind-mounted namespace file (for nsenter --net=Path, or
 	// setns).
 	Path string
+
+	// mnt, when set, is a mount namespace entered together with the
+	// network namespace (a cluster's node).
+	mnt *mountNS
 }
 
 // NewNetNS creates a network namespace held at dir/netns and registers its
@@ -61,10 +65,9 @@ func newNetNS(path string) (*NetNS, error) {
 	}
 	f.Close()
 	errc := make(chan error, 1)
-	go func() {
+	onDisposableThread(func() {
 		// The thread enters the new namespace and is never unlocked, so it
 		// ends with this goroutine and no other goroutine runs in it.
-		runtime.LockOSThread()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			errc <- fmt.Errorf("unshare network namespace: %w", err)
 			return
@@ -75,7 +78,7 @@ func newNetNS(path string) (*NetNS, error) {
 			return
 		}
 		errc <- loopbackUp()
-	}()
+	})
 	if err := <-errc; err != nil {
 		_ = unix.Unmount(path, unix.MNT_DETACH)
 		_ = os.Remove(path)
@@ -123,15 +126,41 @@ func (ns *NetNS) Do(f func() error) error {
 		return f()
 	}
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	onDisposableThread(func() {
 		if err := ns.enter(); err != nil {
 			errc <- err
 			return
 		}
 		errc <- f()
-	}()
+	})
 	return <-errc
+}
+
+// onDisposableThread runs fn on a goroutine locked to an OS thread that is
+// never unlocked, so the thread ends with it: whatever namespace fn moves
+// the thread into goes with the thread. Never the main thread: Go cannot
+// end that one and parks it instead, still in the namespace fn joined, and
+// /proc/self (which shows the main thread) would then describe that
+// namespace to the whole process (its mount table, say). A goroutine that
+// finds itself on the main thread hands fn to one that, the main thread
+// being held, gets another thread, and gives the main thread back as it
+// was.
+func onDisposableThread(fn func()) {
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			fn()
+			return
+		}
+		locked := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(locked)
+			fn()
+		}()
+		<-locked
+		runtime.UnlockOSThread()
+	}()
 }
 
 // enter moves the calling (locked) thread into the namespace.
@@ -143,6 +172,9 @@ func (ns *NetNS) enter() error {
 	defer unix.Close(fd)
 	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
 		return fmt.Errorf("enter network namespace %s: %w", ns.Path, err)
+	}
+	if ns.mnt != nil {
+		return ns.mnt.enter()
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ type NodeConfigOptions struct {
 func StartContainerdOnNodeConfig(t testing.TB, opts NodeConfigOptions) *Containerd {
 	t.Helper()
 	bin, ctr := requireContainerd16(t)
-	return launchContainerd(t, "cn", bin, ctr, opts.Env, func(dir string) (string, error) {
+	return launchContainerd(t, launchSpec{kind: "cn"}, bin, ctr, opts.Env, func(dir string) (string, error) {
 		return NodeConfig(dir, opts.Config, opts.HostRoot)
 	})
 }
@@ -44,7 +44,7 @@ func StartContainerd2OnNodeConfig(t testing.TB, opts NodeConfigOptions) *Contain
 	binDir, _ := requireContainerd2(t)
 	bin := filepath.Join(binDir, "containerd")
 	env := append([]string{"PATH=" + binDir + ":" + os.Getenv("PATH")}, opts.Env...)
-	return launchContainerd(t, "cn2", bin, filepath.Join(binDir, "ctr"), env, func(dir string) (string, error) {
+	return launchContainerd(t, launchSpec{kind: "cn2"}, bin, filepath.Join(binDir, "ctr"), env, func(dir string) (string, error) {
 		return NodeConfig(dir, opts.Config, opts.HostRoot)
 	})
 }

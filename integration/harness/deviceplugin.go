@@ -1,0 +1,162 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	dpapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// GPUResource is the extended resource the fake GPUs are advertised as,
+// NVIDIA's device plugin's name: pods ask for them with
+// resources.limits["nvidia.com/gpu"].
+const GPUResource = "nvidia.com/gpu"
+
+// FakeGPU is one GPU the fake device plugin advertises.
+type FakeGPU struct {
+	// ID is its device id, a GPU UUID as NVIDIA's plugin reports it.
+	ID string
+	// Node is the character device (major 195, minor its index) made
+	// below the node's directory; the container sees it as DevPath.
+	Node, DevPath string
+}
+
+// gpuPlugin is the harness's device plugin server.
+type gpuPlugin struct {
+	dpapi.UnimplementedDevicePluginServer
+	gpus []FakeGPU
+	stop chan struct{}
+}
+
+// StartFakeGPUs registers a device plugin with the cluster's kubelet that
+// advertises n GPUs as nvidia.com/gpu and allocates them the way NVIDIA's
+// device plugin does with its envvar strategy: NVIDIA_VISIBLE_DEVICES
+// names the GPUs' UUIDs, and each GPU's device node (/dev/nvidiaN, a real
+// character device 195:N made below NodeDir; nothing opens it, so no
+// driver is needed) is added to the container. It waits until the node
+// reports the GPUs as allocatable; the cleanup stops the plugin.
+func (c *Cluster) StartFakeGPUs(n int) []FakeGPU {
+	c.t.Helper()
+	dir := filepath.Join(c.NodeDir, "dev")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatalf("harness: %v", err)
+	}
+	p := &gpuPlugin{stop: make(chan struct{})}
+	for i := 0; i < n; i++ {
+		node := filepath.Join(dir, fmt.Sprintf("nvidia%d", i))
+		if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(NvidiaMajor, uint32(i)))); err != nil {
+			c.t.Fatalf("harness: mknod %s: %v", node, err)
+		}
+		p.gpus = append(p.gpus, FakeGPU{
+			ID:      fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", i, i),
+			Node:    node,
+			DevPath: fmt.Sprintf("/dev/nvidia%d", i),
+		})
+	}
+	// The kubelet's device plugin directory is fixed
+	// (/var/lib/kubelet/device-plugins, whatever --root-dir says): the
+	// node's own, below its private /var/lib, so the socket is made and
+	// dialled in the node's mount namespace.
+	pluginDir := dpapi.DevicePluginPath
+	const endpoint = "gpurun-fake-gpu.sock"
+	sock := filepath.Join(pluginDir, endpoint)
+	var ln net.Listener
+	if err := c.ns.Do(func() error {
+		var err error
+		ln, err = net.Listen("unix", sock)
+		return err
+	}); err != nil {
+		c.t.Fatalf("harness: device plugin: %v", err)
+	}
+	srv := grpc.NewServer()
+	dpapi.RegisterDevicePluginServer(srv, p)
+	go func() { _ = srv.Serve(ln) }()
+	c.t.Cleanup(func() {
+		close(p.stop)
+		srv.Stop()
+	})
+
+	conn, err := grpc.NewClient("passthrough:///kubelet", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return c.ns.DialContext(ctx, "unix", dpapi.KubeletSocket)
+		}))
+	if err != nil {
+		c.t.Fatalf("harness: device plugin: %v", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := dpapi.NewRegistrationClient(conn).Register(ctx, &dpapi.RegisterRequest{
+		Version: dpapi.Version, Endpoint: endpoint, ResourceName: GPUResource,
+	}, grpc.WaitForReady(true)); err != nil {
+		c.t.Fatalf("harness: register the device plugin with the kubelet: %v\n--- kubelet log tail ---\n%s", err, c.LogTail("kubelet", 20))
+	}
+	node := Object{Kind: "node", Name: ClusterNodeName}
+	c.waitFor(fmt.Sprintf("%d %s allocatable", n, GPUResource), time.Minute, []Object{node}, func() (bool, string, error) {
+		out, err := c.Get(node, `{.status.allocatable.nvidia\.com/gpu}`)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return strings.TrimSpace(out) == fmt.Sprint(n), "allocatable " + out, nil
+	})
+	return p.gpus
+}
+
+// GetDevicePluginOptions: no pre-start call, no preferred allocation.
+func (p *gpuPlugin) GetDevicePluginOptions(context.Context, *dpapi.Empty) (*dpapi.DevicePluginOptions, error) {
+	return &dpapi.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch sends the GPUs, all healthy, then waits for the end.
+func (p *gpuPlugin) ListAndWatch(_ *dpapi.Empty, stream dpapi.DevicePlugin_ListAndWatchServer) error {
+	resp := &dpapi.ListAndWatchResponse{}
+	for _, g := range p.gpus {
+		resp.Devices = append(resp.Devices, &dpapi.Device{ID: g.ID, Health: dpapi.Healthy})
+	}
+	if err := stream.Send(resp); err != nil {
+		return err
+	}
+	select {
+	case <-p.stop:
+	case <-stream.Context().Done():
+	}
+	return nil
+}
+
+// Allocate gives each container its GPUs: the env NVIDIA's plugin sets,
+// and the device nodes.
+func (p *gpuPlugin) Allocate(_ context.Context, req *dpapi.AllocateRequest) (*dpapi.AllocateResponse, error) {
+	resp := &dpapi.AllocateResponse{}
+	for _, creq := range req.ContainerRequests {
+		cresp := &dpapi.ContainerAllocateResponse{Envs: map[string]string{}}
+		var ids []string
+		for _, id := range creq.DevicesIds {
+			g, ok := p.gpu(id)
+			if !ok {
+				return nil, fmt.Errorf("unknown device %q", id)
+			}
+			ids = append(ids, id)
+			cresp.Devices = append(cresp.Devices, &dpapi.DeviceSpec{ContainerPath: g.DevPath, HostPath: g.Node, Permissions: "rw"})
+		}
+		cresp.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
+	}
+	return resp, nil
+}
+
+func (p *gpuPlugin) gpu(id string) (FakeGPU, bool) {
+	for _, g := range p.gpus {
+		if g.ID == id {
+			return g, true
+		}
+	}
+	return FakeGPU{}, false
+}
