@@ -103,7 +103,6 @@ type Containerd struct {
 	ctr     string // the ctr that imports images (of the same release as bin)
 	logPath string
 	env     []string
-	ns      *NetNS // where containerd runs (nil: the test's namespaces)
 	conn    *grpc.ClientConn
 	rt      runtimeapi.RuntimeServiceClient
 	img     runtimeapi.ImageServiceClient
