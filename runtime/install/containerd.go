@@ -122,52 +122,47 @@ func (c Containerd) Install() error {
 		}
 		return nil
 	}
-	if !ch.Changed && !dropChanged {
-		fmt.Fprintf(c.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
-		return c.restart()
-	}
 	st, err := loadState(c.statePath())
 	if err != nil {
 		return err
 	}
 	rec, hadRecord := st["containerd"][path]
+	if !ch.Changed && !dropChanged {
+		if hadRecord && rec.Pending {
+			if err := c.finish(st, "containerd", path, rec); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.Out, "%s: finished the install an earlier run left half done\n", path)
+		} else {
+			fmt.Fprintf(c.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
+		}
+		return c.restart()
+	}
+	var writes []fileWrite
 	if dropChanged {
-		if err := os.MkdirAll(filepath.Dir(dropHere), 0o755); err != nil {
-			return fmt.Errorf("write %s: %w", dropHere, err)
-		}
-		if err := atomicfile.Write(dropHere, dropIn, 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", dropHere)
+		writes = append(writes, fileWrite{dropHere, dropIn})
 	}
 	backup := rec.Backup
 	if ch.Changed {
-		if backup, err = c.writeConfig(path, before, existed, after, rec.Backup); err != nil {
+		if backup, err = c.backup(path, before, existed, rec.Backup); err != nil {
 			return err
 		}
-	}
-	if pc != nil {
-		if err := c.writePolicy(polAfter); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.Out, "%s: runtime = %q (gpurun-runtime hands over to the runtime that was the default)\n", c.policyPath(), ch.Chain)
+		writes = append(writes, fileWrite{path, after})
 	}
 	if !hadRecord || ch.Changed {
 		raw, err := json.Marshal(ch)
 		if err != nil {
 			return err
 		}
-		if st["containerd"] == nil {
-			st["containerd"] = map[string]record{}
-		}
-		merged, err := mergeRecord(rec, hadRecord, ch, mergeContainerd, record{Change: raw, DropIn: dropNode, Policy: pc, Backup: backup, InstalledAt: c.now().UTC()})
-		if err != nil {
+		if rec, err = mergeRecord(rec, hadRecord, ch, mergeContainerd, record{Change: raw, DropIn: dropNode, Policy: pc, Backup: backup, InstalledAt: c.now().UTC()}); err != nil {
 			return fmt.Errorf("install state %s: %w", c.statePath(), err)
 		}
-		st["containerd"][path] = merged
-		if err := st.save(c.statePath()); err != nil {
-			return err
-		}
+	}
+	if err := c.commit(st, "containerd", path, rec, writes); err != nil {
+		return err
+	}
+	if dropChanged {
+		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", dropHere)
 	}
 	what := "registered runtime handler " + RuntimeName
 	if ch.SetDefault {

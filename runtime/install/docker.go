@@ -162,38 +162,35 @@ func (d Docker) Install() error {
 		}
 		return nil
 	}
-	if !ch.Changed {
-		fmt.Fprintf(d.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
-		return d.reload(after)
-	}
 	st, err := loadState(d.statePath())
 	if err != nil {
 		return err
 	}
-	backup, err := d.writeConfig(path, before, existed, after, st["docker"][path].Backup)
+	old, hadOld := st["docker"][path]
+	if !ch.Changed {
+		if hadOld && old.Pending {
+			if err := d.finish(st, "docker", path, old); err != nil {
+				return err
+			}
+			fmt.Fprintf(d.Out, "%s: finished the install an earlier run left half done\n", path)
+		} else {
+			fmt.Fprintf(d.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
+		}
+		return d.reload(after)
+	}
+	backup, err := d.backup(path, before, existed, old.Backup)
 	if err != nil {
 		return err
-	}
-	if pc != nil {
-		if err := d.writePolicy(polAfter); err != nil {
-			return err
-		}
-		fmt.Fprintf(d.Out, "%s: runtime = %q (gpurun-runtime hands over to the runtime that was the default)\n", d.policyPath(), ch.Chain)
 	}
 	raw, err := json.Marshal(ch)
 	if err != nil {
 		return err
 	}
-	if st["docker"] == nil {
-		st["docker"] = map[string]record{}
-	}
-	old, hadOld := st["docker"][path]
-	merged, err := mergeRecord(old, hadOld, ch, mergeDocker, record{Change: raw, Policy: pc, Backup: backup, InstalledAt: d.now().UTC()})
+	rec, err := mergeRecord(old, hadOld, ch, mergeDocker, record{Change: raw, Policy: pc, Backup: backup, InstalledAt: d.now().UTC()})
 	if err != nil {
 		return fmt.Errorf("install state %s: %w", d.statePath(), err)
 	}
-	st["docker"][path] = merged
-	if err := st.save(d.statePath()); err != nil {
+	if err := d.commit(st, "docker", path, rec, []fileWrite{{path, after}}); err != nil {
 		return err
 	}
 	what := "registered runtime " + RuntimeName

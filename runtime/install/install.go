@@ -85,6 +85,10 @@ type record struct {
 	Policy *policyChange `json:"policy,omitempty"`
 	// Backup is the copy of the config taken before the first change.
 	Backup string `json:"backup,omitempty"`
+	// Pending says the install was recorded but may not have written all
+	// of it: it was killed (or failed) on the way. Uninstall undoes what
+	// was written; a rerun of install finishes it (see commit).
+	Pending bool `json:"pending,omitempty"`
 	// InstalledAt is when.
 	InstalledAt time.Time `json:"installed_at"`
 }
@@ -157,22 +161,87 @@ func readConfig(path string) ([]byte, bool, error) {
 	return data, true, nil
 }
 
-// writeConfig backs up the current file (when it exists and no backup was
-// taken yet) and replaces it atomically, keeping its mode.
-func (o Options) writeConfig(path string, before []byte, existed bool, after []byte, backup string) (string, error) {
-	if existed && backup == "" {
-		backup = fmt.Sprintf("%s.gpurun-%s.bak", path, o.now().UTC().Format("20060102T150405Z"))
-		if err := atomicfile.Write(backup, before, 0o600); err != nil {
-			return "", fmt.Errorf("back up %s: %w", path, err)
-		}
+// backup copies the current config aside before its first change (when it
+// exists and no backup was taken yet) and returns the backup's path.
+func (o Options) backup(path string, before []byte, existed bool, backup string) (string, error) {
+	if !existed || backup != "" {
+		return backup, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := atomicfile.Write(path, after, 0o644); err != nil {
-		return "", err
+	backup = fmt.Sprintf("%s.gpurun-%s.bak", path, o.now().UTC().Format("20060102T150405Z"))
+	if err := atomicfile.Write(backup, before, 0o600); err != nil {
+		return "", fmt.Errorf("back up %s: %w", path, err)
 	}
 	return backup, nil
+}
+
+// fileWrite is one file an install replaces.
+type fileWrite struct {
+	path string
+	data []byte
+}
+
+// commit carries out an install in an order that a kill at any step
+// leaves recoverable: the record first, marked pending, so that uninstall
+// undoes whatever of it reached the disk and a rerun of install finishes
+// it; then each file, replaced atomically (never partial); then the policy
+// chained, if the record says so; then the record, no longer pending.
+// The policy is the one write a rerun cannot work out again from the
+// engine config, once that config names gpurun as its default.
+func (o Options) commit(st state, engine, path string, rec record, writes []fileWrite) error {
+	if st[engine] == nil {
+		st[engine] = map[string]record{}
+	}
+	rec.Pending = true
+	st[engine][path] = rec
+	if err := st.save(o.statePath()); err != nil {
+		return err
+	}
+	for _, w := range writes {
+		if err := os.MkdirAll(filepath.Dir(w.path), 0o755); err != nil {
+			return fmt.Errorf("write %s: %w", w.path, err)
+		}
+		if err := atomicfile.Write(w.path, w.data, 0o644); err != nil {
+			return err
+		}
+	}
+	return o.finish(st, engine, path, rec)
+}
+
+// finish completes an install recorded as pending: it chains the policy
+// as recorded (unless it already says so) and clears the pending mark.
+func (o Options) finish(st state, engine, path string, rec record) error {
+	if rec.Policy != nil {
+		if err := o.ensureChained(rec.Policy.Value); err != nil {
+			return err
+		}
+	}
+	rec.Pending = false
+	st[engine][path] = rec
+	return st.save(o.statePath())
+}
+
+// ensureChained makes the policy file's runtime the given one, unless it
+// already is.
+func (o Options) ensureChained(runtime string) error {
+	path := o.policyPath()
+	data, existed, err := readConfig(path)
+	if err != nil {
+		return err
+	}
+	if existed {
+		if cur, err := policy.Parse(path, data); err == nil && cur.Runtime == runtime {
+			return nil
+		}
+	}
+	_, _, after, err := o.chain(runtime)
+	if err != nil {
+		return err
+	}
+	if err := o.writePolicy(after); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "%s: runtime = %q (gpurun-runtime hands over to the runtime that was the default)\n", path, runtime)
+	return nil
 }
 
 // showDiff prints what a change would do.

@@ -308,3 +308,58 @@ func TestDockerDataRoot(t *testing.T) {
 		})
 	}
 }
+
+// An install killed after its engine config was written but before the
+// policy was chained: the state says pending, the config already names
+// gpurun as the default (so the chain can no longer be worked out from
+// it). A rerun must finish from the record; uninstall then restores all.
+func TestDockerInstallFinishesPending(t *testing.T) {
+	root := t.TempDir()
+	var out bytes.Buffer
+	cfg := filepath.Join(root, "etc/docker/daemon.json")
+	pol := filepath.Join(root, "etc/gpurun/config.toml")
+	statePath := filepath.Join(root, "var/lib/gpurun/state.json")
+	write(t, cfg, nvidiaDaemonJSON)
+	const site = "# site policy\nmin = \"2g\"\n"
+	write(t, pol, site)
+	d := Docker{Options: opts(root, &out), SetAsDefault: true}
+	if err := d.Install(); err != nil {
+		t.Fatal(err)
+	}
+	// Back to the moment of the kill: the policy as before, the record pending.
+	write(t, pol, site)
+	st, err := loadState(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := st["docker"][cfg]
+	if rec.Pending || rec.Policy == nil {
+		t.Fatalf("record after a whole install: %+v", rec)
+	}
+	rec.Pending = true
+	st["docker"][cfg] = rec
+	if err := st.save(statePath); err != nil {
+		t.Fatal(err)
+	}
+
+	out.Reset()
+	if err := d.Install(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "finished the install") {
+		t.Errorf("rerun said:\n%s", out.String())
+	}
+	got, err := policy.Load(pol, true)
+	if err != nil || got.Runtime != "nvidia-container-runtime" {
+		t.Fatalf("policy after the rerun: %+v, %v", got, err)
+	}
+	if st, err = loadState(statePath); err != nil || st["docker"][cfg].Pending {
+		t.Fatalf("state after the rerun: %+v, %v", st, err)
+	}
+	if err := d.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if read(t, cfg) != nvidiaDaemonJSON || read(t, pol) != site {
+		t.Errorf("after uninstall:\n%s\n%s", read(t, cfg), read(t, pol))
+	}
+}
