@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -113,6 +114,41 @@ func mountTmpfs(t *testing.T, path string) {
 	t.Cleanup(func() { _ = unix.Unmount(path, unix.MNT_DETACH) })
 }
 
+// fillBundleDisk puts the bundle dir on a small tmpfs of its own holding
+// its config.json (a copy of which is kept next to it, as
+// <bundle>.config.json) and a file filling the rest: no new file fits.
+func fillBundleDisk(t *testing.T, bundle string) {
+	t.Helper()
+	cfg, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bundle+".config.json", cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("bundle", bundle, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64k"); err != nil {
+		t.Fatalf("mount tmpfs %s: %v", bundle, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(bundle, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(bundle, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	page := make([]byte, 4096)
+	for {
+		if _, err := f.Write(page); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatalf("fill %s: %v", bundle, err)
+			}
+			return
+		}
+	}
+}
+
 func TestShimRunc(t *testing.T) {
 	e := newRuncEnv(t, "")
 	want := hostTarget(t) / 1024
@@ -169,6 +205,7 @@ func TestShimFaults(t *testing.T) {
 		runtime string                                // the gpurun-runtime build; "" for the release one
 		started bool                                  // under fail-open, runc itself can start the container
 		log     string
+		after   func(t *testing.T, bundle string) // more checks, if any
 	}
 	faults := []fault{
 		{"config.json with two spellings of mounts", func(t *testing.T, e *runcEnv) string {
@@ -179,19 +216,19 @@ func TestShimFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			return b
-		}, "", true, "ambiguous keys"},
+		}, "", true, "ambiguous keys", nil},
 		{"malformed config.json", func(t *testing.T, e *runcEnv) string {
 			b := e.bundle(t, "bad", dfArgs, gpuEnv, nil)
 			if err := os.WriteFile(filepath.Join(b, "config.json"), []byte(`{"ociVersion": "1.0.2", "mounts": [`), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			return b
-		}, "", false, "malformed JSON"},
+		}, "", false, "malformed JSON", nil},
 		{"bind source outside the engine roots", func(t *testing.T, e *runcEnv) string {
 			src := filepath.Join(e.dir, "elsewhere", "sandboxes", "pod2", "shm")
 			mountTmpfs(t, src)
 			return e.bundle(t, "outside", dfArgs, gpuEnv, shmBind(src))
-		}, "", true, "not under an engine root"},
+		}, "", true, "not under an engine root", nil},
 		{"symlinked bind source", func(t *testing.T, e *runcEnv) string {
 			real := filepath.Join(e.dir, "engine", "real", "sandboxes", "pod3", "shm")
 			mountTmpfs(t, real)
@@ -200,10 +237,26 @@ func TestShimFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			return e.bundle(t, "symlink", dfArgs, gpuEnv, shmBind(filepath.Join(link, "sandboxes", "pod3", "shm")))
-		}, "", true, "symbolic link"},
+		}, "", true, "symbolic link", nil},
 		{"panic while planning (a gpurunfault build)", func(t *testing.T, e *runcEnv) string {
 			return e.bundle(t, "panic", dfArgs, gpuEnv, nil)
-		}, "gpurun-runtime-fault", true, "panic: injected fault"},
+		}, "gpurun-runtime-fault", true, "panic: injected fault", nil},
+		{"full disk while writing config.json", func(t *testing.T, e *runcEnv) string {
+			b := e.bundle(t, "full", dfArgs, gpuEnv, nil)
+			fillBundleDisk(t, b)
+			return b
+		}, "", true, "no space left on device", func(t *testing.T, b string) {
+			// The engine's config.json as it was, and no half-written copy.
+			if got := readFile(filepath.Join(b, "config.json")); got != readFile(filepath.Join(b, "..", "full.config.json")) {
+				t.Errorf("config.json changed on a full disk:\n%s", got)
+			}
+			entries, _ := os.ReadDir(b)
+			for _, en := range entries {
+				if en.Name() != "config.json" && en.Name() != "filler" {
+					t.Errorf("left in the bundle: %s", en.Name())
+				}
+			}
+		}},
 	}
 	for _, f := range faults {
 		for _, closed := range []bool{false, true} {
@@ -238,12 +291,16 @@ func TestShimFaults(t *testing.T) {
 					if got := dfKiB(t, out); got != 65536 {
 						t.Errorf("/dev/shm %d KiB, want the untouched 65536", got)
 					}
+				case f.after != nil:
 				default:
 					// runc cannot run a malformed spec either: it must be
 					// runc's own error, not gpurun's.
 					if err == nil || strings.Contains(stderr, "gpurun-runtime") {
 						t.Errorf("want runc's own failure, got err %v, stderr %q", err, stderr)
 					}
+				}
+				if f.after != nil {
+					f.after(t, b)
 				}
 			})
 		}
