@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -17,8 +19,17 @@ func binDir() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("gpurun-bin-%d", os.Getpid()))
 }
 
-// TestMain runs the tests, then removes the binaries they built.
+// TestMain runs the tests, then removes the binaries they built. A copy of
+// this binary that runInSandbox started runs its sandbox job instead.
 func TestMain(m *testing.M) {
+	if job := os.Getenv(sandboxEnv); job != "" {
+		os.Exit(sandboxMain(job))
+	}
+	// Engines start with SIGHUP at its default (terminate), as systemd
+	// starts them, even when this run inherited it ignored (nohup, some CI
+	// runners): exec keeps an ignored signal ignored, but resets a handled
+	// one. TestContainerdSIGHUPDoesNotReload depends on it.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	code := m.Run()
 	if err := os.RemoveAll(binDir()); err != nil {
 		fmt.Fprintf(os.Stderr, "remove the built binaries: %v\n", err)
