@@ -161,6 +161,11 @@ func (a *Agent) Install(ctx context.Context) error {
 			return err
 		}
 	}
+	unlock, err := a.lockNode(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	statePath := a.host(a.statePath())
 	rec, err := loadRecord(statePath)
 	if err != nil {
@@ -430,12 +435,18 @@ func (a *Agent) applyRestart(ctx context.Context, rec *Record, statePath string)
 
 // noteLoaded records the containerd run that has read the configuration.
 func (a *Agent) noteLoaded(rec *Record, ctd containerdState, statePath string) error {
-	l := &Loaded{PID: ctd.proc.PID, StartTicks: ctd.proc.StartTicks, ConfigSHA: ctd.configSHA, DropInSHA: ctd.dropInSHA}
+	l := ctd.loadedRecord()
 	if rec.Loaded != nil && *rec.Loaded == *l {
 		return nil
 	}
 	rec.Loaded = l
 	return rec.save(statePath)
+}
+
+// loadedRecord identifies the containerd run st saw and the configuration
+// it read.
+func (st containerdState) loadedRecord() *Loaded {
+	return &Loaded{PID: st.proc.PID, StartTicks: st.proc.StartTicks, ConfigSHA: st.configSHA, DropInSHA: st.dropInSHA}
 }
 
 // lineLog returns a writer that logs each line installers print.

@@ -58,6 +58,16 @@ func (a *Agent) Run(ctx context.Context, o RunOptions) error {
 
 // check1 does one round of Run's checks and returns the state it logged.
 func (a *Agent) check1(last string) string {
+	// The lock keeps another agent's uninstall or install (a rollout)
+	// from interleaving with this round's record updates; a round that
+	// cannot have it soon is skipped.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	unlock, err := a.lockNode(ctx)
+	cancel()
+	if err != nil {
+		return last
+	}
+	defer unlock()
 	statePath := a.host(a.statePath())
 	rec, err := loadRecord(statePath)
 	if err != nil || rec == nil {

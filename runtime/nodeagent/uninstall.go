@@ -26,6 +26,11 @@ func (a *Agent) Uninstall(ctx context.Context) error {
 	if err := a.check(); err != nil {
 		return err
 	}
+	unlock, err := a.lockNode(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	statePath := a.host(a.statePath())
 	rec, err := loadRecord(statePath)
 	if err != nil {
@@ -42,6 +47,12 @@ func (a *Agent) Uninstall(ctx context.Context) error {
 	// The restart mode is the one given now: an uninstall may restart
 	// where the install did not.
 	rec.Containerd.Restart = a.Restart
+	// The containerd run that has read gpurun's configuration, recorded
+	// before it is taken out: the next agent of a rollout installs the same
+	// configuration again and so knows this run has it, with no restart.
+	if ctd, err := a.containerdState(rec); err == nil && ctd.loaded && ctd.proc != nil {
+		rec.Loaded = ctd.loadedRecord()
+	}
 	backup := a.configBackup(rec)
 	if err := a.containerd(rec, a.lineLog("uninstall")).Uninstall(); err != nil {
 		return err
