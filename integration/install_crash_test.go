@@ -5,6 +5,7 @@ package integration
 import (
 	"bytes"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -109,12 +110,12 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 			first := run(t, ref, 0, install...)
 			ok(t, first, "install")
 			after := engineFiles(t, ref)
-			if equalFiles(before, after) {
+			if maps.Equal(before, after) {
 				t.Fatalf("install changed no engine file under %s", ref)
 			}
 			undo := run(t, ref, 0, uninstall...)
 			ok(t, undo, "uninstall")
-			if got := engineFiles(t, ref); !equalFiles(got, before) {
+			if got := engineFiles(t, ref); !maps.Equal(got, before) {
 				t.Fatalf("uninstall did not restore the node:\n%s", diffFiles(before, got))
 			}
 
@@ -127,11 +128,11 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 				}
 				checkBeforeOrAfter(t, "install", k, res.At, root, before, after)
 				ok(t, run(t, root, 0, install...), "install after the kill")
-				if got := engineFiles(t, root); !equalFiles(got, after) {
+				if got := engineFiles(t, root); !maps.Equal(got, after) {
 					t.Errorf("install killed at step %d (%s), then rerun, differs from an uninterrupted install:\n%s", k, res.At, diffFiles(after, got))
 				}
 				ok(t, run(t, root, 0, uninstall...), "uninstall after the rerun")
-				if got := engineFiles(t, root); !equalFiles(got, before) {
+				if got := engineFiles(t, root); !maps.Equal(got, before) {
 					t.Errorf("install killed at step %d (%s), rerun, uninstall: not as before:\n%s", k, res.At, diffFiles(before, got))
 				}
 				checkNoStrayFiles(t, root)
@@ -147,7 +148,7 @@ func TestInstallKilledAtEveryStep(t *testing.T) {
 				}
 				checkBeforeOrAfter(t, "uninstall", k, res.At, root, after, before)
 				ok(t, run(t, root, 0, uninstall...), "uninstall after the kill")
-				if got := engineFiles(t, root); !equalFiles(got, before) {
+				if got := engineFiles(t, root); !maps.Equal(got, before) {
 					t.Errorf("uninstall killed at step %d (%s), then rerun: not as before install:\n%s", k, res.At, diffFiles(before, got))
 				}
 				checkNoStrayFiles(t, root)
@@ -283,18 +284,6 @@ func unionKeys(ms ...map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-func equalFiles(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // diffFiles names the files that differ between want and got.

@@ -37,6 +37,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	if err := json.Unmarshal(data, c.Spec); err != nil {
 		return nil, fmt.Errorf("parse %s: %s", name, describeJSONError(data, err))
 	}
+	if err := checkKeys(data); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", name, err)
+	}
 	return c, nil
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -170,11 +171,16 @@ func ParseMountSize(v string, hostMemory int64) (int64, error) {
 		num = v[:len(v)-1]
 	}
 	n, err := strconv.ParseUint(num, 10, 63)
+	if errors.Is(err, strconv.ErrRange) {
+		// Digits past int64: the kernel takes them as a huge limit, and so
+		// does gpurun (a size the user set, never one to shrink).
+		return math.MaxInt64, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("invalid tmpfs size %q: %w", v, err)
 	}
 	if n > uint64(math.MaxInt64/mult) {
-		return 0, fmt.Errorf("invalid tmpfs size %q: out of range", v)
+		return math.MaxInt64, nil
 	}
 	return int64(n) * mult, nil
 }

@@ -424,6 +424,19 @@ func removeCgroup(rel string) error {
 	return errors.Join(errs...)
 }
 
+// RemoveCgroup is removeCgroup for tests that run containers with runc
+// directly under a cgroup parent of their own: it kills what is left in
+// the cgroup rel and its descendants, in every hierarchy, and removes them.
+func RemoveCgroup(rel string) error { return removeCgroup(rel) }
+
+// MountPoints returns the mount points at or below dir in this process's
+// mount namespace, deepest first.
+func MountPoints(dir string) ([]string, error) { return mountPoints(dir) }
+
+// UnmountAll lazily unmounts everything at or below dir, deepest first,
+// for tests that mount under directories of their own.
+func UnmountAll(dir string) error { return unmountAll(dir) }
+
 // removeDir unmounts everything below dir and removes it.
 func removeDir(dir string) error {
 	var errs []error

@@ -104,10 +104,12 @@ func resizeInNamespace(pid int, path string, size int64, shrink bool) (Result, e
 }
 
 // inNamespaceThread runs fn on an OS thread that has joined the mount
-// namespace ns (an open /proc/.../ns/mnt). The thread first unshares its
-// filesystem attributes (setns(CLONE_NEWNS) refuses a thread that shares
-// them, as every Go thread does) and is never unlocked, so it ends with its
-// goroutine instead of running other goroutines in the wrong namespace.
+// namespace ns (an open /proc/.../ns/mnt), or stays in the caller's when ns
+// is -1. The thread first unshares its filesystem attributes
+// (setns(CLONE_NEWNS) refuses a thread that shares them, as every Go thread
+// does; and fn may change the thread's working directory, which no other
+// thread must see) and is never unlocked, so it ends with its goroutine
+// instead of running other goroutines in the wrong namespace.
 //
 // Never on the main thread: Go cannot end it, so a main thread left locked
 // by an ending goroutine is parked for good, still in the namespace it
@@ -126,8 +128,10 @@ func inNamespaceThread(ns int, fn func() (Result, error)) (Result, error) {
 			if err := unix.Unshare(unix.CLONE_FS); err != nil {
 				return Result{}, fmt.Errorf("unshare(CLONE_FS): %w", err)
 			}
-			if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
-				return Result{}, fmt.Errorf("enter the mount namespace: %w", err)
+			if ns >= 0 {
+				if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+					return Result{}, fmt.Errorf("enter the mount namespace: %w", err)
+				}
 			}
 			return fn()
 		}()

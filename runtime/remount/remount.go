@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
@@ -117,34 +116,39 @@ func Size(path string) (int64, error) {
 }
 
 // Grow makes the engine-made tmpfs at path at least size bytes. It checks
-// CheckPath's rules for scope and that path is a tmpfs mount point, never
-// shrinks, and keeps the mount's flags (nosuid, nodev, noexec, ro, atime) as
-// they are.
+// CheckPath's rules for scope and that path is a tmpfs mount point that is
+// not the host's /dev/shm, never shrinks, and keeps the mount's flags
+// (nosuid, nodev, noexec, ro, atime) as they are.
+//
+// The checks are not trusted to still hold when the remount happens: a
+// directory of the path may be swapped for a symbolic link in between (to
+// /dev, say, so that the path names the host's /dev/shm). So the path is
+// then opened component by component without following any link, the
+// directory reached must be the tmpfs the mount table showed (same
+// device), and the remount is made through that open directory — never
+// through the path again (see growMounted).
 func Grow(path string, size int64, scope Scope) (Result, error) {
-	var res Result
+	return resize(path, size, scope, false)
+}
+
+// resize carries out Grow and Set on the host (the caller's mount
+// namespace).
+func resize(path string, size int64, scope Scope, shrink bool) (Result, error) {
 	if err := CheckPath(path, scope); err != nil {
-		return res, err
+		return Result{}, err
 	}
 	m, err := TmpfsMount(path)
 	if err != nil {
-		return res, err
+		return Result{}, err
 	}
-	if res.Before, err = Size(path); err != nil {
-		return res, err
+	if err := notHostShm(m, hostShmDevs()); err != nil {
+		return Result{}, err
 	}
-	res.After = res.Before
-	if size <= res.Before {
-		return res, nil
-	}
-	flags := uintptr(unix.MS_REMOUNT) | mountFlags(m.Options)
-	if err := unix.Mount("", path, "", flags, "size="+strconv.FormatInt(size, 10)); err != nil {
-		return res, fmt.Errorf("remount %s with size=%d: %w", path, size, err)
-	}
-	if res.After, err = Size(path); err != nil {
-		return res, err
-	}
-	res.Changed = true
-	return res, nil
+	// The remount goes through the thread's working directory, so the
+	// thread gets filesystem attributes of its own (see inNamespaceThread).
+	return inNamespaceThread(-1, func() (Result, error) {
+		return growMounted(path, m, size, shrink)
+	})
 }
 
 // Usage returns the size of the filesystem at path and the bytes in use.
@@ -161,42 +165,10 @@ func Usage(path string) (size, used int64, err error) {
 var ErrInUse = errors.New("in use")
 
 // Set makes the engine-made tmpfs at path size bytes, with Grow's rules.
-// Unlike Grow it may shrink the tmpfs, but never below the bytes it holds.
+// Unlike Grow it may shrink the tmpfs, but never below the bytes it holds
+// (an error wrapping ErrInUse).
 func Set(path string, size int64, scope Scope) (Result, error) {
-	if err := CheckPath(path, scope); err != nil {
-		return Result{}, err
-	}
-	m, err := TmpfsMount(path)
-	if err != nil {
-		return Result{}, err
-	}
-	return setMounted(path, m, size)
-}
-
-// setMounted remounts the tmpfs m, mounted at path, with size bytes,
-// keeping its flags; it refuses a size below the bytes in use.
-func setMounted(path string, m *mountinfo.Info, size int64) (Result, error) {
-	var res Result
-	before, used, err := Usage(path)
-	if err != nil {
-		return res, err
-	}
-	res.Before, res.After = before, before
-	if size == before {
-		return res, nil
-	}
-	if size < used {
-		return res, fmt.Errorf("%w: %s holds %d bytes, more than %d", ErrInUse, path, used, size)
-	}
-	flags := uintptr(unix.MS_REMOUNT) | mountFlags(m.Options)
-	if err := unix.Mount("", path, "", flags, "size="+strconv.FormatInt(size, 10)); err != nil {
-		return res, fmt.Errorf("remount %s with size=%d: %w", path, size, err)
-	}
-	if res.After, err = Size(path); err != nil {
-		return res, err
-	}
-	res.Changed = res.After != res.Before
-	return res, nil
+	return resize(path, size, scope, true)
 }
 
 // mountFlags turns per-mount options from the mount table into the flags a
