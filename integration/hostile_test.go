@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +82,11 @@ type hostileCase struct {
 	// where a front door acts ("" for no expectation): the corpus's own
 	// check that the front doors are really at work.
 	Expect string
+	// Open names a front door that still remounts outside the engine's
+	// dirs on this case — a known defect, written "open: DOOR: why": the
+	// report counts it apart, and fails once the door no longer does it
+	// (so the line goes when the defect is fixed).
+	Open string
 	// Template is the input, a text/template (see caseEnv.funcs).
 	Template string
 }
@@ -88,7 +94,7 @@ type hostileCase struct {
 // loadCorpus reads testdata/hostile/*.txtar. A file holds cases as
 // "-- name --" sections (text before the first is a comment); a section
 // starts with header lines "what: ..." (required), "bundle:", "config:",
-// "expect:", then the template. The kind is the file's: state.txtar holds
+// "expect:", "open:", then the template. The kind is the file's: state.txtar holds
 // states, nri.txtar NRI requests, the others config.json files.
 func loadCorpus(t *testing.T) []hostileCase {
 	t.Helper()
@@ -149,6 +155,8 @@ func parseCorpus(file, kind, text string) ([]hostileCase, error) {
 				cur.Config = val
 			case "expect":
 				cur.Expect = val
+			case "open":
+				cur.Open = val
 			default:
 				ok = false
 			}
@@ -265,10 +273,26 @@ func reportCorpus(t *testing.T, cases []hostileCase, res corpusResult) {
 	for _, c := range cases {
 		kinds[c.Kind]++
 	}
+	open := map[string]string{} // case -> the door it is open for
+	for _, c := range cases {
+		if c.Open != "" {
+			door, _, _ := strings.Cut(c.Open, ":")
+			open[c.Name] = strings.TrimSpace(door)
+		}
+	}
+	knownOutside := map[string]int{}
 	var bad []string
 	for _, r := range res.Runs {
 		if r.NA {
 			continue
+		}
+		if open[r.Case] == r.Door {
+			if len(r.Outside) == 0 {
+				bad = append(bad, fmt.Sprintf("%s (%s) %s: marked open (a known remount outside the engine's dirs) but no longer does it: drop its open: line", r.Door, r.Policy, r.Case))
+			} else {
+				knownOutside[r.Door]++
+				r.Outside = nil
+			}
 		}
 		c := by[r.Door]
 		if c == nil {
@@ -300,8 +324,12 @@ func reportCorpus(t *testing.T, cases []hostileCase, res corpusResult) {
 	t.Logf("hostile corpus: %d cases (%d config.json, %d OCI states, %d NRI requests)", len(cases), kinds["config"], kinds["state"], kinds["nri"])
 	for _, d := range corpusDoors() {
 		c := by[d]
-		line := fmt.Sprintf("hostile corpus: %-4s %3d cases, %3d runs: remounts outside engine dirs %d, crashes %d, failed starts (fail-open) %d, unclear fail_closed %d, shrunk %d, missed actions %d (grown under engine_roots fallback %d; %.1fs)",
-			d, len(c.cases), c.runs, c.outside, c.crash, c.failed, c.unclear, c.shrunk, c.missed, c.fallback, c.seconds)
+		known := ""
+		if n := knownOutside[d]; n > 0 {
+			known = fmt.Sprintf(" (and %d in cases marked open: known, not fixed)", n)
+		}
+		line := fmt.Sprintf("hostile corpus: %-4s %3d cases, %3d runs: remounts outside engine dirs %d%s, crashes %d, failed starts (fail-open) %d, unclear fail_closed %d, shrunk %d, missed actions %d (grown under engine_roots fallback %d; %.1fs)",
+			d, len(c.cases), c.runs, c.outside, known, c.crash, c.failed, c.unclear, c.shrunk, c.missed, c.fallback, c.seconds)
 		fmt.Println(line)
 		t.Log(line)
 		if c.setup > 0 {
@@ -843,6 +871,9 @@ func dfBytes(out string) int64 {
 	if err != nil {
 		return -1
 	}
+	if n > math.MaxInt64/1024 {
+		return math.MaxInt64 // an 8 EiB tmpfs, as asked for; no overflow
+	}
 	return n * 1024
 }
 
@@ -873,7 +904,7 @@ func (r *corpusRunner) runShim(e *caseEnv, run *doorRun) {
 		run.Setup = err.Error()
 		return
 	}
-	ctlSize, _, ctlErr := runc("runc", control, e.CID+"-control")
+	ctlSize, ctlStderr, ctlErr := runc("runc", control, e.CID+"-control")
 	var size int64
 	var stderr string
 	e.watch(run, func() {
@@ -883,7 +914,9 @@ func (r *corpusRunner) runShim(e *caseEnv, run *doorRun) {
 	run.Action, run.Error = l.action, l.err
 	started, ctlStarted := err == nil && size > 0, ctlErr == nil && ctlSize > 0
 	switch {
-	case goCrash(stderr) != "":
+	case goCrash(stderr) != "" && goCrash(stderr) != goCrash(ctlStderr):
+		// runc's own panic on the same input (a config.json that is
+		// null) is runc's, handed over to under fail-open.
 		run.Crash = goCrash(stderr)
 	case l.panic != "":
 		run.Crash = "recovered: " + l.panic

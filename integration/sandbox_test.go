@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -243,6 +244,9 @@ func tmpfsBytes(path string) int64 {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return -1
+	}
+	if st.Bsize > 0 && st.Blocks > uint64(math.MaxInt64/st.Bsize) {
+		return math.MaxInt64 // an 8 EiB tmpfs; no overflow
 	}
 	return int64(st.Blocks) * st.Bsize
 }
