@@ -158,7 +158,14 @@ func raceDoor(job sandboxJob, door string, runs int) (raceResult, error) {
 			return res, err
 		}
 		p := nri.New(nri.Config{Policy: pol, Logger: slog.New(slog.DiscardHandler)})
-		pod := &api.PodSandbox{Id: sid, Name: "race", Namespace: "default"}
+		// The pod's sandbox, whose /dev/shm is the tmpfs: containerd gives
+		// NRI its pid, and the state dir is not under engine_roots.
+		pid, stopSandbox, err := podSandbox(shm)
+		if err != nil {
+			return res, err
+		}
+		defer stopSandbox()
+		pod := &api.PodSandbox{Id: sid, Name: "race", Namespace: "default", Pid: uint32(pid)}
 		ctr := &api.Container{Id: cid, PodSandboxId: sid, Name: "race", Env: []string{hostileGPUEnv},
 			Mounts: []*api.Mount{{Destination: "/dev/shm", Type: "bind", Source: shm, Options: []string{"rbind", "rw"}}}}
 		one = func() error {

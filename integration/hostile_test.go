@@ -1070,6 +1070,35 @@ func (r *corpusRunner) runHook(e *caseEnv, run *doorRun) {
 	}
 }
 
+// podSandbox starts a stand-in for a pod's sandbox (pause) process: in a
+// mount namespace of its own, private, so that nothing reaches the host's
+// mount table, with shm bound at /dev/shm as containerd binds a pod's
+// tmpfs into its sandbox container. It returns the pid, which NRI gives a
+// plugin as the pod's, and a function that ends the process.
+func podSandbox(shm string) (int, func(), error) {
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+		`mount --bind "$1" /dev/shm && echo ready && exec sleep 600`, "sandbox", shm)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return 0, nil, fmt.Errorf("start a pod sandbox stand-in: %w", err)
+	}
+	stop := func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		stop()
+		return 0, nil, fmt.Errorf("pod sandbox stand-in with %s at /dev/shm: %q, %v: %s", shm, line, err, stderr.String())
+	}
+	return cmd.Process.Pid, stop, nil
+}
+
 // nriRequest is an NRI case's input.
 type nriRequest struct {
 	Pod       *api.PodSandbox `json:"pod"`
@@ -1115,6 +1144,17 @@ func (r *corpusRunner) runNRI(e *caseEnv, run *doorRun) {
 	} else if req, err = e.nriFromConfig(data); err != nil {
 		run.NA, run.Error = true, "not a spec, which no engine hands NRI: "+err.Error()
 		return
+	}
+	if req.Pod != nil && req.Pod.Pid == 0 {
+		// containerd gives NRI the pid of the pod's sandbox, whose /dev/shm
+		// is the pod's tmpfs: a stand-in for it.
+		pid, stop, err := podSandbox(e.SandboxShm)
+		if err != nil {
+			run.Setup = err.Error()
+			return
+		}
+		defer stop()
+		req.Pod.Pid = uint32(pid)
 	}
 	text, err := os.ReadFile(e.policy)
 	if err != nil {

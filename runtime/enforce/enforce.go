@@ -321,7 +321,7 @@ func (e *Enforcer) growHost(dirs enginedirs.Dirs, pl oci.Plan) (remount.Result, 
 		return remount.Result{}, &RefusedError{Path: src, Err: err, Fix: e.fix(pl.Shm, false, err)}
 	}
 	if ok {
-		scope = remount.Scope{Named: named}
+		scope = remount.Scope{Named: named, SameAs: dirs.Confirm(pl.Shm)}
 	}
 	g, err := e.grow(src, pl.Size, scope)
 	if err != nil {
@@ -341,6 +341,8 @@ func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
 	pol := policySource(e.pol)
 	msg := err.Error()
 	switch {
+	case errors.Is(err, enginedirs.ErrUnknownRoot):
+		return fmt.Sprintf("if %s is the runtime's state dir, add %q to engine_roots in %s (a runtime that gives NRI plugins the pod's pid, containerd 1.7 and later, needs no entry when the plugin runs in the host's PID namespace)", where, where, pol)
 	case errors.Is(err, enginedirs.ErrNotNamed):
 		return "none to make: /dev/shm binds a tmpfs its engine did not make for this container (another pod's, or another engine's), and gpurun grows only that one; check the container's mounts"
 	case strings.Contains(msg, "symbolic link"):

@@ -107,10 +107,12 @@ func TestRemountScope(t *testing.T) {
 	}{
 		{"containerd named the pod's tmpfs", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.FromBundle(bundle, ctrID), "named " + named, ""},
 		{"a bundle of another shape: the policy's engine roots", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.FromBundle("/tmp/bundle", ""), "engine roots " + strings.Join(defaults, ", "), ""},
-		{"NRI: the pod's tmpfs, from the mounts", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.ForPod(podID), "named " + named, ""},
+		{"NRI: the pod's tmpfs, from the mounts, proved by its pid", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.ForPod(podID, 42, defaults), "named " + named + " (the filesystem of /proc/42/root/dev/shm)", ""},
+		{"NRI: the pod's tmpfs under a default state dir", container(sandboxBind("/run/containerd", podID), criAnnotations(podID)), enginedirs.ForPod(podID, 42, defaults), "named /run/containerd/io.containerd.grpc.v1.cri/sandboxes/" + podID + "/shm", ""},
+		{"NRI: a moved state dir, no pid", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.ForPod(podID, 0, defaults), "", "not a containerd dir in engine_roots"},
 		{"under the state dir, not the pod's", container(sandboxBind("/data/ctd/io.containerd.grpc.v1.cri/x", podID), criAnnotations(podID)), enginedirs.FromBundle(bundle, ctrID), "", "containerd named " + named},
 		{"another containerd's state dir", container(sandboxBind("/run/containerd", podID), criAnnotations(podID)), enginedirs.FromBundle(bundle, ctrID), "", "named"},
-		{"NRI: another pod's tmpfs", container(sandboxBind("/data/ctd", otherID), criAnnotations(otherID)), enginedirs.ForPod(podID), "", otherID},
+		{"NRI: another pod's tmpfs", container(sandboxBind("/data/ctd", otherID), criAnnotations(otherID)), enginedirs.ForPod(podID, 42, defaults), "", otherID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

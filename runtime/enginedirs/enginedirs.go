@@ -55,6 +55,11 @@ const (
 // other than the one its engine named for it.
 var ErrNotNamed = errors.New("not the tmpfs the engine named for this container")
 
+// ErrUnknownRoot is wrapped (with ErrNotNamed) when an NRI request's
+// /dev/shm has the engine's layout under a directory that is not one of
+// the known engine dirs, and nothing proves it the pod's.
+var ErrUnknownRoot = errors.New("not under an engine dir gpurun knows")
+
 // Dirs are the directories an engine named for one container. The zero
 // value names nothing.
 type Dirs struct {
@@ -73,8 +78,20 @@ type Dirs struct {
 	PodID string
 	// FromMounts says the container's mounts come from the engine itself
 	// (an NRI request): the root is read from the bind's source, which must
-	// have the engine's layout for PodID.
+	// have the engine's layout for PodID. A mount's source is the pod spec's
+	// word as much as the engine's (a hostPath volume at /dev/shm looks
+	// the same), so the root read from it must also be vouched for: it is
+	// one of Roots, or the tmpfs is proved to be the pod's by PodShm.
 	FromMounts bool
+	// Roots are the engine dirs a root read from the mounts may be without
+	// proof (FromMounts): the policy's engine_roots, which list where
+	// containerd, k3s and CRI-O keep their state by default.
+	Roots []string
+	// PodShm is the pod sandbox's own /dev/shm as the host sees it,
+	// /proc/<sandbox pid>/root/dev/shm, from the pid the runtime gave
+	// (NRI's PodSandbox.Pid); "" when it gave none. A tmpfs under a root
+	// not in Roots is remounted only if it is that filesystem (Confirm).
+	PodShm string
 }
 
 // identifier reports whether s is a valid containerd identifier:
@@ -145,9 +162,53 @@ func FromBundle(bundle, id string) Dirs {
 }
 
 // ForPod returns the dirs an NRI request names: the pod's id; the root is
-// read from the container's mounts, which the engine made.
-func ForPod(podID string) Dirs {
-	return Dirs{PodID: podID, FromMounts: true}
+// read from the container's mounts, and must be one of roots (the policy's
+// engine_roots) or be proved by the pod sandbox's pid (0: none given).
+func ForPod(podID string, sandboxPid uint32, roots []string) Dirs {
+	d := Dirs{PodID: podID, FromMounts: true, Roots: roots}
+	if sandboxPid > 0 {
+		d.PodShm = fmt.Sprintf("/proc/%d/root/dev/shm", sandboxPid)
+	}
+	return d
+}
+
+// trusted reports whether root is one of d.Roots, as written or with the
+// root's own symbolic links resolved (/var/run is often a link to /run).
+func (d Dirs) trusted(root string) bool {
+	for _, r := range d.Roots {
+		c := filepath.Clean(r)
+		if c == "/" {
+			continue
+		}
+		if c == root {
+			return true
+		}
+		if res, err := filepath.EvalSymlinks(c); err == nil && res == root {
+			return true
+		}
+	}
+	return false
+}
+
+// Confirm returns the path whose filesystem the tmpfs that Shm named for
+// sh must be, or "" when the name needs no proof: for an NRI request
+// whose root, read from the mounts, is not one of Roots, the pod
+// sandbox's own /dev/shm (PodShm). The remount checks it on the directory
+// it opens (remount.Scope.SameAs).
+func (d Dirs) Confirm(sh oci.Shm) string {
+	l, ok := layouts[sh.Engine]
+	if !ok || !d.FromMounts || sh.Engine == "docker" {
+		return ""
+	}
+	switch {
+	case sh.Engine == "containerd-cri" && d.ContainerdState != "", sh.Engine == "cri-o" && d.StorageRoot != "":
+		return ""
+	}
+	root, err := rootOf(sh.Source, l)
+	if err != nil || d.trusted(root) {
+		return ""
+	}
+	return d.PodShm
 }
 
 // layout is one engine's place for a shared /dev/shm tmpfs:
@@ -198,6 +259,9 @@ func (d Dirs) Shm(sh oci.Shm, pod oci.Pod) (string, bool, error) {
 		r, err := rootOf(sh.Source, l)
 		if err != nil {
 			return "", true, err
+		}
+		if !d.trusted(r) && d.PodShm == "" {
+			return "", true, fmt.Errorf("%w (%w): /dev/shm binds %s, under %s, which is not a %s dir in engine_roots, and the runtime gave no pod sandbox pid to prove the tmpfs is the pod's", ErrNotNamed, ErrUnknownRoot, sh.Source, r, l.engine)
 		}
 		root = r
 	}

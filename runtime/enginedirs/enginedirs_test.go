@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -63,7 +64,7 @@ func TestFromBundle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := FromBundle(tt.bundle, tt.id); got != tt.want {
+			if got := FromBundle(tt.bundle, tt.id); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("FromBundle(%q, %q) = %+v, want %+v", tt.bundle, tt.id, got, tt.want)
 			}
 		})
@@ -108,6 +109,7 @@ func TestShm(t *testing.T) {
 	sandboxShm := func(state, id string) string {
 		return state + "/io.containerd.grpc.v1.cri/sandboxes/" + id + "/shm"
 	}
+	roots := []string{"/run/containerd", "/run/k3s/containerd", "/run/containers/storage"}
 	tests := []struct {
 		name  string
 		dirs  Dirs
@@ -125,8 +127,11 @@ func TestShm(t *testing.T) {
 		{"containerd, bundle of another shape", Dirs{}, fixture("containerd-1.6-cri-container"), false, ""},
 		{"CRI-O pod", Dirs{StorageRoot: "/run/containers/storage"},
 			given(bind("/run/containers/storage/overlay-containers/"+podID+"/userdata/shm"), oci.Pod{SandboxID: podID, Engine: "cri-o"}), true, ""},
-		{"NRI, containerd", ForPod(podID), given(bind(sandboxShm("/data/ctd", podID)), criPod(podID)), true, ""},
-		{"NRI, CRI-O", ForPod(podID), given(bind("/srv/run/overlay-containers/"+podID+"/userdata/shm"), oci.Pod{SandboxID: podID, Engine: "cri-o"}), true, ""},
+		{"NRI, containerd", ForPod(podID, 0, roots), given(bind(sandboxShm("/run/containerd", podID)), criPod(podID)), true, ""},
+		{"NRI, k3s", ForPod(podID, 0, roots), given(bind(sandboxShm("/run/k3s/containerd", podID)), criPod(podID)), true, ""},
+		{"NRI, containerd, state moved, the pod's pid given", ForPod(podID, 4242, roots), given(bind(sandboxShm("/data/ctd", podID)), criPod(podID)), true, ""},
+		{"NRI, CRI-O", ForPod(podID, 0, roots), given(bind("/run/containers/storage/overlay-containers/"+podID+"/userdata/shm"), oci.Pod{SandboxID: podID, Engine: "cri-o"}), true, ""},
+		{"NRI, CRI-O, run root moved, the pod's pid given", ForPod(podID, 4242, roots), given(bind("/srv/run/overlay-containers/"+podID+"/userdata/shm"), oci.Pod{SandboxID: podID, Engine: "cri-o"}), true, ""},
 
 		// Hostile: the engine named dirs, and /dev/shm is not their tmpfs.
 		{"containerd: another pod's sandbox", ctd16, given(bind(sandboxShm(T+"/cri/state", otherID)), criPod(podID)), true, otherID},
@@ -135,9 +140,12 @@ func TestShm(t *testing.T) {
 		{"containerd: a .. segment", ctd16, given(bind(T+"/cri/state/io.containerd.grpc.v1.cri/sandboxes/x/../"+podID+"/shm"), criPod(podID)), true, "named"},
 		{"containerd: a sandbox id that climbs", ctd16, given(bind(sandboxShm(T+"/cri/state", podID)), criPod("../../../../tmp/x")), true, "is not one containerd gives"},
 		{"containerd: no sandbox id", ctd16, given(bind(sandboxShm(T+"/cri/state", podID)), oci.Pod{}), true, "names no pod sandbox"},
-		{"NRI: another pod's sandbox", ForPod(podID), given(bind(sandboxShm("/run/containerd", otherID)), criPod(otherID)), true, otherID},
-		{"NRI: not containerd's layout", ForPod(podID), given(bind("/run/containerd/evil/sandboxes/"+podID+"/shm"), criPod(podID)), true, "not where containerd makes"},
-		{"NRI: a .. segment", ForPod(podID), given(bind("/run/containerd/io.containerd.grpc.v1.cri/sandboxes/x/../../io.containerd.grpc.v1.cri/sandboxes/"+podID+"/shm"), criPod(podID)), true, "named"},
+		{"NRI: another pod's sandbox", ForPod(podID, 0, roots), given(bind(sandboxShm("/run/containerd", otherID)), criPod(otherID)), true, otherID},
+		{"NRI: not containerd's layout", ForPod(podID, 0, roots), given(bind("/run/containerd/evil/sandboxes/"+podID+"/shm"), criPod(podID)), true, "not where containerd makes"},
+		{"NRI: a .. segment", ForPod(podID, 0, roots), given(bind("/run/containerd/io.containerd.grpc.v1.cri/sandboxes/x/../../io.containerd.grpc.v1.cri/sandboxes/"+podID+"/shm"), criPod(podID)), true, "named"},
+		{"NRI: this pod's shape under another root, no pid", ForPod(podID, 0, roots), given(bind(sandboxShm("/tmp/user", podID)), criPod(podID)), true, "not a containerd dir in engine_roots"},
+		{"NRI: this pod's shape under a subdir of the state dir, no pid", ForPod(podID, 0, roots), given(bind(sandboxShm("/run/containerd/user", podID)), criPod(podID)), true, "under /run/containerd/user"},
+		{"NRI: CRI-O's shape elsewhere, no pid", ForPod(podID, 0, roots), given(bind("/tmp/user/overlay-containers/"+podID+"/userdata/shm"), oci.Pod{SandboxID: podID, Engine: "cri-o"}), true, "not a containers/storage dir"},
 		{"CRI-O: another pod's sandbox", Dirs{StorageRoot: "/run/containers/storage"},
 			given(bind("/run/containers/storage/overlay-containers/"+otherID+"/userdata/shm"), oci.Pod{SandboxID: podID, Engine: "cri-o"}), true, otherID},
 		{"Podman: another graph root", podman, given(bind("/var/lib/containers/storage/overlay-containers/"+ctrID+"/userdata/shm"), oci.Pod{}), true, "named"},
@@ -160,6 +168,34 @@ func TestShm(t *testing.T) {
 				t.Errorf("path %q, want the bind's source %q", path, sh.Source)
 			case tt.bad != "" && (!errors.Is(err, ErrNotNamed) || !strings.Contains(err.Error(), tt.bad) || path != ""):
 				t.Errorf("Shm = %q, %v; want a refusal saying %q", path, err, tt.bad)
+			}
+		})
+	}
+}
+
+// TestConfirm: which NRI names need the pod's own /dev/shm as proof.
+func TestConfirm(t *testing.T) {
+	roots := []string{"/run/containerd", "/run/containers/storage"}
+	sandbox := func(state string) oci.Shm {
+		return bind(state + "/io.containerd.grpc.v1.cri/sandboxes/" + podID + "/shm")
+	}
+	tests := []struct {
+		name string
+		dirs Dirs
+		sh   oci.Shm
+		want string
+	}{
+		{"NRI, a known state dir", ForPod(podID, 42, roots), sandbox("/run/containerd"), ""},
+		{"NRI, a moved state dir", ForPod(podID, 42, roots), sandbox("/data/ctd"), "/proc/42/root/dev/shm"},
+		{"NRI, a subdir of a known one", ForPod(podID, 42, roots), sandbox("/run/containerd/x"), "/proc/42/root/dev/shm"},
+		{"NRI, CRI-O moved", ForPod(podID, 42, roots), bind("/srv/overlay-containers/" + podID + "/userdata/shm"), "/proc/42/root/dev/shm"},
+		{"NRI, no pid", ForPod(podID, 0, roots), sandbox("/data/ctd"), ""},
+		{"a bundle named the state dir", FromBundle("/data/ctd/io.containerd.runtime.v2.task/k8s.io/"+ctrID, ctrID), sandbox("/data/ctd"), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.dirs.Confirm(tt.sh); got != tt.want {
+				t.Errorf("Confirm = %q, want %q", got, tt.want)
 			}
 		})
 	}

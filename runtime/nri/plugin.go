@@ -202,7 +202,7 @@ func (p *Plugin) handle(pod *api.PodSandbox, ctr *api.Container) (out Outcome, f
 		spec := ToSpec(runtime, pod, ctr)
 		return enforce.Request{
 			Container: oci.FromSpec(spec),
-			Dirs:      enginedirs.ForPod(podID),
+			Dirs:      enginedirs.ForPod(podID, pod.GetPid(), e.Policy().EngineRoots),
 			Carry: func(pl oci.Plan) (enforce.Done, error) {
 				if pl.Action != oci.ActionSetSize {
 					return enforce.Done{Skipped: fmt.Sprintf("the NRI plugin does not carry out %q plans: NRI cannot change a pod's IPC namespace, and it adds no /dev/shm to a CRI container", pl.Action)}, nil

@@ -229,7 +229,7 @@ func sizeOpt(opts []string) string {
 }
 
 func equalGrow(a, b growCall) bool {
-	return a.path == b.path && a.size == b.size && a.scope.Named == b.scope.Named && slices.Equal(a.scope.Roots, b.scope.Roots)
+	return a.path == b.path && a.size == b.size && a.scope.Named == b.scope.Named && a.scope.SameAs == b.scope.SameAs && slices.Equal(a.scope.Roots, b.scope.Roots)
 }
 
 // TestAdjustmentRefuses: Adjustment needs a set-size plan that matches the spec.
@@ -381,31 +381,39 @@ func TestPodAnnotationRequest(t *testing.T) {
 }
 
 // TestEngineNamesThePodsTmpfs: the pod's tmpfs is the one the engine named
-// in the container's mounts for NRI's pod, wherever containerd keeps its
-// state (no engine_roots needed); a bind of another shape is refused before
-// any remount.
+// in the container's mounts for NRI's pod: under a state dir the policy's
+// engine_roots list, or anywhere when the runtime gave the pod's pid, whose
+// own /dev/shm the remount must then be (Scope.SameAs); a bind of another
+// shape, or under an unknown root with no pid, is refused before any
+// remount.
 func TestEngineNamesThePodsTmpfs(t *testing.T) {
 	moved := "/data/containerd/state/io.containerd.grpc.v1.cri/sandboxes/" + testPod + "/shm"
+	const proof = "/proc/4242/root/dev/shm"
 	tests := []struct {
 		name, source string
+		pid          uint32
+		sameAs       string
 		refused      string
 	}{
-		{"containerd's state on another disk", moved, ""},
-		{"the default state dir", sandboxShm, ""},
-		{"not the CRI plugin's layout", "/run/containerd/evil/sandboxes/" + testPod + "/shm", "not where containerd makes a pod's /dev/shm"},
-		{"a .. segment", "/data/x/../containerd/state/io.containerd.grpc.v1.cri/sandboxes/" + testPod + "/shm", "containerd named /data/containerd/state/"},
+		{"containerd's state on another disk, the pod's pid given", moved, 4242, proof, ""},
+		{"containerd's state on another disk, no pid", moved, 0, "", "not a containerd dir in engine_roots"},
+		{"the default state dir", sandboxShm, 0, "", ""},
+		{"the default state dir, the pod's pid given", sandboxShm, 4242, "", ""},
+		{"a subdir of the default state dir", "/run/containerd/user/io.containerd.grpc.v1.cri/sandboxes/" + testPod + "/shm", 0, "", "under /run/containerd/user"},
+		{"not the CRI plugin's layout", "/run/containerd/evil/sandboxes/" + testPod + "/shm", 4242, "", "not where containerd makes a pod's /dev/shm"},
+		{"a .. segment", "/data/x/../containerd/state/io.containerd.grpc.v1.cri/sandboxes/" + testPod + "/shm", 4242, "", "containerd named /data/containerd/state/"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := recorder{}
-			p := r.plugin(mustParse(t, `engine_roots = ["/nonexistent"]`))
+			p := r.plugin(mustParse(t, `engine_roots = ["/run/containerd"]`))
 			bind := &api.Mount{Destination: "/dev/shm", Type: "bind", Source: tt.source, Options: []string{"rbind", "rw"}}
-			out, err := p.Handle(&api.PodSandbox{Id: testPod, Name: "pod", Namespace: "ml"}, gpuContainer(bind))
+			out, err := p.Handle(&api.PodSandbox{Id: testPod, Name: "pod", Namespace: "ml", Pid: tt.pid}, gpuContainer(bind))
 			if out.Plan.Action != oci.ActionRemount {
 				t.Fatalf("plan %s (%s), want a remount", out.Plan.Action, out.Plan.Reason)
 			}
 			if tt.refused == "" {
-				want := growCall{tt.source, out.Plan.Size, remount.Scope{Named: tt.source}}
+				want := growCall{tt.source, out.Plan.Size, remount.Scope{Named: tt.source, SameAs: tt.sameAs}}
 				if err != nil || len(r.grows) != 1 || !equalGrow(r.grows[0], want) {
 					t.Errorf("err %v, grows %+v; want %+v", err, r.grows, want)
 				}

@@ -252,7 +252,9 @@ func TestFixturesPlanLikeTheShim(t *testing.T) {
 				p := New(Config{Policy: pol, Facts: testFacts(host, sizes),
 					Grow: func(string, int64, remount.Scope) (remount.Result, error) { return remount.Result{}, nil }})
 				podID := c.SandboxID
-				out, err := p.Handle(&api.PodSandbox{Id: podID}, nriContainer(s, podID))
+				// The fixtures' engines ran under a temporary dir, outside the
+				// default engine_roots: the pod's pid (NRI's) vouches for it.
+				out, err := p.Handle(&api.PodSandbox{Id: podID, Pid: 4242}, nriContainer(s, podID))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -39,10 +39,20 @@ type Scope struct {
 	// the engine named none: the policy's engine_roots, and roots a running
 	// engine reported.
 	Roots []string
+	// SameAs, when set, is a path whose filesystem the tmpfs must be (the
+	// same device): the pod sandbox's own /dev/shm as the host sees it
+	// (/proc/<pid>/root/dev/shm), proof that a tmpfs an NRI request named
+	// outside the known engine dirs is the pod's. It is compared with the
+	// mount table's entry, and growMounted compares the directory it opens
+	// with that entry.
+	SameAs string
 }
 
 // String describes the scope for errors and logs.
 func (s Scope) String() string {
+	if s.Named != "" && s.SameAs != "" {
+		return "named " + s.Named + " (the filesystem of " + s.SameAs + ")"
+	}
 	if s.Named != "" {
 		return "named " + s.Named
 	}
@@ -144,11 +154,30 @@ func resize(path string, size int64, scope Scope, shrink bool) (Result, error) {
 	if err := notHostShm(m, hostShmDevs()); err != nil {
 		return Result{}, err
 	}
+	if err := sameAs(path, m, scope.SameAs); err != nil {
+		return Result{}, err
+	}
 	// The remount goes through the thread's working directory, so the
 	// thread gets filesystem attributes of its own (see inNamespaceThread).
 	return inNamespaceThread(-1, func() (Result, error) {
 		return growMounted(path, m, size, shrink)
 	})
+}
+
+// sameAs checks that the tmpfs m at path is the filesystem at proof (when
+// proof is not ""), by device number.
+func sameAs(path string, m *mountinfo.Info, proof string) error {
+	if proof == "" {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(proof, &st); err != nil {
+		return fmt.Errorf("%w: %s is not under an engine root, and the pod's own /dev/shm (%s) cannot be read to prove it is the pod's tmpfs (run gpurun in the host's PID namespace, or add the root to engine_roots): %w", ErrUnsafe, path, proof, err)
+	}
+	if major, minor := unix.Major(st.Dev), unix.Minor(st.Dev); int(major) != m.Major || int(minor) != m.Minor {
+		return fmt.Errorf("%w: %s (device %d:%d) is not the pod's own /dev/shm (%s, device %d:%d)", ErrUnsafe, path, m.Major, m.Minor, proof, major, minor)
+	}
+	return nil
 }
 
 // Usage returns the size of the filesystem at path and the bytes in use.
