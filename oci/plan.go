@@ -143,6 +143,9 @@ func Decide(in Input) Plan {
 	if pl.Pod.Sandbox {
 		return leave("pod sandbox: the pod's /dev/shm is grown when a GPU container of the pod is created")
 	}
+	if v := s.Annotations[policy.OptOutAnnotation]; strings.EqualFold(strings.TrimSpace(v), "true") {
+		return leave("annotation %s=%s: left alone", policy.OptOutAnnotation, v)
+	}
 	if sh.Kind == ShmHost {
 		pl.Current, pl.Size = 0, 0
 		return leave("shares the host's /dev/shm (host IPC); the host's /dev/shm is never resized")

@@ -94,7 +94,17 @@ type File struct {
 	// ComposeDefault is the size `gpurun compose migrate` writes for a GPU
 	// service without a memory limit.
 	ComposeDefault string `toml:"compose_default" comment:"shm_size for a GPU compose service without a memory limit."`
+	// GPUResources are Kubernetes extended resources, beyond the known GPU
+	// vendors', whose request makes a pod's container a GPU container
+	// (exact names, or a domain as "example.com/*").
+	GPUResources []string `toml:"gpu_resources" comment:"Kubernetes extended resources that mean a GPU, beyond nvidia.com/*, amd.com/*, gpu.intel.com/* and habana.ai/* (exact names, or \"example.com/*\"). Read by gpurun webhook and gpurun plan --pod."`
+	// GPURuntimeClasses are RuntimeClass names that mean a GPU pod.
+	GPURuntimeClasses []string `toml:"gpu_runtime_classes" comment:"RuntimeClass names that make a pod a GPU pod (the NVIDIA GPU Operator's). Read by gpurun webhook and gpurun plan --pod."`
 }
+
+// OptOutAnnotation, set to "true" on a pod or container, makes every front
+// door leave its /dev/shm alone.
+const OptOutAnnotation = "gpurun.io/opt-out"
 
 // DefaultFile returns the configuration gpurun uses when no file exists.
 func DefaultFile() File {
@@ -113,7 +123,9 @@ func DefaultFile() File {
 			"/run/containerd", "/run/k3s/containerd", "/run/containers/storage",
 			"/var/lib/containers/storage", // Podman and CRI-O bind userdata/shm from the graph root
 		},
-		ComposeDefault: "8gb",
+		ComposeDefault:    "8gb",
+		GPUResources:      []string{},
+		GPURuntimeClasses: []string{"nvidia", "nvidia-cdi", "nvidia-legacy"},
 	}
 }
 
@@ -136,6 +148,8 @@ type Policy struct {
 	LogFile            string
 	EngineRoots        []string
 	ComposeDefault     int64
+	GPUResources       []string
+	GPURuntimeClasses  []string
 	// Source is the file the policy came from, or "" for the defaults.
 	Source string
 }
@@ -229,6 +243,8 @@ func (f File) Validate(name string) (*Policy, error) {
 		Runtime:            f.Runtime,
 		LogFile:            f.LogFile,
 		EngineRoots:        f.EngineRoots,
+		GPUResources:       f.GPUResources,
+		GPURuntimeClasses:  f.GPURuntimeClasses,
 	}
 	if name != "(defaults)" {
 		p.Source = name
@@ -293,10 +309,30 @@ func (f File) Validate(name string) (*Policy, error) {
 			return nil, bad("allowed_annotations", fmt.Errorf("empty annotation name"))
 		}
 	}
+	for _, r := range p.GPUResources {
+		if err := checkResourceName(r); err != nil {
+			return nil, bad("gpu_resources", err)
+		}
+	}
+	for _, r := range p.GPURuntimeClasses {
+		if strings.TrimSpace(r) == "" || strings.ContainsAny(r, " /") {
+			return nil, bad("gpu_runtime_classes", fmt.Errorf("%q is not a RuntimeClass name", r))
+		}
+	}
 	for _, r := range p.EngineRoots {
 		if !strings.HasPrefix(r, "/") {
 			return nil, bad("engine_roots", fmt.Errorf("%q is not an absolute path", r))
 		}
 	}
 	return p, nil
+}
+
+// checkResourceName checks an entry of gpu_resources: an extended resource
+// name, domain/name, or a whole domain, domain/*.
+func checkResourceName(r string) error {
+	domain, name, ok := strings.Cut(r, "/")
+	if !ok || domain == "" || name == "" || !strings.Contains(domain, ".") || strings.ContainsAny(r, " \t") || strings.Contains(name, "/") {
+		return fmt.Errorf("%q is not an extended resource name (domain/name, or domain/*)", r)
+	}
+	return nil
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/podspec"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
@@ -15,30 +17,42 @@ import (
 func newPlanCmd(g *globals) *cobra.Command {
 	var (
 		specPath   string
+		podPath    string
 		hostMemory string
 		hostGPUs   int
 		asJSON     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "plan --spec config.json",
-		Short: "Show what /dev/shm a container's OCI spec should get, and why",
+		Use:   "plan --spec config.json | --pod pod.yaml",
+		Short: "Show what /dev/shm a container's OCI spec, or a Kubernetes pod, should get, and why",
 		Long: `Plan reads a bundle's config.json (the OCI spec an engine hands to runc) and
 prints what gpurun would do to its /dev/shm: the action (none, set-size,
 remount, inject, ipc-host), the size before and after, the GPU evidence, and
 the reason. It changes nothing.
 
+With --pod, it reads a Kubernetes Pod (or the pod template of a
+Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob; "-" for
+standard input) and prints what gpurun webhook decides for it at
+admission: the pod's action (emptydir SIZE, host-ipc, none), why, and each
+container's plan. The memory is the pod's limits; with none, the node is
+not known at admission and the policy's compose_default is the target.
+
 Exit status: 0 on a plan, 2 on bad input (unreadable or malformed spec, bad
 policy file).`,
 		Example: `  gpurun plan --spec /run/containerd/io.containerd.runtime.v2.task/k8s.io/ID/config.json
-  gpurun plan --spec config.json --host-memory 256g --json`,
+  gpurun plan --spec config.json --host-memory 256g --json
+  gpurun plan --pod trainer-job.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if specPath == "" {
-				return &exitError{2, fmt.Errorf("plan: --spec is required")}
+			if (specPath == "") == (podPath == "") {
+				return &exitError{2, fmt.Errorf("plan: give one of --spec and --pod")}
 			}
 			pol, err := g.loadPolicy()
 			if err != nil {
 				return &exitError{2, err}
+			}
+			if podPath != "" {
+				return planPod(cmd, pol, podPath, asJSON)
 			}
 			cfg, err := oci.LoadConfig(specPath)
 			if err != nil {
@@ -68,10 +82,58 @@ policy file).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&specPath, "spec", "", "the bundle's config.json")
+	f.StringVar(&podPath, "pod", "", "a Kubernetes Pod, or a workload with a pod template, in YAML or JSON (- for stdin): what gpurun webhook decides")
 	f.StringVar(&hostMemory, "host-memory", "", "the host's memory (default: this host's MemTotal), e.g. 64g")
 	f.IntVar(&hostGPUs, "host-gpus", 0, "the host's GPU count, for containers that ask for all GPUs (default: this host's GPU device nodes)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object: action, size_bytes, current_bytes, gpu, gpus, reason")
 	return cmd
+}
+
+// planPod prints the webhook's decision for the pod in path.
+func planPod(cmd *cobra.Command, pol *policy.Policy, path string, asJSON bool) error {
+	var stdin []byte
+	if path == "-" {
+		b, err := io.ReadAll(cmd.InOrStdin())
+		if err != nil {
+			return &exitError{2, fmt.Errorf("plan: read standard input: %w", err)}
+		}
+		stdin = b
+	}
+	pod, err := podspec.LoadFile(path, stdin)
+	if err != nil {
+		return &exitError{2, fmt.Errorf("plan: %w", err)}
+	}
+	d, err := podspec.Decide(pod, pol)
+	if err != nil {
+		return &exitError{2, fmt.Errorf("plan: %s: %w", path, err)}
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(d)
+	}
+	var b strings.Builder
+	head := string(d.Action)
+	if d.Action == podspec.ActionEmptyDir {
+		head += fmt.Sprintf(" (medium Memory, sizeLimit %s, at /dev/shm in every container)", podspec.Quantity(d.Size))
+	}
+	fmt.Fprintf(&b, "action:   %s\n", head)
+	fmt.Fprintf(&b, "gpu:      %v\n", map[bool]string{true: "yes", false: "no"}[d.GPU])
+	fmt.Fprintf(&b, "reason:   %s\n", d.Reason)
+	for _, c := range d.Plans {
+		kind := "container"
+		if c.Init {
+			kind = "init container"
+		}
+		gpu := "no GPU"
+		if c.GPU {
+			gpu = "GPU (" + strings.Join(c.Evidence, ", ") + ")"
+		}
+		fmt.Fprintf(&b, "  %s %s: %s, %s: %s\n", kind, c.Name, c.Action, gpu, c.Reason)
+	}
+	_, err = fmt.Fprint(out, b.String())
+	return err
 }
 
 // formatPlan renders a plan for people.

@@ -84,7 +84,7 @@ func TestPlanBadInput(t *testing.T) {
 		{"malformed JSON", []string{"plan", "--spec", bad}, bad + ": malformed JSON at offset 15 (line 2, column 14)"},
 		{"no such file", []string{"plan", "--spec", filepath.Join(dir, "missing.json")}, "missing.json: no such file or directory"},
 		{"unknown config key", []string{"--config", badCfg, "plan", "--spec", good}, badCfg + `:2:1: unknown key "shm_size"`},
-		{"no --spec", []string{"plan"}, "--spec is required"},
+		{"no --spec", []string{"plan"}, "give one of --spec and --pod"},
 		{"bad --host-memory", []string{"plan", "--spec", good, "--host-memory", "lots"}, `--host-memory: invalid size "lots"`},
 	}
 	for _, tt := range tests {
@@ -159,5 +159,32 @@ func TestGlobalsFromEnv(t *testing.T) {
 	g = &globals{}
 	if _, err := splitGlobals([]string{"--dry-run", "img"}, g); err != nil || !g.dryRun || g.verbose {
 		t.Errorf("globals %+v", g)
+	}
+}
+
+// TestPlanPod: --pod prints the webhook's decision; --json one object.
+func TestPlanPod(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	pods := filepath.Join("..", "..", "podspec", "testdata", "pods")
+	stdout, stderr, code := execute(t, "plan", "--pod", filepath.Join(pods, "kubeflow-pytorchjob-worker.yaml"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"action:   emptydir (medium Memory, sizeLimit 32Gi", "container pytorch: set-size, GPU (resources.limits nvidia.com/gpu: 4)", "init container init-pytorch: none"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	stdout, _, code = execute(t, "plan", "--pod", filepath.Join(pods, "nginx.yaml"), "--json")
+	var d struct {
+		Action string `json:"action"`
+		GPU    bool   `json:"gpu"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &d); code != 0 || err != nil || d.Action != "none" || d.GPU {
+		t.Errorf("nginx: exit %d, %+v, %v: %s", code, d, err, stdout)
+	}
+	_, stderr, code = execute(t, "plan", "--pod", filepath.Join(pods, "nginx.yaml"), "--spec", "x.json")
+	if code != 2 || !strings.Contains(stderr, "one of --spec and --pod") {
+		t.Errorf("both: exit %d, %s", code, stderr)
 	}
 }

@@ -59,6 +59,7 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	root.AddCommand(newHookCmd(g))
 	root.AddCommand(newNodeCmd(g))
 	root.AddCommand(newNRICmd(g))
+	root.AddCommand(newWebhookCmd(g))
 	root.AddCommand(newExplainCmd(g), newShmProbeCmd())
 	root.AddCommand(newDoctorCmd(g))
 	root.AddCommand(newComposeCmd(g))

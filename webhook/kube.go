@@ -1,0 +1,141 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ServiceAccountDir is where the kubelet puts a pod's service account
+// token and the cluster's CA.
+const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// ErrNotFound is wrapped when the API server answers 404.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is wrapped when the API server answers 409 (the object
+// exists, or changed since it was read).
+var ErrConflict = errors.New("conflict")
+
+// Kube is the little of the Kubernetes API the webhook uses (a Secret, a
+// MutatingWebhookConfiguration), over plain HTTPS: the webhook's binary is
+// gpurun's, and client-go's typed clients would register every API group
+// at the start of every gpurun command.
+type Kube struct {
+	// Base is the API server's URL.
+	Base string
+	// Client talks to it (its CA set).
+	Client *http.Client
+	// Token returns the bearer token for each request ("" for none); a
+	// bound service account token is rotated, so it is read each time.
+	Token func() (string, error)
+}
+
+// InCluster returns the API of the cluster the pod runs in, from the
+// kubelet's service account files and KUBERNETES_SERVICE_HOST/PORT.
+func InCluster() (*Kube, error) {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return nil, errors.New("not in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
+	}
+	caFile := filepath.Join(ServiceAccountDir, "ca.crt")
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no certificate", caFile)
+	}
+	tokenFile := filepath.Join(ServiceAccountDir, "token")
+	return &Kube{
+		Base: "https://" + net.JoinHostPort(host, port),
+		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		}},
+		Token: func() (string, error) {
+			b, err := os.ReadFile(tokenFile)
+			if err != nil {
+				return "", fmt.Errorf("read the service account token: %w", err)
+			}
+			return strings.TrimSpace(string(b)), nil
+		},
+	}, nil
+}
+
+// Do sends a request with a JSON body (nil: none) and decodes a JSON answer
+// into out (nil: ignored).
+func (k *Kube) Do(ctx context.Context, method, path, contentType string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, k.Base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		if contentType == "" {
+			contentType = "application/json"
+		}
+		req.Header.Set("Content-Type", contentType)
+	}
+	if k.Token != nil {
+		tok, err := k.Token()
+		if err != nil {
+			return err
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+	}
+	resp, err := k.Client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var status struct {
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(data, &status)
+		msg := status.Message
+		if msg == "" {
+			msg = strings.TrimSpace(string(data))
+		}
+		err := fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return fmt.Errorf("%w: %w", ErrNotFound, err)
+		case http.StatusConflict:
+			return fmt.Errorf("%w: %w", ErrConflict, err)
+		}
+		return err
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s %s: decode: %w", method, path, err)
+		}
+	}
+	return nil
+}
