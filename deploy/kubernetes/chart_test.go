@@ -106,7 +106,6 @@ func helmTemplate(t *testing.T, helm string, tc chartCase) []runtime.Object {
 		if err := yaml.Unmarshal([]byte(tc.values), &extra); err != nil {
 			t.Fatalf("case values: %v", err)
 		}
-		values = tc.values
 		extra["mode"], extra["distribution"] = tc.mode, tc.dist
 		data, err := yaml.Marshal(extra)
 		if err != nil {
@@ -270,7 +269,11 @@ func normalise(t *testing.T, who string, objs []runtime.Object) map[string]strin
 	return out
 }
 
-func isConfigMap(o runtime.Object) bool { _, ok := o.(*corev1.ConfigMap); return ok }
+// isConfigMap reports whether o is a ConfigMap.
+func isConfigMap(o runtime.Object) bool {
+	_, ok := o.(*corev1.ConfigMap)
+	return ok
+}
 
 // unhashRefs takes the hash off the DaemonSet's references to gpurun-node.
 func unhashRefs(ds *appsv1.DaemonSet) {
