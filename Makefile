@@ -48,8 +48,17 @@ CONTAINERD2_TOOLS = $(CONTAINERD2_BIN)/containerd $(CONTAINERD2_BIN)/ctr $(CONTA
 $(CONTAINERD2_TOOLS):
 	GOBIN=$(@D) CGO_ENABLED=0 $(GO) install github.com/containerd/containerd/v2/cmd/$(@F)@$(CONTAINERD2_VERSION)
 
-test-unit: $(CONTAINERD2)
-	GPURUN_TEST_CONTAINERD2=$(CONTAINERD2) $(GO) test -count=1 $(UNIT_PKGS)
+# helm, for the chart (deploy/helm/gpurun): make lint runs helm lint, the
+# unit tests compare helm template with the kustomize overlays and the
+# cluster tests helm install it. Built from the Go module proxy into
+# .tools/ once per version.
+HELM_VERSION ?= v3.22.0
+HELM ?= $(CURDIR)/.tools/helm-$(HELM_VERSION)/helm
+$(HELM):
+	GOBIN=$(@D) CGO_ENABLED=0 $(GO) install -ldflags '-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+test-unit: $(CONTAINERD2) $(HELM)
+	GPURUN_TEST_CONTAINERD2=$(CONTAINERD2) GPURUN_TEST_HELM=$(HELM) $(GO) test -count=1 $(UNIT_PKGS)
 	@# gpurun explain's recall and false findings on its corpus of real logs.
 	@$(GO) test -count=1 -v -run '^TestCorpusRecall$$' ./diagnose/explain/ | grep 'corpus: '
 
@@ -68,8 +77,8 @@ k8s-tools:
 # Real engines (dockerd, containerd + CRI, runc, podman, a single-node
 # Kubernetes cluster), each on its own sockets, state dirs and network
 # namespace; needs root. The tests build bin/ themselves.
-test-integration: build $(CONTAINERD2_TOOLS) k8s-tools
-	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/... ./hack/checkhost/
+test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM)
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/... ./hack/checkhost/
 
 # The machine as the tests found it (hack/checkhost; root): host-snapshot
 # records docker0 and the other interfaces, the engines' configs and
@@ -114,12 +123,15 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./diagnose/explain
 	$(GO) test -run '^$$' -fuzz '^FuzzInsertFirst$$' -fuzztime $(FUZZTIME) ./compose/yamledit
 
-lint:
+# The chart in each mode, warnings as errors.
+HELM_LINT_MODES = runtime-class default-runtime nri
+lint: $(HELM)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags '$(E2E_TAGS)' ./integration/... ./hack/checkhost/
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags '$(E2E_TAGS)' ./integration/... ./hack/checkhost/
+	set -e; for mode in $(HELM_LINT_MODES); do $(HELM) lint --strict --quiet --set mode=$$mode deploy/helm/gpurun; done
 
 install: build
 	install -D -m 0755 bin/gpurun $(DESTDIR)$(BINDIR)/gpurun

@@ -1,0 +1,60 @@
+{{/*
+Labels on every object's metadata: the kustomize overlays' part-of label
+and Helm's own. Selectors and pod templates carry the overlays' labels
+only, so that a DaemonSet applied with kubectl apply -k and one installed
+by the chart select the same pods.
+*/}}
+{{- define "gpurun.labels" -}}
+app.kubernetes.io/part-of: gpurun
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* The image every container runs. */}}
+{{- define "gpurun.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/*
+The node agent's settings (ConfigMap gpurun-node). Its name ends in a hash
+of them, as kustomize's configMapGenerator names it: a change of settings
+is a new ConfigMap, and the DaemonSet rolls out.
+*/}}
+{{- define "gpurun.nodeSettings" -}}
+bin-dir: {{ .Values.nodeAgent.binDir | quote }}
+containerd-config: {{ .Values.nodeAgent.containerdConfig | quote }}
+distribution: {{ .Values.distribution | quote }}
+restart: {{ .Values.nodeAgent.restart | quote }}
+set-as-default: {{ eq .Values.mode "default-runtime" | toString | quote }}
+uninstall-on-exit: {{ .Values.nodeAgent.uninstallOnExit | toString | quote }}
+{{- end -}}
+
+{{- define "gpurun.nodeConfigMapName" -}}
+gpurun-node-{{ include "gpurun.nodeSettings" . | sha256sum | trunc 10 }}
+{{- end -}}
+
+{{/* Where the pods' /dev/shm tmpfs are on the node: containerd's state. */}}
+{{- define "gpurun.containerdState" -}}
+{{- if has .Values.distribution (list "k3s" "rke2") -}}
+/run/k3s/containerd
+{{- else -}}
+/run/containerd
+{{- end -}}
+{{- end -}}
+
+{{/* nodeSelector, affinity and tolerations of a pod spec. */}}
+{{- define "gpurun.scheduling" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
