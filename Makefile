@@ -124,7 +124,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzInsertFirst$$' -fuzztime $(FUZZTIME) ./compose/yamledit
 
 # The chart in each mode, warnings as errors.
-HELM_LINT_MODES = runtime-class default-runtime nri
+HELM_LINT_MODES = runtime-class default-runtime nri webhook
 lint: $(HELM)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -61,6 +62,11 @@ func chartCases() []chartCase {
 			cases = append(cases, chartCase{name: mode + "/" + dist, mode: mode, dist: dist})
 		}
 	}
+	// The webhook runs nothing on the nodes: the distribution is not read.
+	cases = append(cases, chartCase{name: modeWebhook, mode: modeWebhook, dist: "auto"},
+		chartCase{name: "webhook: image and replicas", mode: modeWebhook, dist: "auto",
+			values:    `{image: {repository: registry.example/gpurun, tag: v9.9.9}, webhook: {replicas: 3}}`,
+			kustomize: `{images: [{name: ghcr.io/gpurun/gpurun, newName: registry.example/gpurun, newTag: v9.9.9}], replicas: [{name: gpurun-webhook, count: 3}]}`})
 	return append(cases, []chartCase{
 		{"restart systemd", modeRuntimeClass, "auto", `{nodeAgent: {restart: systemd, uninstallOnExit: false}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [restart=systemd, uninstall-on-exit=false]}]`},
 		{"node paths", modeDefaultRuntime, "containerd", `{nodeAgent: {binDir: /opt/bin, containerdConfig: /etc/containerd/gpu.toml}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [bin-dir=/opt/bin, containerd-config=/etc/containerd/gpu.toml]}]`},
@@ -359,4 +365,53 @@ func lineDiff(a, b string) string {
 		}
 	}
 	return out.String()
+}
+
+// TestChartWebhookCertManager: with webhook.certManager, the chart asks
+// cert-manager for the serving pair (an Issuer and a Certificate for the
+// Service's names), mounts its Secret, has the CA injected into the
+// MutatingWebhookConfiguration, and keeps no CA of its own.
+func TestChartWebhookCertManager(t *testing.T) {
+	helm := helmBinary(t)
+	home := t.TempDir()
+	cmd := exec.Command(helm, "template", "gpurun", chartDir, "--namespace", releaseNamespace, "--set", "mode=webhook", "--set", "webhook.certManager=true")
+	cmd.Env = append(os.Environ(), "HOME="+home, "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	kinds := map[string]map[string]any{}
+	for _, doc := range strings.Split(string(out), "\n---") {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("%v\n%s", err, doc)
+		}
+		if k, _ := o["kind"].(string); k != "" {
+			kinds[k] = o
+		}
+	}
+	for _, k := range []string{"Issuer", "Certificate", "Deployment", "MutatingWebhookConfiguration"} {
+		if kinds[k] == nil {
+			t.Fatalf("no %s rendered", k)
+		}
+	}
+	cert, _ := json.Marshal(kinds["Certificate"])
+	dep, _ := json.Marshal(kinds["Deployment"])
+	mwc, _ := json.Marshal(kinds["MutatingWebhookConfiguration"])
+	for _, want := range []string{`"secretName":"gpurun-webhook-cert"`, `"gpurun-webhook.` + releaseNamespace + `.svc"`} {
+		if !strings.Contains(string(cert), want) {
+			t.Errorf("Certificate %s lacks %s", cert, want)
+		}
+	}
+	for _, want := range []string{`--tls-cert-file=/etc/gpurun-tls/tls.crt`, `"secretName":"gpurun-webhook-cert"`} {
+		if !strings.Contains(string(dep), want) {
+			t.Errorf("Deployment lacks %s", want)
+		}
+	}
+	if strings.Contains(string(dep), "--self-signed") {
+		t.Error("the Deployment keeps a CA of its own too")
+	}
+	if !strings.Contains(string(mwc), `"cert-manager.io/inject-ca-from":"`+releaseNamespace+`/gpurun-webhook-cert"`) {
+		t.Errorf("MutatingWebhookConfiguration %s: no CA injection", mwc)
+	}
 }

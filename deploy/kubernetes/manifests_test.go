@@ -18,10 +18,13 @@ import (
 	"testing"
 
 	toml "github.com/pelletier/go-toml/v2"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -40,16 +43,17 @@ const (
 	modeRuntimeClass   = "runtime-class"
 	modeDefaultRuntime = "default-runtime"
 	modeNRI            = "nri"
+	modeWebhook        = "webhook"
 )
 
 // installs reports whether a mode installs gpurun-runtime on the nodes.
-func installs(mode string) bool { return mode != modeNRI }
+func installs(mode string) bool { return mode == modeRuntimeClass || mode == modeDefaultRuntime }
 
 // decoder decodes Kubernetes objects strictly: unknown and duplicate
 // fields are errors.
 var decoder = sync.OnceValue(func() runtime.Decoder {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, nodev1.AddToScheme, rbacv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, nodev1.AddToScheme, rbacv1.AddToScheme, admissionregistrationv1.AddToScheme, policyv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			panic(err)
 		}
@@ -175,11 +179,12 @@ func TestDecodeIsStrict(t *testing.T) {
 
 // rendered is an overlay built by kustomize and decoded strictly.
 type rendered struct {
-	mode       string
-	objs       []runtime.Object
-	daemonSets []*appsv1.DaemonSet
-	configMaps map[string]*corev1.ConfigMap
-	classes    []*nodev1.RuntimeClass
+	mode        string
+	objs        []runtime.Object
+	daemonSets  []*appsv1.DaemonSet
+	deployments []*appsv1.Deployment
+	configMaps  map[string]*corev1.ConfigMap
+	classes     []*nodev1.RuntimeClass
 }
 
 // build builds an overlay with kustomize.
@@ -203,6 +208,8 @@ func build(t *testing.T, mode string) *rendered {
 		switch o := o.(type) {
 		case *appsv1.DaemonSet:
 			r.daemonSets = append(r.daemonSets, o)
+		case *appsv1.Deployment:
+			r.deployments = append(r.deployments, o)
 		case *corev1.ConfigMap:
 			r.configMaps[o.Name] = o
 		case *nodev1.RuntimeClass:
@@ -230,7 +237,7 @@ func overlays(t *testing.T) []string {
 
 func TestOverlaysAreTheModes(t *testing.T) {
 	got := overlays(t)
-	want := []string{modeDefaultRuntime, modeNRI, modeRuntimeClass}
+	want := []string{modeDefaultRuntime, modeNRI, modeRuntimeClass, modeWebhook}
 	if !slices.Equal(got, want) {
 		t.Errorf("overlays %v, want %v", got, want)
 	}
@@ -264,13 +271,20 @@ func TestImageKnob(t *testing.T) {
 	want := img.Name + ":" + img.NewTag
 	for _, mode := range overlays(t) {
 		r := build(t, mode)
-		if len(r.daemonSets) == 0 {
-			t.Errorf("%s: no DaemonSet", mode)
+		if len(r.daemonSets)+len(r.deployments) == 0 {
+			t.Errorf("%s: no DaemonSet or Deployment", mode)
 		}
 		for _, ds := range r.daemonSets {
 			for _, c := range allContainers(ds) {
 				if c.Image != want {
 					t.Errorf("%s: %s/%s runs %q, want %q", mode, ds.Name, c.Name, c.Image, want)
+				}
+			}
+		}
+		for _, d := range r.deployments {
+			for _, c := range d.Spec.Template.Spec.Containers {
+				if c.Image != want {
+					t.Errorf("%s: %s/%s runs %q, want %q", mode, d.Name, c.Name, c.Image, want)
 				}
 			}
 		}
@@ -291,7 +305,9 @@ func TestRenderedInvariants(t *testing.T) {
 				case *corev1.Namespace:
 					ns = o
 				case *rbacv1.Role, *rbacv1.ClusterRole, *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding:
-					t.Errorf("RBAC object %T: gpurun's pods need no API access", o)
+					if mode != modeWebhook {
+						t.Errorf("RBAC object %T: gpurun's node pods need no API access", o)
+					}
 				}
 			}
 			if ns == nil {
@@ -303,7 +319,7 @@ func TestRenderedInvariants(t *testing.T) {
 			for _, o := range r.objs {
 				m := o.(interface{ GetNamespace() string })
 				switch o.(type) {
-				case *corev1.Namespace, *nodev1.RuntimeClass:
+				case *corev1.Namespace, *nodev1.RuntimeClass, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *admissionregistrationv1.MutatingWebhookConfiguration:
 					if m.GetNamespace() != "" {
 						t.Errorf("%T is cluster-scoped but has namespace %q", o, m.GetNamespace())
 					}
@@ -315,7 +331,7 @@ func TestRenderedInvariants(t *testing.T) {
 			}
 			var sa *corev1.ServiceAccount
 			for _, o := range r.objs {
-				if s, ok := o.(*corev1.ServiceAccount); ok {
+				if s, ok := o.(*corev1.ServiceAccount); ok && s.Name == "gpurun" {
 					sa = s
 				}
 			}
@@ -329,8 +345,12 @@ func TestRenderedInvariants(t *testing.T) {
 			switch {
 			case installs(mode):
 				r.checkNodeAgent(t)
-			default:
+			case mode == modeNRI:
 				r.checkNRI(t)
+			case mode == modeWebhook:
+				r.checkWebhook(t, ns.Name)
+			default:
+				t.Fatalf("mode %s: no checks", mode)
 			}
 		})
 	}
@@ -619,6 +639,135 @@ func (r *rendered) checkNRI(t *testing.T) {
 		t.Errorf("containerd's state is mounted at %q: want /run/containerd with HostToContainer", mnt)
 	}
 	parses(t, args...)
+}
+
+// checkWebhook: the webhook mode is one Deployment of two unprivileged
+// replicas behind a Service that the MutatingWebhookConfiguration calls,
+// with failurePolicy Ignore, a timeout, a selector that skips kube-system
+// and gpurun's namespace, and RBAC for its own Secret and caBundle only.
+func (r *rendered) checkWebhook(t *testing.T, namespace string) {
+	t.Helper()
+	if len(r.daemonSets) != 0 || len(r.classes) != 0 {
+		t.Errorf("webhook mode runs %d DaemonSets and %d RuntimeClasses: it runs nothing on the nodes", len(r.daemonSets), len(r.classes))
+	}
+	if len(r.deployments) != 1 {
+		t.Fatalf("%d Deployments, want the webhook's", len(r.deployments))
+	}
+	d := r.deployments[0]
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Errorf("replicas %v: want two or more", d.Spec.Replicas)
+	}
+	spec := d.Spec.Template.Spec
+	if spec.HostPID || spec.HostNetwork || spec.HostIPC || len(spec.Volumes) != 1 || spec.Volumes[0].ConfigMap == nil {
+		t.Errorf("webhook pod: host namespaces or volumes other than the policy: %+v", spec)
+	}
+	c := spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged != nil && *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("webhook container security %+v / %+v: want non-root, no privilege, read-only root", sc, spec.SecurityContext)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("webhook resources %v", c.Resources)
+	}
+	args, _ := r.expandArgs(t, c)
+	i := slices.Index(args, "webhook")
+	if i < 0 {
+		t.Fatalf("args %q: want gpurun webhook", args)
+	}
+	config, _ := flagValue(args[:i], "config")
+	pol := r.policyConfigMap(t)
+	if mnt := configMapMountIn(spec, c, pol.Name); config != filepath.Join(mnt, "config.toml") {
+		t.Errorf("--config %q, but the policy ConfigMap is mounted at %q", config, mnt)
+	}
+	parses(t, args...)
+	service, _ := flagValue(args[i:], "service")
+	secret, _ := flagValue(args[i:], "secret")
+	mwcName, _ := flagValue(args[i:], "webhook-config")
+	listen, _ := flagValue(args[i:], "listen")
+	var svc *corev1.Service
+	var mwc *admissionregistrationv1.MutatingWebhookConfiguration
+	var role *rbacv1.Role
+	var crole *rbacv1.ClusterRole
+	for _, o := range r.objs {
+		switch o := o.(type) {
+		case *corev1.Service:
+			svc = o
+		case *admissionregistrationv1.MutatingWebhookConfiguration:
+			mwc = o
+		case *rbacv1.Role:
+			role = o
+		case *rbacv1.ClusterRole:
+			crole = o
+		}
+	}
+	if svc == nil || svc.Name != service {
+		t.Fatalf("Service %v: want %q (--service)", svc, service)
+	}
+	for k, v := range svc.Spec.Selector {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selector %v does not select the webhook's pods %v", svc.Spec.Selector, d.Spec.Template.Labels)
+		}
+	}
+	if port := svc.Spec.Ports[0]; port.Port != 443 || port.TargetPort.String() != c.Ports[0].Name || ":"+strconv.Itoa(int(c.Ports[0].ContainerPort)) != listen {
+		t.Errorf("Service port %+v, container port %+v, --listen %q: they must meet", port, c.Ports[0], listen)
+	}
+	if mwc == nil || mwc.Name != mwcName || len(mwc.Webhooks) != 1 {
+		t.Fatalf("MutatingWebhookConfiguration %v: want one webhook, named %q (--webhook-config)", mwc, mwcName)
+	}
+	w := mwc.Webhooks[0]
+	ref := w.ClientConfig.Service
+	if ref == nil || ref.Name != svc.Name || ref.Namespace != namespace || ref.Path == nil || *ref.Path != "/mutate-pods" || len(w.ClientConfig.CABundle) != 0 {
+		t.Errorf("clientConfig %+v: want the Service, path /mutate-pods, no caBundle (the webhook sets it)", w.ClientConfig)
+	}
+	if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore || w.TimeoutSeconds == nil || *w.TimeoutSeconds > 10 ||
+		w.SideEffects == nil || *w.SideEffects != admissionregistrationv1.SideEffectClassNone {
+		t.Errorf("webhook %s: failurePolicy %v, timeout %v, sideEffects %v: want Ignore, at most 10 s, None", w.Name, w.FailurePolicy, w.TimeoutSeconds, w.SideEffects)
+	}
+	if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) || !slices.Equal(w.Rules[0].Resources, []string{"pods"}) {
+		t.Errorf("rules %+v: want pods on CREATE", w.Rules)
+	}
+	skips := map[string]bool{}
+	for _, e := range w.NamespaceSelector.MatchExpressions {
+		if e.Key == "kubernetes.io/metadata.name" && e.Operator == metav1.LabelSelectorOpNotIn {
+			for _, v := range e.Values {
+				skips[v] = true
+			}
+		}
+	}
+	if !skips["kube-system"] || !skips[namespace] {
+		t.Errorf("namespaceSelector %+v: want kube-system and %s skipped", w.NamespaceSelector, namespace)
+	}
+	if role == nil || crole == nil {
+		t.Fatal("webhook mode: no Role or ClusterRole")
+	}
+	for _, rule := range role.Rules {
+		if !slices.Equal(rule.Resources, []string{"secrets"}) || slices.Contains(rule.Verbs, "list") || slices.Contains(rule.Verbs, "watch") ||
+			!slices.Equal(rule.Verbs, []string{"create"}) && !slices.Equal(rule.ResourceNames, []string{secret}) {
+			t.Errorf("Role rule %+v: want secrets, create, or get/update of %q (--secret) only", rule, secret)
+		}
+	}
+	for _, rule := range crole.Rules {
+		if !slices.Equal(rule.Resources, []string{"mutatingwebhookconfigurations"}) || !slices.Equal(rule.ResourceNames, []string{mwcName}) || slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "patch" }) {
+			t.Errorf("ClusterRole rule %+v: want get/patch of %q only", rule, mwcName)
+		}
+	}
+}
+
+// configMapMountIn returns where container c of a pod spec mounts the
+// ConfigMap name, or "".
+func configMapMountIn(spec corev1.PodSpec, c corev1.Container, name string) string {
+	for _, v := range spec.Volumes {
+		if v.ConfigMap == nil || v.ConfigMap.Name != name {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == v.Name {
+				return m.MountPath
+			}
+		}
+	}
+	return ""
 }
 
 // gpurunBinary builds gpurun from this checkout once.

@@ -58,3 +58,15 @@ tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+"true" when the webhook takes its TLS from cert-manager: webhook.certManager
+true, or auto and the cluster serves cert-manager.io/v1; "" otherwise (the
+webhook's own CA).
+*/}}
+{{- define "gpurun.webhookCertManager" -}}
+{{- $cm := .Values.webhook.certManager | toString -}}
+{{- if or (eq $cm "true") (and (eq $cm "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
+true
+{{- end -}}
+{{- end -}}
