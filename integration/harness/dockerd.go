@@ -34,6 +34,10 @@ type DockerdOptions struct {
 	// uses, so it reaches the runtimes their shims call (for example a
 	// GPURUN_CONFIG for gpurun-runtime).
 	Env []string
+	// Bridge gives the daemon docker's default bridge network (docker0,
+	// with iptables) inside its own network namespace, instead of
+	// --bridge=none; the host's network is untouched either way.
+	Bridge bool
 }
 
 // Dockerd is a private Docker daemon with its own containerd, sockets and
@@ -158,11 +162,11 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		"--data-root", d.DataRoot,
 		"--exec-root", d.ExecRoot,
 		"--pidfile", filepath.Join(dir, "dockerd.pid"),
-		"--bridge=none",
-		"--iptables=false",
-		"--ip6tables=false",
 		"--config-file", d.ConfigPath,
 		"--containerd", d.ContainerdAddress,
+	}
+	if !opts.Bridge {
+		argv = append(argv, "--bridge=none", "--iptables=false", "--ip6tables=false")
 	}
 	argv = append(argv, opts.Args...)
 	d.proc, err = startProcess("dockerd", d.logPath, argv, append(os.Environ(), opts.Env...), ns)
