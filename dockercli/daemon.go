@@ -78,7 +78,12 @@ func ResolveEndpoint(getenv func(string) string) (Endpoint, error) {
 
 // APIDaemon asks the Docker Engine API, with the official client.
 type APIDaemon struct {
-	c *client.Client
+	c    *client.Client
+	host string
+	info *infoOnce
+	// Cache keeps the daemon's default-shm-size between runs (see
+	// ShmCache); the zero value asks the daemon every time.
+	Cache ShmCache
 }
 
 // NewAPIDaemon connects (lazily) to the endpoint the docker CLI would use.
@@ -90,7 +95,7 @@ func NewAPIDaemon(getenv func(string) string, files TLSFiles) (*APIDaemon, error
 	if err != nil {
 		return nil, err
 	}
-	return &APIDaemon{c: c}, nil
+	return &APIDaemon{c: c, host: c.DaemonHost(), info: &infoOnce{}}, nil
 }
 
 // TLSFiles are the docker CLI's --tlscacert, --tlscert and --tlskey; ""
@@ -192,9 +197,9 @@ func (d *APIDaemon) Close() error { return d.c.Close() }
 
 // Facts implements Daemon.
 func (d *APIDaemon) Facts(ctx context.Context) (Facts, error) {
-	info, err := d.c.Info(ctx)
+	info, err := d.info.get(ctx, d)
 	if err != nil {
-		return Facts{}, fmt.Errorf("docker info: %w", err)
+		return Facts{}, err
 	}
 	return Facts{MemTotal: info.MemTotal}, nil
 }
@@ -214,8 +219,27 @@ func (d *APIDaemon) ImageEnv(ctx context.Context, image string) ([]string, error
 // DefaultShmSize implements Daemon. The API does not report the daemon's
 // default-shm-size, but the daemon fills it into every container it creates
 // without one: create a throwaway container of the image (never started),
-// read its ShmSize, and remove it.
+// read its ShmSize, and remove it. The answer is kept in d.Cache, keyed by
+// the daemon's ID, version and (local daemons) socket, so later runs skip
+// the probe.
 func (d *APIDaemon) DefaultShmSize(ctx context.Context, image string) (int64, error) {
+	info, err := d.info.get(ctx, d)
+	if err != nil {
+		return d.probeShmSize(ctx, image)
+	}
+	key := daemonKey(info, d.host)
+	if n, ok := d.Cache.Get(key); ok {
+		return n, nil
+	}
+	n, err := d.probeShmSize(ctx, image)
+	if err == nil {
+		_ = d.Cache.Put(key, n) // a cache that cannot be written only costs time
+	}
+	return n, err
+}
+
+// probeShmSize learns the daemon's default-shm-size from a probe container.
+func (d *APIDaemon) probeShmSize(ctx context.Context, image string) (int64, error) {
 	created, err := d.c.ContainerCreate(ctx,
 		&container.Config{Image: image, Cmd: []string{"true"}, Labels: map[string]string{"io.gpurun.probe": "default-shm-size"}},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")

@@ -24,11 +24,11 @@ func TestRunDockerGlobals(t *testing.T) {
 	// Neither gpurun nor docker sees the daemon in the environment.
 	var env []string
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "DOCKER_") && k != "GPURUN_CONFIG" {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "DOCKER_") && k != "GPURUN_CONFIG" && k != "XDG_CACHE_HOME" {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "DOCKER_HOST=unix:///nonexistent/gpurun-test.sock", "GPURUN_CONFIG="+e.config)
+	env = append(env, "DOCKER_HOST=unix:///nonexistent/gpurun-test.sock", "GPURUN_CONFIG="+e.config, "XDG_CACHE_HOME="+t.TempDir())
 	gpurun := func(t *testing.T, args ...string) (string, string) {
 		t.Helper()
 		cmd := exec.Command(e.bin(), args...)

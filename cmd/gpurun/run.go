@@ -81,6 +81,7 @@ func runDocker(g *globals, command, args []string, stdout, stderr io.Writer) err
 	}
 	if d, err := dockercli.NewAPIDaemon(getenv, files); err == nil {
 		defer d.Close()
+		d.Cache = dockercli.ShmCache{Path: dockercli.DefaultShmCachePath(os.Getenv)}
 		req.Daemon = d
 	} else if g.verbose {
 		fmt.Fprintf(stderr, "gpurun: %v\n", err)

@@ -270,8 +270,10 @@ func (d *Dockerd) waitPing(timeout time.Duration) error {
 // test's environment with DOCKER_HOST set and other DOCKER_* connection
 // settings removed.
 func (d *Dockerd) Env() []string {
-	env := envWithout("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_TLS")
-	return append(env, "DOCKER_HOST="+d.Host)
+	env := envWithout("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_TLS", "XDG_CACHE_HOME")
+	// gpurun keeps what it learns of a daemon under $XDG_CACHE_HOME: in
+	// the daemon's directory, not the user's.
+	return append(env, "DOCKER_HOST="+d.Host, "XDG_CACHE_HOME="+filepath.Join(d.Dir, "cache"))
 }
 
 // DockerCmd returns an unstarted docker CLI command aimed at this daemon,
