@@ -3,15 +3,18 @@ package dockercli
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
+	"github.com/docker/go-connections/tlsconfig"
 )
 
 // Endpoint is where the docker CLI would connect, resolved as it does:
@@ -31,14 +34,7 @@ func ResolveEndpoint(getenv func(string) string) (Endpoint, error) {
 	if h := getenv("DOCKER_HOST"); h != "" {
 		return Endpoint{Host: h}, nil
 	}
-	dir := getenv("DOCKER_CONFIG")
-	if dir == "" {
-		home := getenv("HOME")
-		if home == "" {
-			home, _ = os.UserHomeDir()
-		}
-		dir = filepath.Join(home, ".docker")
-	}
+	dir := configDir(getenv)
 	name := getenv("DOCKER_CONTEXT")
 	if name == "" {
 		var cfg struct {
@@ -82,30 +78,54 @@ func ResolveEndpoint(getenv func(string) string) (Endpoint, error) {
 
 // APIDaemon asks the Docker Engine API, with the official client.
 type APIDaemon struct {
-	c *client.Client
+	c    *client.Client
+	host string
+	info *infoOnce
+	// Cache keeps the daemon's default-shm-size between runs (see
+	// ShmCache); the zero value asks the daemon every time.
+	Cache ShmCache
 }
 
 // NewAPIDaemon connects (lazily) to the endpoint the docker CLI would use.
-// The TLS variables (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) and
-// DOCKER_API_VERSION apply as they do for the CLI.
-func NewAPIDaemon(getenv func(string) string) (*APIDaemon, error) {
-	c, err := NewClient(getenv)
+// The TLS variables (DOCKER_TLS, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) and
+// DOCKER_API_VERSION apply as they do for the CLI; files are the CLI's
+// --tlscacert, --tlscert and --tlskey, when given.
+func NewAPIDaemon(getenv func(string) string, files TLSFiles) (*APIDaemon, error) {
+	c, err := newClient(getenv, files)
 	if err != nil {
 		return nil, err
 	}
-	return &APIDaemon{c: c}, nil
+	return &APIDaemon{c: c, host: c.DaemonHost(), info: &infoOnce{}}, nil
+}
+
+// TLSFiles are the docker CLI's --tlscacert, --tlscert and --tlskey; ""
+// for one not given.
+type TLSFiles struct {
+	CACert, Cert, Key string
 }
 
 // NewClient returns a Docker Engine API client for the endpoint the docker
 // CLI would use (see ResolveEndpoint), with API version negotiation. The
-// TLS variables (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) and
+// TLS variables (DOCKER_TLS, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) and
 // DOCKER_API_VERSION apply as they do for the CLI.
 func NewClient(getenv func(string) string) (*client.Client, error) {
+	return newClient(getenv, TLSFiles{})
+}
+
+func newClient(getenv func(string) string, files TLSFiles) (*client.Client, error) {
 	ep, err := ResolveEndpoint(getenv)
 	if err != nil {
 		return nil, err
 	}
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation(), client.WithHost(ep.Host)}
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	switch cfg, err := cliTLS(getenv, files); {
+	case err != nil:
+		return nil, fmt.Errorf("docker client for %s: %w", ep.Host, err)
+	case cfg != nil && ep.Context == "":
+		opts = append(opts, client.WithHTTPClient(&http.Client{
+			Transport: &http.Transport{TLSClientConfig: cfg}, CheckRedirect: client.CheckRedirect}))
+	}
+	opts = append(opts, client.WithHost(ep.Host))
 	if ep.TLSDir != "" {
 		opts = append(opts, client.WithTLSClientConfig(
 			filepath.Join(ep.TLSDir, "ca.pem"), filepath.Join(ep.TLSDir, "cert.pem"), filepath.Join(ep.TLSDir, "key.pem")))
@@ -117,14 +137,69 @@ func NewClient(getenv func(string) string) (*client.Client, error) {
 	return c, nil
 }
 
+// cliTLS is the TLS configuration the docker CLI uses for a host given by
+// -H or DOCKER_HOST: none unless --tls (DOCKER_TLS) or --tlsverify
+// (DOCKER_TLS_VERIFY) is set; then ca.pem, cert.pem and key.pem from
+// DOCKER_CERT_PATH, else the configuration directory, each unless named
+// by its flag (a default file that does not exist is left out), and the
+// daemon's certificate verified only with --tlsverify.
+func cliTLS(getenv func(string) string, files TLSFiles) (*tls.Config, error) {
+	verify := getenv("DOCKER_TLS_VERIFY") != ""
+	if !verify && getenv("DOCKER_TLS") == "" {
+		return nil, nil
+	}
+	dir := getenv("DOCKER_CERT_PATH")
+	if dir == "" {
+		dir = configDir(getenv)
+	}
+	pick := func(given, name string) string {
+		if given != "" {
+			return given
+		}
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			return ""
+		}
+		return p
+	}
+	opts := tlsconfig.Options{
+		CAFile:             pick(files.CACert, "ca.pem"),
+		CertFile:           pick(files.Cert, "cert.pem"),
+		KeyFile:            pick(files.Key, "key.pem"),
+		InsecureSkipVerify: !verify,
+	}
+	if (opts.CertFile == "") != (opts.KeyFile == "") {
+		// docker needs both or neither; without one, it uses neither.
+		opts.CertFile, opts.KeyFile = "", ""
+	}
+	cfg, err := tlsconfig.Client(opts)
+	if err != nil {
+		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	return cfg, nil
+}
+
+// configDir is the docker CLI's configuration directory: $DOCKER_CONFIG,
+// else ~/.docker.
+func configDir(getenv func(string) string) string {
+	if dir := getenv("DOCKER_CONFIG"); dir != "" {
+		return dir
+	}
+	home := getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return filepath.Join(home, ".docker")
+}
+
 // Close releases the client's connections.
 func (d *APIDaemon) Close() error { return d.c.Close() }
 
 // Facts implements Daemon.
 func (d *APIDaemon) Facts(ctx context.Context) (Facts, error) {
-	info, err := d.c.Info(ctx)
+	info, err := d.info.get(ctx, d)
 	if err != nil {
-		return Facts{}, fmt.Errorf("docker info: %w", err)
+		return Facts{}, err
 	}
 	return Facts{MemTotal: info.MemTotal}, nil
 }
@@ -144,8 +219,27 @@ func (d *APIDaemon) ImageEnv(ctx context.Context, image string) ([]string, error
 // DefaultShmSize implements Daemon. The API does not report the daemon's
 // default-shm-size, but the daemon fills it into every container it creates
 // without one: create a throwaway container of the image (never started),
-// read its ShmSize, and remove it.
+// read its ShmSize, and remove it. The answer is kept in d.Cache, keyed by
+// the daemon's ID, version and (local daemons) socket, so later runs skip
+// the probe.
 func (d *APIDaemon) DefaultShmSize(ctx context.Context, image string) (int64, error) {
+	info, err := d.info.get(ctx, d)
+	if err != nil {
+		return d.probeShmSize(ctx, image)
+	}
+	key := daemonKey(info, d.host)
+	if n, ok := d.Cache.Get(key); ok {
+		return n, nil
+	}
+	n, err := d.probeShmSize(ctx, image)
+	if err == nil {
+		_ = d.Cache.Put(key, n) // a cache that cannot be written only costs time
+	}
+	return n, err
+}
+
+// probeShmSize learns the daemon's default-shm-size from a probe container.
+func (d *APIDaemon) probeShmSize(ctx context.Context, image string) (int64, error) {
 	created, err := d.c.ContainerCreate(ctx,
 		&container.Config{Image: image, Cmd: []string{"true"}, Labels: map[string]string{"io.gpurun.probe": "default-shm-size"}},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")

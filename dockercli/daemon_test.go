@@ -57,3 +57,29 @@ func TestResolveEndpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestCLITLS: TLS only with --tls or --tlsverify (DOCKER_TLS,
+// DOCKER_TLS_VERIFY), verifying only with the latter; a certificate file
+// named by its flag must exist, a default one may be missing.
+func TestCLITLS(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		env      map[string]string
+		files    TLSFiles
+		tls      bool
+		insecure bool
+		wantErr  bool
+	}{
+		{env: map[string]string{}},
+		{env: map[string]string{"DOCKER_CONFIG": dir}, files: TLSFiles{CACert: "/nonexistent/ca.pem"}},
+		{env: map[string]string{"DOCKER_TLS": "1", "DOCKER_CONFIG": dir}, tls: true, insecure: true},
+		{env: map[string]string{"DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": dir}, tls: true},
+		{env: map[string]string{"DOCKER_TLS_VERIFY": "1", "DOCKER_CONFIG": dir}, files: TLSFiles{CACert: "/nonexistent/ca.pem"}, wantErr: true},
+	}
+	for i, tt := range tests {
+		cfg, err := cliTLS(func(k string) string { return tt.env[k] }, tt.files)
+		if (err != nil) != tt.wantErr || (cfg != nil) != tt.tls || (cfg != nil && cfg.InsecureSkipVerify != tt.insecure) {
+			t.Errorf("%d %v %+v: cfg %v err %v", i, tt.env, tt.files, cfg != nil, err)
+		}
+	}
+}

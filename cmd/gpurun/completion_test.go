@@ -108,7 +108,7 @@ func TestCompletion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, isRun := isRunInvocation(root, rest); isRun {
+		if _, _, isRun, _ := isRunInvocation(root, rest, g); isRun {
 			t.Errorf("%q would be a docker run", args)
 		}
 	}
@@ -144,7 +144,7 @@ func TestExamples(t *testing.T) {
 			if found, _, err := root.Find(f[1:]); err != nil || found == root {
 				// "gpurun IMAGE ..." is a docker run; only subcommand-looking
 				// words are checked.
-				if _, isRun := isRunInvocation(root, f[1:]); !isRun {
+				if _, _, isRun, _ := isRunInvocation(root, f[1:], &globals{}); !isRun {
 					t.Errorf("%q example %q: no such command", c.CommandPath(), line)
 				}
 			}

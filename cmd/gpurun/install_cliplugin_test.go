@@ -71,12 +71,12 @@ func TestDockerCLIPluginRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dockerArgs, ok := isRunInvocation(newRootCmd(&globals{}), rest)
-		if !ok {
+		command, dockerArgs, ok, err := isRunInvocation(newRootCmd(&globals{}), rest, g)
+		if !ok || err != nil {
 			t.Fatalf("%q is not a docker run", rest)
 		}
 		var out, errOut bytes.Buffer
-		if err := runDocker(g, dockerArgs, &out, &errOut); err != nil {
+		if err := runDocker(g, command, dockerArgs, &out, &errOut); err != nil {
 			t.Fatalf("%v: %s", err, errOut.String())
 		}
 		return out.String()

@@ -36,8 +36,12 @@ func run(g *globals, args []string) int {
 		if err != nil {
 			return &exitError{2, err}
 		}
-		if dockerArgs, ok := isRunInvocation(root, rest); ok {
-			return runDocker(g, dockerArgs, os.Stdout, os.Stderr)
+		command, dockerArgs, ok, err := isRunInvocation(root, rest, g)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		if ok {
+			return runDocker(g, command, dockerArgs, os.Stdout, os.Stderr)
 		}
 		root.SetArgs(launchedNRI(args, rest, os.Getenv))
 		return root.Execute()

@@ -136,7 +136,7 @@ func TestDispatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := isRunInvocation(root, rest)
+		_, got, ok, _ := isRunInvocation(root, rest, g)
 		if ok != tt.run || g.dryRun != tt.dry || g.configPath != tt.cfg || strings.Join(got, " ") != strings.Join(tt.dockArg, " ") {
 			t.Errorf("%q: run=%v args=%q dry=%v cfg=%q", tt.args, ok, got, g.dryRun, g.configPath)
 		}

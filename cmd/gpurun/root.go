@@ -51,7 +51,8 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	}
 	root.SetVersionTemplate("gpurun {{.Version}}\n")
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.configPath, "config", "", fmt.Sprintf("policy file (default $%s, else %s)", policy.ConfigEnv, policy.DefaultConfigPath))
+	pf.StringVar(&g.configPath, "config", "", fmt.Sprintf("policy file (default $%s, else %s); a directory is docker's --config", policy.ConfigEnv, policy.DefaultConfigPath))
+	pf.StringVar(&g.configPath, "policy", "", "policy file, as --config FILE")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "say why on stderr")
 	pf.BoolVar(&g.dryRun, "dry-run", false, "print what would be run or changed, and why; change nothing")
 	root.AddCommand(newRunCmd(g), newPlanCmd(g), newInstallCmd(g), newUninstallCmd(g), newVersionCmd())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/gpurun/gpurun/dockerargs"
 	"github.com/gpurun/gpurun/dockercli"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -42,14 +45,16 @@ environment: GPURUN_DRY_RUN=1, GPURUN_VERBOSE=1, GPURUN_CONFIG, GPURUN_DOCKER.`,
   GPURUN_DOCKER=/usr/bin/docker gpurun -v run --rm --memory 2g my/trainer`,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDocker(g, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runDocker(g, []string{"run"}, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 }
 
-// runDocker is `gpurun run ARGS`: decide, then exec docker (or print, with
-// --dry-run). It returns only on --dry-run or when docker cannot be run.
-func runDocker(g *globals, args []string, stdout, stderr io.Writer) error {
+// runDocker is `gpurun run ARGS` (or create, container run, container
+// create: command holds those words as the user wrote them): decide, then
+// exec docker (or print, with --dry-run). It returns only on --dry-run or
+// when docker cannot be run.
+func runDocker(g *globals, command, args []string, stdout, stderr io.Writer) error {
 	dockerPath := os.Getenv(DockerEnv)
 	if dockerPath == "" {
 		dockerPath = "docker"
@@ -67,11 +72,16 @@ func runDocker(g *globals, args []string, stdout, stderr io.Writer) error {
 		ReadFile:   os.ReadFile,
 		LocalFacts: sysinfo.Facts,
 	}
-	if ep, err := dockercli.ResolveEndpoint(os.Getenv); err == nil {
+	getenv, files, err := dockerClientEnv(g.dockerGlobals, os.Getenv)
+	if err != nil && g.verbose {
+		fmt.Fprintf(stderr, "gpurun: docker options %q: %v; asking the daemon the environment names\n", g.dockerGlobals, err)
+	}
+	if ep, err := dockercli.ResolveEndpoint(getenv); err == nil {
 		req.DaemonLocal = strings.HasPrefix(ep.Host, "unix://")
 	}
-	if d, err := dockercli.NewAPIDaemon(os.Getenv); err == nil {
+	if d, err := dockercli.NewAPIDaemon(getenv, files); err == nil {
 		defer d.Close()
+		d.Cache = dockercli.ShmCache{Path: dockercli.DefaultShmCachePath(os.Getenv)}
 		req.Daemon = d
 	} else if g.verbose {
 		fmt.Fprintf(stderr, "gpurun: %v\n", err)
@@ -89,7 +99,8 @@ func runDocker(g *globals, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "gpurun: %s\n", describe(res))
 	}
-	argv := append(append(append([]string{dockerPath}, g.dockerGlobals...), "run"), res.Args...)
+	argv := make([]string, 0, 1+len(g.dockerGlobals)+len(command)+len(res.Args))
+	argv = append(append(append(append(argv, dockerPath), g.dockerGlobals...), command...), res.Args...)
 	if g.dryRun {
 		fmt.Fprintln(stdout, dockercli.ShellQuote(argv))
 		fmt.Fprintf(stdout, "# %s\n", describe(res))
@@ -106,6 +117,26 @@ func runDocker(g *globals, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// dockerClientEnv returns the environment and TLS files gpurun's own Docker
+// client uses so that it asks the daemon the docker CLI will: the one the
+// docker options (-H, --context, --config, --tls...) name, else the one the
+// environment names. Options it cannot read (a newer docker's, given to the
+// CLI plugin) leave the environment as it is, with the error.
+func dockerClientEnv(opts []string, getenv func(string) string) (func(string) string, dockercli.TLSFiles, error) {
+	if len(opts) == 0 {
+		return getenv, dockercli.TLSFiles{}, nil
+	}
+	dg, err := dockerargs.ParseGlobals(opts, nil)
+	if err != nil {
+		return getenv, dockercli.TLSFiles{}, err
+	}
+	env, err := dg.Env(getenv)
+	if err != nil {
+		return getenv, dockercli.TLSFiles{}, err
+	}
+	return env, dockercli.TLSFiles{CACert: dg.TLSCACert, Cert: dg.TLSCert, Key: dg.TLSKey}, nil
+}
+
 // describe is the one-line answer for people.
 func describe(res dockercli.Result) string {
 	pl := res.Plan
@@ -118,54 +149,115 @@ func describe(res dockercli.Result) string {
 	return fmt.Sprintf("added %s (/dev/shm %s): %s", res.Added, policy.FormatSize(pl.Size), pl.Reason)
 }
 
-// splitGlobals separates gpurun's own leading options from the rest of the
-// command line, so "gpurun --dry-run -it img" and "gpurun -v run img" work.
-// It stops at the first argument that is not one of gpurun's options.
-func splitGlobals(args []string, g *globals) (rest []string, err error) {
-	g.fromEnv(os.Getenv)
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--dry-run":
-			g.dryRun = true
-		case a == "-v" || a == "--verbose":
-			g.verbose = true
-		case a == "--config":
-			if i+1 >= len(args) {
-				return nil, fmt.Errorf("flag needs an argument: --config")
-			}
-			i++
-			g.configPath = args[i]
-		case strings.HasPrefix(a, "--config="):
-			g.configPath = strings.TrimPrefix(a, "--config=")
-		default:
-			return args[i:], nil
-		}
+// ownOptions are gpurun's own options that may come before the command,
+// mixed with docker's global options. gpurun's -v is --verbose (docker's
+// -v, --version, would only print docker's version).
+func ownOptions() []dockerargs.Flag {
+	return []dockerargs.Flag{
+		{Name: "dry-run", Type: "bool"},
+		{Name: "verbose", Shorthand: "v", Type: "bool"},
+		{Name: "policy", Type: "string"},
 	}
-	return nil, nil
 }
 
-// isRunInvocation reports whether a command line (after gpurun's own
-// options) is a docker run: "run ...", or anything that is not one of
-// gpurun's subcommands or help.
-func isRunInvocation(root *cobra.Command, rest []string) (args []string, ok bool) {
+// splitGlobals separates the options before the command from the command:
+// gpurun's own (--dry-run, -v, --policy, and --config naming a file) go
+// into g; docker's global options (-H, --context, --config naming a
+// directory, --tls..., see dockerargs.GlobalFlags) are appended, in order
+// and as written, to g.dockerGlobals, for the docker CLI gpurun runs and for
+// gpurun's own questions to the daemon. It stops at the first argument that
+// is neither: the command, or, in the short form "gpurun -it IMAGE", the
+// first option of docker run's; and at --help and --version, which are
+// gpurun's.
+func splitGlobals(args []string, g *globals) (rest []string, err error) {
+	g.fromEnv(os.Getenv)
+	dg, err := dockerargs.ParseGlobals(args, ownOptions())
+	end := dg.Command
+	if err != nil {
+		fe, ok := errors.AsType[*dockerargs.FlagError](err)
+		if !ok {
+			return nil, err
+		}
+		if _, unknown := errors.AsType[*pflag.NotExistError](fe.Err); !unknown {
+			return nil, fmt.Errorf("%s: %s", fe.Flag, fe.Msg)
+		}
+		end = fe.Index // "gpurun -it img": docker run's options start here
+	}
+	for i, span := range dg.Spans() {
+		o := dg.Occurrences[i]
+		if span[1] > end {
+			span[1] = end
+		}
+		switch o.Name {
+		case "help", "version":
+			return args[o.Index:], nil
+		case "dry-run":
+			g.dryRun = o.Value == "true"
+		case "verbose":
+			g.verbose = o.Value == "true"
+		case "policy":
+			g.configPath = o.Value
+		case "config":
+			if !isDir(o.Value) {
+				// gpurun's --config FILE, as before --policy.
+				g.configPath = o.Value
+				continue
+			}
+			fallthrough // docker's --config DIR
+		default:
+			g.dockerGlobals = append(g.dockerGlobals, args[span[0]:span[1]]...)
+		}
+	}
+	return args[end:], nil
+}
+
+// isDir reports whether path names a directory.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// isRunInvocation says what a command line (after the options) asks for:
+// a container command of docker's ("run", "create", "container run",
+// "container create": command holds those words, args the rest), or, with
+// ok false, one of gpurun's subcommands or help. "gpurun IMAGE ..." and
+// "gpurun -it IMAGE ..." are a docker run. Any other docker command is an
+// error, and so are docker's global options before one of gpurun's own
+// subcommands, which never use them.
+func isRunInvocation(root *cobra.Command, rest []string, g *globals) (command, args []string, ok bool, err error) {
 	if len(rest) == 0 {
-		return nil, false
+		if len(g.dockerGlobals) > 0 {
+			return nil, nil, false, fmt.Errorf("docker options %s: no command follows them (gpurun runs docker run, create, container run and container create)", strings.Join(g.dockerGlobals, " "))
+		}
+		return nil, nil, false, nil
+	}
+	if n, _, isContainer := dockerargs.IsContainerCommand(rest); isContainer {
+		return rest[:n], rest[n:], true, nil
 	}
 	first := rest[0]
-	if first == "run" {
-		return rest[1:], true
-	}
+	own := false
 	switch first {
 	case "-h", "--help", "help", "--version", "completion", "__complete", "__completeNoDesc":
-		return nil, false
+		own = true
 	}
 	for _, c := range root.Commands() {
 		if c.Name() == first || c.HasAlias(first) {
-			return nil, false
+			own = true
 		}
 	}
-	return rest, true
+	switch {
+	case own && len(g.dockerGlobals) > 0:
+		return nil, nil, false, fmt.Errorf("docker options %s: gpurun %s does not use them; they go before run, create, container run or container create", strings.Join(g.dockerGlobals, " "), first)
+	case own:
+		return nil, nil, false, nil
+	case dockerargs.IsDockerCommand(first):
+		what := first
+		if first == "container" && len(rest) > 1 {
+			what += " " + rest[1]
+		}
+		return nil, nil, false, fmt.Errorf("%q is a docker command gpurun does not wrap: run docker %s directly (gpurun wraps run, create, container run and container create; write \"gpurun run %s\" for an image named %s)", what, what, first, first)
+	}
+	return []string{"run"}, rest, true, nil
 }
 
 // fromEnv takes gpurun's own options from GPURUN_DRY_RUN and GPURUN_VERBOSE

@@ -34,6 +34,10 @@ type DockerdOptions struct {
 	// uses, so it reaches the runtimes their shims call (for example a
 	// GPURUN_CONFIG for gpurun-runtime).
 	Env []string
+	// Bridge gives the daemon docker's default bridge network (docker0,
+	// with iptables) inside its own network namespace, instead of
+	// --bridge=none; the host's network is untouched either way.
+	Bridge bool
 }
 
 // Dockerd is a private Docker daemon with its own containerd, sockets and
@@ -158,11 +162,11 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		"--data-root", d.DataRoot,
 		"--exec-root", d.ExecRoot,
 		"--pidfile", filepath.Join(dir, "dockerd.pid"),
-		"--bridge=none",
-		"--iptables=false",
-		"--ip6tables=false",
 		"--config-file", d.ConfigPath,
 		"--containerd", d.ContainerdAddress,
+	}
+	if !opts.Bridge {
+		argv = append(argv, "--bridge=none", "--iptables=false", "--ip6tables=false")
 	}
 	argv = append(argv, opts.Args...)
 	d.proc, err = startProcess("dockerd", d.logPath, argv, append(os.Environ(), opts.Env...), ns)
@@ -266,8 +270,10 @@ func (d *Dockerd) waitPing(timeout time.Duration) error {
 // test's environment with DOCKER_HOST set and other DOCKER_* connection
 // settings removed.
 func (d *Dockerd) Env() []string {
-	env := envWithout("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_TLS")
-	return append(env, "DOCKER_HOST="+d.Host)
+	env := envWithout("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_TLS", "XDG_CACHE_HOME")
+	// gpurun keeps what it learns of a daemon under $XDG_CACHE_HOME: in
+	// the daemon's directory, not the user's.
+	return append(env, "DOCKER_HOST="+d.Host, "XDG_CACHE_HOME="+filepath.Join(d.Dir, "cache"))
 }
 
 // DockerCmd returns an unstarted docker CLI command aimed at this daemon,

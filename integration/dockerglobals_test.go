@@ -1,0 +1,97 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestRunDockerGlobals: docker's global options before run, create,
+// container run and container create name the daemon — -H, a --context in
+// a --config directory — for docker and for gpurun's own questions, and the
+// container gets the policy's size; create + start keeps it.
+func TestRunDockerGlobals(t *testing.T) {
+	e := newRunEnv(t)
+	cfgDir := t.TempDir()
+	if _, _, err := e.d.Docker("--config", cfgDir, "context", "create", "gpurun-test", "--docker", "host="+e.d.Host); err != nil {
+		t.Fatal(err)
+	}
+	// Neither gpurun nor docker sees the daemon in the environment.
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "DOCKER_") && k != "GPURUN_CONFIG" && k != "XDG_CACHE_HOME" {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "DOCKER_HOST=unix:///nonexistent/gpurun-test.sock", "GPURUN_CONFIG="+e.config, "XDG_CACHE_HOME="+t.TempDir())
+	gpurun := func(t *testing.T, args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(e.bin(), args...)
+		cmd.Env = env
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("gpurun %q: %v\nstdout %s\nstderr %s", args, err, out.String(), errOut.String())
+		}
+		if s := errOut.String(); strings.Contains(s, "unreachable") || strings.Contains(s, "environment unknown") || strings.Contains(s, "no docker daemon") {
+			t.Errorf("gpurun %q did not ask the daemon the options name:\n%s", args, s)
+		}
+		return out.String(), errOut.String()
+	}
+	want := e.target(0) / 1024
+	gpuRun := []string{"--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=all", e.img, "df", "-k", "/dev/shm"}
+	for _, tt := range []struct {
+		name string
+		opts []string
+		cmd  []string
+	}{
+		{"-H run", []string{"-v", "-H", e.d.Host}, []string{"run"}},
+		{"--host= container run", []string{"--host=" + e.d.Host, "-v"}, []string{"container", "run"}},
+		{"--config --context run", []string{"--config", cfgDir, "-v", "--context", "gpurun-test"}, []string{"run"}},
+		{"-c container run, -D", []string{"-v", "--config=" + cfgDir, "-c", "gpurun-test", "-D"}, []string{"container", "run"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr := gpurun(t, append(append(append([]string{}, tt.opts...), tt.cmd...), gpuRun...)...)
+			if got := dfKiB(t, stdout); got != want {
+				t.Errorf("/dev/shm %d KiB, want %d KiB\nstderr: %s", got, want, stderr)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		name string
+		opts []string
+		cmd  []string
+	}{
+		{"-H create", []string{"-v", "-H", e.d.Host}, []string{"create"}},
+		{"--context container create", []string{"--config", cfgDir, "--context=gpurun-test", "-v"}, []string{"container", "create"}},
+	} {
+		t.Run(tt.name+" + start", func(t *testing.T) {
+			args := append(append(append([]string{}, tt.opts...), tt.cmd...), "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=all", e.img, "df", "-k", "/dev/shm")
+			stdout, stderr := gpurun(t, args...)
+			id := strings.TrimSpace(stdout)
+			if id == "" {
+				t.Fatalf("no container id; stderr %s", stderr)
+			}
+			defer e.d.Docker("rm", "-f", id)
+			out, _, err := e.d.Docker("start", "-a", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := dfKiB(t, out); got != want {
+				t.Errorf("/dev/shm %d KiB, want %d KiB\nstderr: %s", got, want, stderr)
+			}
+			inspect, _, err := e.d.Docker("inspect", "--format", "{{.HostConfig.ShmSize}}", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := strconv.ParseInt(strings.TrimSpace(inspect), 10, 64); n != want*1024 {
+				t.Errorf("ShmSize %s, want %d", inspect, want*1024)
+			}
+		})
+	}
+}
