@@ -8,11 +8,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/docker/go-connections/tlsconfig"
 )
@@ -228,14 +233,41 @@ func (d *APIDaemon) DefaultShmSize(ctx context.Context, image string) (int64, er
 		return d.probeShmSize(ctx, image)
 	}
 	key := daemonKey(info, d.host)
-	if n, ok := d.Cache.Get(key); ok {
-		return n, nil
+	if n, at, ok := d.Cache.Get(key); ok {
+		reloaded, err := d.reloadedSince(ctx, at)
+		if err == nil && !reloaded {
+			return n, nil
+		}
 	}
 	n, err := d.probeShmSize(ctx, image)
 	if err == nil {
 		_ = d.Cache.Put(key, n) // a cache that cannot be written only costs time
 	}
 	return n, err
+}
+
+// reloadedSince reports whether the daemon reloaded its configuration
+// (SIGHUP: default-shm-size is one of the options a reload changes) since
+// t, from its event log.
+func (d *APIDaemon) reloadedSince(ctx context.Context, t time.Time) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	msgs, errs := d.c.Events(ctx, events.ListOptions{
+		Since:   strconv.FormatInt(t.Add(-time.Second).Unix(), 10),
+		Until:   strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10),
+		Filters: filters.NewArgs(filters.Arg("type", string(events.DaemonEventType)), filters.Arg("event", string(events.ActionReload))),
+	})
+	for {
+		select {
+		case <-msgs:
+			return true, nil
+		case err := <-errs:
+			if errors.Is(err, io.EOF) {
+				return false, nil
+			}
+			return false, fmt.Errorf("docker events: %w", err)
+		}
+	}
 }
 
 // probeShmSize learns the daemon's default-shm-size from a probe container.

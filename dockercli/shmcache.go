@@ -18,7 +18,8 @@ import (
 // ShmCacheTTL is how long a daemon's default-shm-size, once learned, is
 // used without asking again. A daemon restart (a new socket, for a local
 // daemon) or a different daemon ID asks again at once; a SIGHUP reload that
-// changes default-shm-size is seen within this time.
+// changes default-shm-size is seen at once: a cached size is used only if
+// the daemon reports no reload since it was learned (its events).
 const ShmCacheTTL = time.Hour
 
 // shmCacheEntry is one daemon's default-shm-size as learned at At.
@@ -69,13 +70,14 @@ func (c ShmCache) read() map[string]shmCacheEntry {
 	return m
 }
 
-// Get returns the cached size for key, if it is fresh.
-func (c ShmCache) Get(key string) (int64, bool) {
+// Get returns the cached size for key and when it was learned, if it is
+// fresh.
+func (c ShmCache) Get(key string) (int64, time.Time, bool) {
 	e, ok := c.read()[key]
 	if !ok || e.Size <= 0 || c.now().Sub(e.At) > ShmCacheTTL || e.At.After(c.now()) {
-		return 0, false
+		return 0, time.Time{}, false
 	}
-	return e.Size, true
+	return e.Size, e.At, true
 }
 
 // Put records size for key, dropping stale entries.

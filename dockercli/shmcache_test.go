@@ -10,7 +10,7 @@ import (
 func TestShmCache(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	c := ShmCache{Path: filepath.Join(t.TempDir(), "gpurun", "daemon-shm.json"), Now: func() time.Time { return now }}
-	if _, ok := c.Get("d1"); ok {
+	if _, _, ok := c.Get("d1"); ok {
 		t.Fatal("empty cache hit")
 	}
 	if err := c.Put("d1", 2<<30); err != nil {
@@ -31,14 +31,14 @@ func TestShmCache(t *testing.T) {
 	for _, tt := range tests {
 		c2 := c
 		c2.Now = func() time.Time { return now.Add(tt.after) }
-		if n, ok := c2.Get(tt.key); n != tt.want || ok != tt.ok {
+		if n, _, ok := c2.Get(tt.key); n != tt.want || ok != tt.ok {
 			t.Errorf("%s after %s: %d %v, want %d %v", tt.key, tt.after, n, ok, tt.want, tt.ok)
 		}
 	}
 	if err := os.WriteFile(c.Path, []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.Get("d1"); ok {
+	if _, _, ok := c.Get("d1"); ok {
 		t.Error("damaged cache hit")
 	}
 	if err := c.Put("d1", 1); err != nil {

@@ -5,6 +5,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"context"
 	"os"
 	"os/exec"
@@ -248,4 +249,41 @@ func TestRunPassesThrough(t *testing.T) {
 			t.Errorf("container output after SIGTERM: %q", rest)
 		}
 	})
+}
+
+// TestRunShmCacheReload: gpurun keeps the daemon's default-shm-size
+// between runs, but a reload of the daemon's configuration (SIGHUP) that
+// raises it is seen by the next run: a GPU container then keeps the
+// daemon's larger default instead of being given the smaller target.
+func TestRunShmCacheReload(t *testing.T) {
+	e := newRunEnv(t)
+	args := []string{"run", "--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=all", e.img, "df", "-k", "/dev/shm"}
+	stdout, stderr, code := e.gpurun(t, args...)
+	if code != 0 || dfKiB(t, stdout) != e.target(0)/1024 {
+		t.Fatalf("first run: exit %d, %s\n%s", code, stdout, stderr)
+	}
+	larger := (e.target(0)/policy.GiB + 1) * policy.GiB
+	var cfg map[string]any
+	data, err := os.ReadFile(e.d.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["default-shm-size"] = strconv.FormatInt(larger, 10)
+	if data, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.d.ConfigPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.d.For(t).Reload()
+	stdout, stderr, code = e.gpurun(t, args...)
+	if code != 0 {
+		t.Fatalf("second run: exit %d\n%s", code, stderr)
+	}
+	if got := dfKiB(t, stdout); got != larger/1024 {
+		t.Errorf("after the reload /dev/shm is %d KiB, want the daemon's new default %d KiB (a stale cached default would give the target %d KiB)", got, larger/1024, e.target(0)/1024)
+	}
 }
