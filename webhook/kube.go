@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,4 +139,36 @@ func (k *Kube) Do(ctx context.Context, method, path, contentType string, body, o
 		}
 	}
 	return nil
+}
+
+// OwnPod reads the pod this process runs in, with the pod's service
+// account: its namespace (the service account's), name (HOSTNAME, which
+// the kubelet sets to the pod's name) and annotations. It fails where the
+// pod has no token or its account may not get pods.
+func OwnPod(ctx context.Context) (namespace, name string, annotations map[string]string, err error) {
+	b, err := os.ReadFile(filepath.Join(ServiceAccountDir, "namespace"))
+	if err != nil {
+		return "", "", nil, fmt.Errorf("no service account token in this pod: %w", err)
+	}
+	namespace = strings.TrimSpace(string(b))
+	if name = os.Getenv("HOSTNAME"); name == "" {
+		if name, err = os.Hostname(); err != nil {
+			return namespace, "", nil, err
+		}
+	}
+	k, err := InCluster()
+	if err != nil {
+		return namespace, name, nil, err
+	}
+	var pod struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := k.Do(ctx, "GET", "/api/v1/namespaces/"+url.PathEscape(namespace)+"/pods/"+url.PathEscape(name), "", nil, &pod); err != nil {
+		return namespace, name, nil, err
+	}
+	return namespace, name, pod.Metadata.Annotations, nil
 }

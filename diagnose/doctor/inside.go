@@ -69,6 +69,9 @@ type ContainerOptions struct {
 	// Probe, when positive, allocates that many bytes in /dev/shm and
 	// frees them, to prove they can be had.
 	Probe int64
+	// Pod reads this pod's annotations in a Kubernetes pod (nil: none can
+	// be read), for the webhook check.
+	Pod PodLookup
 }
 
 // gpuDevices lists the GPU device nodes visible under /dev, /dev/dri and
@@ -136,6 +139,9 @@ func Inside(ctx context.Context, sys *System, o ContainerOptions) *Report {
 
 	checks, pl := assess(sub, pol)
 	r.Checks = append(r.Checks, checks...)
+	if c, ok := webhookCheck(ctx, sys, sub, pl, o.Pod); ok {
+		r.add(c)
+	}
 	if o.Probe > 0 {
 		r.add(probeCheck(sys, o.Probe, max(o.Probe, pl.Target)))
 	}
