@@ -139,6 +139,9 @@ func (e *clusterEnv) run(t *testing.T) {
 	t.Run("default-runtime", e.testDefaultRuntime)
 	if e.containerd2 {
 		t.Run("nri", e.testNRI)
+	} else {
+		// The webhook does not depend on the runtime: one cluster.
+		t.Run("webhook", e.testWebhook)
 	}
 }
 
@@ -266,6 +269,15 @@ images:
     newTag: %s
 `, shipped, agentImageName, agentImageTag)
 	switch mode {
+	case "webhook":
+		// The cluster runs no kube-proxy: the webhook reaches the API
+		// server at the node's address (the kubelet's service variables
+		// name the ClusterIP).
+		k += fmt.Sprintf(`patches:
+  - target: {kind: Deployment, name: gpurun-webhook}
+    patch: |-
+      - {op: add, path: /spec/template/spec/containers/0/env, value: [{name: KUBERNETES_SERVICE_HOST, value: %q}, {name: KUBERNETES_SERVICE_PORT, value: "6443"}]}
+`, harness.ClusterNodeIP)
 	case "nri":
 		// The NRI socket's directory and containerd's state, where the
 		// pods' /dev/shm tmpfs are (mounted at the same path, as the

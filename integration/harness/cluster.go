@@ -453,6 +453,8 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--service-cluster-ip-range", clusterServiceCIDR,
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 		"--allow-privileged=true", "--enable-priority-and-fairness=false", "--profiling=false",
+		// No kube-proxy: the API server calls webhooks at their endpoints.
+		"--enable-aggregator-routing=true",
 		"--cert-dir", filepath.Join(c.Dir, "apiserver"), "--v", "1"})
 	if err != nil {
 		return err

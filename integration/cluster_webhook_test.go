@@ -1,0 +1,157 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/policy"
+)
+
+// installWebhook applies the webhook overlay as shipped (the image and the
+// API server's address aside) and waits until its replicas are ready and
+// one of them has put its CA into the MutatingWebhookConfiguration.
+func (e *clusterEnv) installWebhook(t *testing.T) string {
+	t.Helper()
+	c := e.c.For(t)
+	start := time.Now()
+	overlay := e.agentOverlay(t, "webhook")
+	t.Cleanup(func() {
+		if out, err := c.Kubectl("delete", "-k", overlay, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
+			t.Errorf("kubectl delete -k: %v\n%s", err, out)
+		}
+	})
+	c.ApplyKustomize(overlay)
+	c.WaitRollout("gpurun-system", "gpurun-webhook", agentTimeout)
+	if err := waitUntil(agentTimeout, func() (bool, string) {
+		out, err := c.Kubectl("get", "mutatingwebhookconfiguration", "gpurun", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
+		return err == nil && len(out) > 100, out
+	}); err != nil {
+		logs, _ := c.Kubectl("logs", "-n", "gpurun-system", "deployment/gpurun-webhook")
+		t.Fatalf("caBundle: %v\n%s", err, logs)
+	}
+	t.Logf("webhook ready, caBundle set, after %s", time.Since(start).Round(100*time.Millisecond))
+	return overlay
+}
+
+// podVolume is what the tests read of a pod's spec.
+type podVolume struct {
+	Metadata struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		Volumes []struct {
+			Name     string `json:"name"`
+			EmptyDir *struct {
+				Medium    string `json:"medium"`
+				SizeLimit string `json:"sizeLimit"`
+			} `json:"emptyDir"`
+		} `json:"volumes"`
+	} `json:"spec"`
+}
+
+func getPod(t *testing.T, c *harness.Cluster, ns, name string) podVolume {
+	t.Helper()
+	out, err := c.Kubectl("get", "pod", "-n", ns, name, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p podVolume
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// testWebhook: the webhook overlay as shipped; a GPU pod gets one Memory
+// emptyDir at /dev/shm, which every container sees with the sizeLimit as
+// its size (the kubelet mounts a Memory emptyDir as a tmpfs of size
+// sizeLimit) and one st_dev; a pod without GPUs is left as it is; with the
+// webhook down, pods are still admitted, unchanged, and gpurun doctor in
+// such a pod says what happened.
+func (e *clusterEnv) testWebhook(t *testing.T) {
+	c := e.c.For(t)
+	overlay := e.installWebhook(t)
+	ns := testNamespace(t, c)
+	// The pod's memory is its containers' limits together (9Gi).
+	gpuPod := podSpec{name: "gpu", containers: []containerSpec{{name: "trainer", gpus: 1, memoryLimit: "8Gi"}, {name: "sidecar", memoryLimit: "1Gi"}}}
+	want, _ := e.pol.Target(policy.Request{MemoryLimit: 9 * policy.GiB, GPUs: 1})
+	e.runShmCases(t, ns, []shmCase{
+		{gpuPod, func(*clusterEnv, *testing.T) int64 { return want }},
+		{podSpec{name: "not-gpu", containers: []containerSpec{{name: "app", memoryLimit: "1Gi"}}}, wantEngine},
+	})
+	p := getPod(t, c, ns, "gpu")
+	var found bool
+	for _, v := range p.Spec.Volumes {
+		if v.Name == "gpurun-shm" && v.EmptyDir != nil && v.EmptyDir.Medium == "Memory" {
+			found = true
+		}
+	}
+	if d := p.Metadata.Annotations["gpurun.io/shm-decision"]; !found || !strings.HasPrefix(d, "emptydir ") {
+		t.Errorf("GPU pod: volume gpurun-shm %v, decision %q", found, d)
+	}
+	if q := getPod(t, c, ns, "not-gpu"); len(q.Metadata.Annotations) != 0 || len(q.Spec.Volumes) != 1 {
+		t.Errorf("the pod without GPUs was changed: %+v", q)
+	}
+
+	// The webhook down: pods are admitted as they are (failurePolicy
+	// Ignore), and doctor inside says the webhook did not act.
+	c.MustKubectl("scale", "-n", "gpurun-system", "deployment/gpurun-webhook", "--replicas=0")
+	if err := waitUntil(agentTimeout, func() (bool, string) {
+		out, err := c.Kubectl("get", "pods", "-n", "gpurun-system", "-l", "app.kubernetes.io/name=gpurun-webhook", "-o", "name")
+		return err == nil && strings.TrimSpace(out) == "", out
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	e.runShmCases(t, ns, []shmCase{{podSpec{name: "gpu-unsized", containers: []containerSpec{{name: "trainer", gpus: 1, memoryLimit: "8Gi"}}}, wantEngine}})
+	t.Logf("a GPU pod admitted and ready with the webhook down in %s", time.Since(start).Round(100*time.Millisecond))
+	// doctor, from gpurun's image, in a pod like it: its service account
+	// may read its own pod, so doctor can tell the webhook never saw it.
+	c.Apply(fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: read-pods, namespace: %[1]s}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: read-pods, namespace: %[1]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: read-pods}
+subjects: [{kind: ServiceAccount, name: default, namespace: %[1]s}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: doctor, namespace: %[1]s}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: doctor
+    image: %[2]s:%[3]s
+    imagePullPolicy: Never
+    command: [/usr/local/bin/gpurun, doctor]
+    env:
+    - {name: NVIDIA_VISIBLE_DEVICES, value: all}
+    - {name: KUBERNETES_SERVICE_HOST, value: %[4]q}
+    - {name: KUBERNETES_SERVICE_PORT, value: "6443"}
+`, ns, agentImageName, agentImageTag, harness.ClusterNodeIP))
+	if err := waitUntil(podTimeout, func() (bool, string) {
+		out, err := c.Kubectl("get", "pod", "-n", ns, "doctor", "-o", "jsonpath={.status.phase}")
+		return err == nil && (out == "Succeeded" || out == "Failed"), out
+	}); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := c.Kubectl("logs", "-n", ns, "doctor")
+	if err != nil || !strings.Contains(logs, "has no gpurun.io/shm-decision annotation, so the webhook never saw it") {
+		t.Errorf("gpurun doctor in a pod the webhook did not see: %v\n%s", err, logs)
+	}
+
+	// Up again: re-admission of the same spec changes nothing twice.
+	c.MustKubectl("scale", "-n", "gpurun-system", "deployment/gpurun-webhook", "--replicas=2")
+	c.WaitRollout("gpurun-system", "gpurun-webhook", agentTimeout)
+	_ = overlay
+}
