@@ -1,0 +1,133 @@
+package install
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Distribution names how a node runs containerd: containerd on its own
+// (its config.toml is gpurun's to edit), or the containerd that k3s or
+// RKE2 embed, whose config.toml they write from a template at every start.
+type Distribution string
+
+// The distributions. Auto detects one from the node's files.
+const (
+	DistAuto       Distribution = "auto"
+	DistContainerd Distribution = "containerd"
+	DistK3s        Distribution = "k3s"
+	DistRKE2       Distribution = "rke2"
+)
+
+// Distributions lists the values of --distribution, for help texts.
+const Distributions = "auto|containerd|k3s|rke2"
+
+// ParseDistribution checks a --distribution value; "" means DistAuto.
+func ParseDistribution(s string) (Distribution, error) {
+	switch d := Distribution(s); d {
+	case "":
+		return DistAuto, nil
+	case DistAuto, DistContainerd, DistK3s, DistRKE2:
+		return d, nil
+	}
+	return "", fmt.Errorf("distribution %q: want one of %s", s, Distributions)
+}
+
+// Templated reports whether the distribution writes containerd's
+// config.toml from a template (k3s, RKE2).
+func (d Distribution) Templated() bool { return d == DistK3s || d == DistRKE2 }
+
+// DetectDistribution tells k3s or RKE2 by their containerd directory under
+// hostRoot ("" or "/": this host), else DistContainerd. A node with both
+// is taken for RKE2, which runs k3s's agent code under its own data dir.
+func DetectDistribution(hostRoot string) Distribution {
+	for _, d := range []Distribution{DistRKE2, DistK3s} {
+		dir := Layout{Distribution: d}.ContainerdDir()
+		if hostRoot != "" && hostRoot != "/" {
+			dir = filepath.Join(hostRoot, dir)
+		}
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			return d
+		}
+	}
+	return DistContainerd
+}
+
+// Layout is where k3s or RKE2 keep their embedded containerd's files (node
+// paths). Both use one socket and state directory under /run/k3s.
+type Layout struct {
+	Distribution Distribution
+}
+
+// DataDir is the distribution's data directory.
+func (l Layout) DataDir() string {
+	if l.Distribution == DistRKE2 {
+		return "/var/lib/rancher/rke2"
+	}
+	return "/var/lib/rancher/k3s"
+}
+
+// ContainerdDir holds the templates and the generated config.toml.
+func (l Layout) ContainerdDir() string {
+	return filepath.Join(l.DataDir(), "agent", "etc", "containerd")
+}
+
+// Config is the config.toml the distribution generates at every start:
+// containerd reads it; gpurun never writes it.
+func (l Layout) Config() string { return filepath.Join(l.ContainerdDir(), "config.toml") }
+
+// Template is the template for a version 2 config (containerd 1.7, and
+// containerd 2.x when there is no version 3 template).
+func (l Layout) Template() string { return filepath.Join(l.ContainerdDir(), "config.toml.tmpl") }
+
+// TemplateV3 is the template for a version 3 config, which releases with
+// containerd 2.x prefer.
+func (l Layout) TemplateV3() string { return filepath.Join(l.ContainerdDir(), "config-v3.toml.tmpl") }
+
+// Root is containerd's root directory.
+func (l Layout) Root() string { return filepath.Join(l.DataDir(), "agent", "containerd") }
+
+// State is containerd's state directory.
+func (l Layout) State() string { return "/run/k3s/containerd" }
+
+// Socket is containerd's socket.
+func (l Layout) Socket() string { return "/run/k3s/containerd/containerd.sock" }
+
+// Binaries are where the embedded containerd binary may be.
+func (l Layout) Binaries() []string {
+	if l.Distribution == DistRKE2 {
+		return []string{"/var/lib/rancher/rke2/bin/containerd", "/var/lib/rancher/rke2/data/current/bin/containerd"}
+	}
+	return []string{"/var/lib/rancher/k3s/data/current/bin/containerd"}
+}
+
+// Units are the systemd units that run the distribution (server first);
+// restarting one makes it render the template and restart containerd.
+func (l Layout) Units() []string {
+	if l.Distribution == DistRKE2 {
+		return []string{"rke2-server.service", "rke2-agent.service"}
+	}
+	return []string{"k3s.service", "k3s-agent.service"}
+}
+
+// unitDirs are where unit files are installed.
+func unitDirs() []string {
+	return []string{"/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"}
+}
+
+// Unit returns the distribution's unit installed on the node under
+// hostRoot, else the first of Units.
+func (l Layout) Unit(hostRoot string) string {
+	for _, u := range l.Units() {
+		for _, d := range unitDirs() {
+			p := filepath.Join(d, u)
+			if hostRoot != "" && hostRoot != "/" {
+				p = filepath.Join(hostRoot, p)
+			}
+			if _, err := os.Stat(p); err == nil {
+				return u
+			}
+		}
+	}
+	return l.Units()[0]
+}
