@@ -53,6 +53,25 @@ func DetectDistribution(hostRoot string) Distribution {
 	return DistContainerd
 }
 
+// ResolveDistribution resolves DistAuto: a containerd config given
+// other than containerd's default (configPath, a node path) means a
+// containerd of its own unless it lies in k3s's or RKE2's directory;
+// otherwise the node's files tell (DetectDistribution).
+func ResolveDistribution(d Distribution, hostRoot, configPath string) Distribution {
+	if d != DistAuto && d != "" {
+		return d
+	}
+	if configPath != "" && configPath != DefaultContainerdConfig {
+		for _, t := range []Distribution{DistK3s, DistRKE2} {
+			if filepath.Dir(configPath) == (Layout{Distribution: t}).ContainerdDir() {
+				return t
+			}
+		}
+		return DistContainerd
+	}
+	return DetectDistribution(hostRoot)
+}
+
 // Layout is where k3s or RKE2 keep their embedded containerd's files (node
 // paths). Both use one socket and state directory under /run/k3s.
 type Layout struct {

@@ -133,6 +133,9 @@ func (c Containerd) recordedTemplate(st state) (string, record, bool) {
 // generated config.toml is read, never written.
 func (c Containerd) installTemplate() error {
 	dist := string(c.Distribution)
+	if c.DropInDir != "" {
+		return fmt.Errorf("--drop-in does not apply to %s: gpurun's tables go into its containerd template", dist)
+	}
 	if c.SetAsDefault {
 		return fmt.Errorf("%s sets containerd's default runtime from its own --default-runtime flag: register gpurun without --set-as-default, then set default-runtime: %s in /etc/rancher/%s/config.yaml", dist, RuntimeName, dist)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
 
@@ -115,7 +116,11 @@ type PolicyRecord struct {
 
 // ContainerdRecord is the containerd part of an install.
 type ContainerdRecord struct {
-	// Config is containerd's config.toml (node path).
+	// Distribution is k3s or RKE2 when gpurun went into their containerd
+	// template ("" for containerd's own config).
+	Distribution install.Distribution `json:"distribution,omitempty"`
+	// Config is containerd's config.toml (node path): for k3s and RKE2 the
+	// one they generate from the template.
 	Config string `json:"config"`
 	// DropInDir is the drop-in directory, when one was used.
 	DropInDir string `json:"drop_in_dir,omitempty"`
