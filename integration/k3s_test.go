@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,10 +60,33 @@ func TestK3sNodeAgent(t *testing.T) {
 				tmplName = "config.toml.tmpl"
 			}
 			tmplPath := n.Host(filepath.Join(n.ContainerdDir(), tmplName))
-			testK3sNodeAgent(t, n, tc.flag, tc.containerd2, tmplPath, admin)
+			// The embedded containerd's --version, which the agent asks
+			// (chrooted into the host root, hence a static stand-in that
+			// prints what the real one would).
+			release, nri := "1.6.20~ds1", "NRI disabled in the embedded containerd (1.6.20~ds1)"
+			if tc.containerd2 {
+				release, nri = "2.4.2", "NRI enabled in the embedded containerd (2.4.2; socket /var/run/nri/nri.sock)"
+			}
+			embedded := n.Host(filepath.Join(tc.dataDir, "data/current/bin/containerd"))
+			if tc.program == "rke2" {
+				embedded = n.Host(filepath.Join(tc.dataDir, "bin/containerd"))
+			}
+			writeFile(t, embedded, readTestdata(t, staticHelper(t, fmt.Sprintf(fakeEmbeddedContainerd, release))))
+			if err := os.Chmod(embedded, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			testK3sNodeAgent(t, n, tc.flag, tc.containerd2, tmplPath, admin, tc.program+": "+nri)
 		})
 	}
 }
+
+// fakeEmbeddedContainerd answers --version as containerd of release %s.
+const fakeEmbeddedContainerd = `package main
+
+import "fmt"
+
+func main() { fmt.Println("containerd github.com/containerd/containerd %s 0123456789ab") }
+`
 
 func readTestdata(t *testing.T, p string) []byte {
 	t.Helper()
@@ -83,7 +107,7 @@ func writeFile(t *testing.T, p string, data []byte) {
 	}
 }
 
-func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2 bool, tmplPath string, admin []byte) {
+func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2 bool, tmplPath string, admin []byte, nri string) {
 	keepHostFile(t, policy.Default().LogFile)
 	if err := os.Symlink("/proc", n.Host("/proc")); err != nil {
 		t.Fatal(err)
@@ -113,9 +137,8 @@ func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2 
 	if err != nil {
 		t.Fatalf("gpurun node install: %v\n%s", err, out)
 	}
-	t.Logf("gpurun node install:\n%s", out)
-	if !strings.Contains(out, "NRI") {
-		t.Errorf("the agent does not say whether the embedded containerd runs NRI:\n%s", out)
+	if !strings.Contains(out, nri) {
+		t.Errorf("the agent does not say %q:\n%s", nri, out)
 	}
 	if now, _ := os.ReadFile(n.Host(n.ConfigPath())); !bytes.Equal(now, generated) {
 		t.Fatal("the agent wrote the config.toml k3s generates")
@@ -127,7 +150,7 @@ func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2 
 	if !bytes.HasPrefix(tmpl, admin) || !bytes.Contains(tmpl, []byte(filepath.Join(nodeagent.DefaultBinDir, nodeagent.RuntimeBinary))) {
 		t.Fatalf("template:\n%s", tmpl)
 	}
-	if out, err := nodeCmd(t, append([]string{"status"}, args...)...); err == nil || !strings.Contains(out, "has not written gpurun's template") {
+	if out, err := nodeCmd(t, append([]string{"status"}, args...)...); err == nil || !strings.Contains(out, "has not written gpurun's template") || !strings.Contains(out, nri) {
 		t.Errorf("status before k3s restarts: %v\n%s", err, out)
 	}
 

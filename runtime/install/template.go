@@ -307,6 +307,9 @@ func (c Containerd) TemplateRecord() (path, backup string, ok bool) {
 // EmbeddedContainerd is what gpurun can tell about the containerd that
 // k3s or RKE2 run on a node.
 type EmbeddedContainerd struct {
+	// Binary is the embedded containerd binary found (a node path; "":
+	// none).
+	Binary string
 	// Release is the embedded containerd's release ("" when unknown).
 	Release string
 	// Generation says whose config rules apply (containerd 1.x or 2.x).
@@ -316,17 +319,29 @@ type EmbeddedContainerd struct {
 	NRI containerdconf.NRI
 }
 
-// Embedded reads the generated config of a k3s or RKE2 node (and asks its
-// containerd binary for its release) to tell whether NRI is enabled.
-func Embedded(ctx context.Context, hostRoot string, l Layout) (EmbeddedContainerd, error) {
-	c := Containerd{Options: Options{HostRoot: hostRoot}, Distribution: l.Distribution, ConfigPath: l.Config()}
-	o := containerdconf.Options{Root: hostRoot, Containerd: c.binary()}
+// Binary returns the embedded containerd binary on the node under
+// hostRoot (a node path), "" when there is none.
+func (l Layout) Binary(hostRoot string) string {
+	return Containerd{Options: Options{HostRoot: hostRoot}, Distribution: l.Distribution}.binary()
+}
+
+// Embedded reads the generated config of a k3s or RKE2 node to tell
+// whether NRI is enabled. The containerd release decides the defaults:
+// release, when known (a release recorded earlier), else the embedded
+// binary is asked (containerd --version, chrooted into hostRoot).
+func Embedded(ctx context.Context, hostRoot string, l Layout, release string) (EmbeddedContainerd, error) {
+	e := EmbeddedContainerd{Binary: l.Binary(hostRoot)}
+	o := containerdconf.Options{Root: hostRoot, Release: release}
+	if release == "" {
+		o.Containerd = e.Binary
+	}
 	cfg, err := containerdconf.Load(ctx, l.Config(), o)
 	if err != nil {
-		return EmbeddedContainerd{}, err
+		return e, err
 	}
 	if !cfg.Exists {
-		return EmbeddedContainerd{}, fmt.Errorf("%s does not exist: %s has not started on this node", l.Config(), l.Distribution)
+		return e, fmt.Errorf("%s does not exist: %s has not started on this node", l.Config(), l.Distribution)
 	}
-	return EmbeddedContainerd{Release: cfg.Release, Generation: cfg.Generation, NRI: cfg.NRI()}, nil
+	e.Release, e.Generation, e.NRI = cfg.Release, cfg.Generation, cfg.NRI()
+	return e, nil
 }

@@ -271,3 +271,35 @@ func TestParseDistribution(t *testing.T) {
 		t.Error("microk8s accepted")
 	}
 }
+
+func TestEmbeddedNRI(t *testing.T) {
+	const v2 = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+	const v3 = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+	tests := []struct {
+		name, config, release string
+		want                  bool
+	}{
+		{"k3s v1.31.5: containerd 1.7, version 2", v2, "1.7.23-k3s2", false},
+		{"k3s v1.31.6: containerd 2.0, legacy version 2 template", v2, "2.0.2-k3s2", true},
+		{"containerd 2.x, version 3, release unknown", v3, "", true},
+		{"containerd 1.7 with NRI turned on in the template", v2 + "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n", "1.7.23-k3s2", true},
+		{"containerd 2.x with NRI turned off in the template", v3 + "[plugins.'io.containerd.nri.v1.nri']\n  disable = true\n", "2.1.5-k3s1", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			l := Layout{Distribution: DistK3s}
+			write(t, filepath.Join(root, l.Config()), tc.config)
+			e, err := Embedded(context.Background(), root, l, tc.release)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.NRI.Enabled != tc.want {
+				t.Fatalf("NRI enabled %v, want %v (%+v)", e.NRI.Enabled, tc.want, e)
+			}
+		})
+	}
+	if _, err := Embedded(context.Background(), t.TempDir(), Layout{Distribution: DistRKE2}, ""); err == nil || !strings.Contains(err.Error(), "has not started") {
+		t.Fatalf("no generated config: %v", err)
+	}
+}

@@ -289,8 +289,11 @@ func (a *Agent) Install(ctx context.Context) error {
 		return err
 	}
 	a.log().Info("installed", "handler", install.RuntimeName, "default", a.SetAsDefault, "runtime", rec.Containerd.RuntimePath, "config", rec.Containerd.Config)
-	if d := rec.Containerd.Distribution; d.Templated() {
-		a.logEmbedded(ctx, d)
+	if rec.Containerd.Distribution.Templated() {
+		a.noteEmbedded(ctx, rec)
+		if err := save(); err != nil {
+			return err
+		}
 	}
 	return a.applyRestart(ctx, rec, statePath)
 }

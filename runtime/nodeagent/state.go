@@ -122,6 +122,9 @@ type ContainerdRecord struct {
 	// Config is containerd's config.toml (node path): for k3s and RKE2 the
 	// one they generate from the template.
 	Config string `json:"config"`
+	// Embedded is k3s's or RKE2's containerd binary as the install found
+	// it, so that status need not run it again while it is unchanged.
+	Embedded *EmbeddedBinary `json:"embedded,omitempty"`
 	// DropInDir is the drop-in directory, when one was used.
 	DropInDir string `json:"drop_in_dir,omitempty"`
 	// SetAsDefault says gpurun was made the default runtime handler.
@@ -136,6 +139,16 @@ type ContainerdRecord struct {
 	CreatedInstallState bool `json:"created_install_state,omitempty"`
 	// Restart is the restart mode the agent runs with.
 	Restart restart.Mode `json:"restart"`
+}
+
+// EmbeddedBinary is the containerd binary k3s or RKE2 embed.
+type EmbeddedBinary struct {
+	// Path is its node path.
+	Path string `json:"path"`
+	// Release is what its --version said.
+	Release string `json:"release"`
+	// Stat identifies the file that said so.
+	Stat FileStat `json:"stat"`
 }
 
 // Loaded identifies a containerd run and the configuration it read.

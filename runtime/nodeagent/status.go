@@ -144,9 +144,17 @@ func (a *Agent) inTemplate(rec *Record) bool {
 }
 
 // embedded says whether a k3s or RKE2 node's embedded containerd runs
-// NRI, as its generated config and its release leave it.
-func (a *Agent) embedded(ctx context.Context, d install.Distribution) string {
-	e, err := install.Embedded(ctx, a.HostRoot, install.Layout{Distribution: d})
+// NRI, as its generated config and its release leave it. The release the
+// record holds is used while the binary is the file it came from.
+func (a *Agent) embedded(ctx context.Context, rec *Record) string {
+	d := rec.Containerd.Distribution
+	release := ""
+	if b := rec.Containerd.Embedded; b != nil {
+		if cur, err := statFile(a.host(b.Path)); err == nil && b.Stat.vouches(cur) {
+			release = b.Release
+		}
+	}
+	e, err := install.Embedded(ctx, a.HostRoot, install.Layout{Distribution: d}, release)
 	if err != nil {
 		return fmt.Sprintf("%s: cannot tell whether its embedded containerd runs NRI: %v", d, err)
 	}
@@ -160,9 +168,20 @@ func (a *Agent) embedded(ctx context.Context, d install.Distribution) string {
 	return fmt.Sprintf("%s: NRI disabled in the embedded containerd (%s): the nri mode does not work here; use the runtime handler (runtime-class or default-runtime mode)", d, rel)
 }
 
-// logEmbedded logs what embedded says.
-func (a *Agent) logEmbedded(ctx context.Context, d install.Distribution) {
-	a.log().Info(a.embedded(ctx, d))
+// noteEmbedded records the embedded containerd's release (asking its
+// binary) and logs whether it runs NRI.
+func (a *Agent) noteEmbedded(ctx context.Context, rec *Record) {
+	rec.Containerd.Embedded = nil
+	l := install.Layout{Distribution: rec.Containerd.Distribution}
+	if bin := l.Binary(a.HostRoot); bin != "" {
+		if e, err := install.Embedded(ctx, a.HostRoot, l, ""); err == nil && e.Release != "" {
+			if st, err := statFile(a.host(bin)); err == nil {
+				st.Seen = time.Now()
+				rec.Containerd.Embedded = &EmbeddedBinary{Path: bin, Release: e.Release, Stat: st}
+			}
+		}
+	}
+	a.log().Info(a.embedded(ctx, rec))
 }
 
 // Status is the node's state as the agent sees it.
@@ -216,7 +235,7 @@ func (a *Agent) status(rec *Record) (Status, *containerdState) {
 	s := Status{Handler: install.RuntimeName}
 	if d := rec.Containerd.Distribution; d.Templated() {
 		s.Distribution = d
-		s.Embedded = a.embedded(context.Background(), d)
+		s.Embedded = a.embedded(context.Background(), rec)
 	}
 	for i := range rec.Binaries {
 		b := &rec.Binaries[i]
