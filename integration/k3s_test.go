@@ -41,11 +41,12 @@ func TestK3sNodeAgent(t *testing.T) {
 		as          string // its name
 		flag        string // --distribution, "" to let the agent detect it
 		containerd2 bool
+		version     string // what the stand-in k3s/rke2 binary says it is
 	}{
-		{name: "k3s containerd 1.6, admin template, detected", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl"},
-		{name: "k3s containerd 1.6, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV2, flag: "k3s"},
-		{name: "k3s containerd 2.x, version 3, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV3, flag: "k3s", containerd2: true},
-		{name: "rke2 containerd 2.x, docs example template", dataDir: "/var/lib/rancher/rke2", program: "rke2", base: baseV3, admin: "k3s-docs-05051a0-config-v3.toml.tmpl", as: "config-v3.toml.tmpl", flag: "rke2", containerd2: true},
+		{name: "k3s containerd 1.6, admin template, detected", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl", version: "v1.28.15+k3s1"},
+		{name: "k3s containerd 1.6, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV2, flag: "k3s", version: "v1.30.14+k3s1"},
+		{name: "k3s containerd 2.x, version 3, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV3, flag: "k3s", containerd2: true, version: "v1.33.0+k3s1"},
+		{name: "rke2 containerd 2.x, docs example template", dataDir: "/var/lib/rancher/rke2", program: "rke2", base: baseV3, admin: "k3s-docs-05051a0-config-v3.toml.tmpl", as: "config-v3.toml.tmpl", flag: "rke2", containerd2: true, version: "v1.34.1+rke2r1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := harness.K3sNode{HostRoot: t.TempDir(), DataDir: tc.dataDir, Program: tc.program, Base: tc.base, NVIDIA: true}
@@ -72,10 +73,14 @@ func TestK3sNodeAgent(t *testing.T) {
 				embedded = n.Host(filepath.Join(tc.dataDir, "bin/containerd"))
 			}
 			writeFile(t, embedded, readTestdata(t, staticHelper(t, fmt.Sprintf(fakeEmbeddedContainerd, release))))
-			if err := os.Chmod(embedded, 0o755); err != nil {
-				t.Fatal(err)
+			program := n.Host("/usr/local/bin/" + tc.program)
+			writeFile(t, program, readTestdata(t, staticHelper(t, fmt.Sprintf(fakeProgram, tc.program+" version "+tc.version+" (0123abcd)"))))
+			for _, p := range []string{embedded, program} {
+				if err := os.Chmod(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
 			}
-			testK3sNodeAgent(t, n, tc.flag, tc.containerd2, tmplPath, admin, tc.program+": "+nri)
+			testK3sNodeAgent(t, n, tc.flag, tc.containerd2, tmplPath, admin, tc.program+" "+tc.version+": "+nri)
 		})
 	}
 }
@@ -86,6 +91,14 @@ const fakeEmbeddedContainerd = `package main
 import "fmt"
 
 func main() { fmt.Println("containerd github.com/containerd/containerd %s 0123456789ab") }
+`
+
+// fakeProgram answers --version as k3s or rke2 do.
+const fakeProgram = `package main
+
+import "fmt"
+
+func main() { fmt.Println("%s") }
 `
 
 func readTestdata(t *testing.T, p string) []byte {

@@ -1,9 +1,15 @@
 package install
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
 )
 
 // Distribution names how a node runs containerd: containerd on its own
@@ -118,6 +124,60 @@ func (l Layout) Binaries() []string {
 		return []string{"/var/lib/rancher/rke2/bin/containerd", "/var/lib/rancher/rke2/data/current/bin/containerd"}
 	}
 	return []string{"/var/lib/rancher/k3s/data/current/bin/containerd"}
+}
+
+// Programs are where the k3s or RKE2 binary may be (node paths).
+func (l Layout) Programs() []string {
+	name := string(l.Distribution)
+	return []string{"/usr/local/bin/" + name, "/usr/bin/" + name, "/opt/bin/" + name, "/opt/" + name + "/bin/" + name}
+}
+
+// Program returns the k3s or RKE2 binary on the node under hostRoot (a
+// node path), "" when there is none.
+func (l Layout) Program(hostRoot string) string {
+	for _, p := range l.Programs() {
+		h := p
+		if hostRoot != "" && hostRoot != "/" {
+			h = filepath.Join(hostRoot, p)
+		}
+		if fi, err := os.Stat(h); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// Version runs the k3s or RKE2 binary (a node path, from Program) with
+// --version, chrooted into hostRoot when there is one, and returns the
+// version it prints ("k3s version v1.31.6+k3s1 (hash)" gives
+// "v1.31.6+k3s1").
+func (l Layout) Version(ctx context.Context, hostRoot, program string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, program, "--version")
+	cmd.Dir = "/"
+	if hostRoot != "" && hostRoot != "/" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: hostRoot}
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w: %s", program, err, strings.TrimSpace(stderr.String()))
+	}
+	return ParseVersion(string(out))
+}
+
+// ParseVersion returns the version in the output of k3s --version or
+// rke2 --version.
+func ParseVersion(out string) (string, error) {
+	f := strings.Fields(out)
+	if len(f) < 3 || f[1] != "version" || !strings.HasPrefix(f[2], "v") {
+		first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+		return "", fmt.Errorf("--version printed %q", first)
+	}
+	return f[2], nil
 }
 
 // Units are the systemd units that run the distribution (server first);

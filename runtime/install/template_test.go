@@ -303,3 +303,21 @@ func TestEmbeddedNRI(t *testing.T) {
 		t.Fatalf("no generated config: %v", err)
 	}
 }
+
+func TestParseVersion(t *testing.T) {
+	tests := []struct {
+		out, want string
+		ok        bool
+	}{
+		{"k3s version v1.31.6+k3s1 (a7455eb9)\ngo version go1.23.6\n", "v1.31.6+k3s1", true},
+		{"rke2 version v1.32.2+rke2r1 (63324382)\ngo version go1.23.6 X:boringcrypto\n", "v1.32.2+rke2r1", true},
+		{"Incorrect Usage\n", "", false},
+		{"", "", false},
+	}
+	for _, tc := range tests {
+		got, err := ParseVersion(tc.out)
+		if got != tc.want || (err == nil) != tc.ok {
+			t.Errorf("ParseVersion(%q) = %q, %v; want %q, ok %v", tc.out, got, err, tc.want, tc.ok)
+		}
+	}
+}

@@ -125,6 +125,8 @@ type ContainerdRecord struct {
 	// Embedded is k3s's or RKE2's containerd binary as the install found
 	// it, so that status need not run it again while it is unchanged.
 	Embedded *EmbeddedBinary `json:"embedded,omitempty"`
+	// Program is the k3s or RKE2 binary and its version, likewise.
+	Program *EmbeddedBinary `json:"program,omitempty"`
 	// DropInDir is the drop-in directory, when one was used.
 	DropInDir string `json:"drop_in_dir,omitempty"`
 	// SetAsDefault says gpurun was made the default runtime handler.
@@ -141,11 +143,12 @@ type ContainerdRecord struct {
 	Restart restart.Mode `json:"restart"`
 }
 
-// EmbeddedBinary is the containerd binary k3s or RKE2 embed.
+// EmbeddedBinary is a binary of k3s or RKE2 (their containerd, or k3s or
+// rke2 itself) and the release it says it is.
 type EmbeddedBinary struct {
 	// Path is its node path.
 	Path string `json:"path"`
-	// Release is what its --version said.
+	// Release is what its --version said ("2.0.4-k3s2", "v1.31.6+k3s1").
 	Release string `json:"release"`
 	// Stat identifies the file that said so.
 	Stat FileStat `json:"stat"`

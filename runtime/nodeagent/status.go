@@ -148,38 +148,72 @@ func (a *Agent) inTemplate(rec *Record) bool {
 // record holds is used while the binary is the file it came from.
 func (a *Agent) embedded(ctx context.Context, rec *Record) string {
 	d := rec.Containerd.Distribution
-	release := ""
-	if b := rec.Containerd.Embedded; b != nil {
-		if cur, err := statFile(a.host(b.Path)); err == nil && b.Stat.vouches(cur) {
-			release = b.Release
+	l := install.Layout{Distribution: d}
+	release := a.recorded(rec.Containerd.Embedded)
+	name := string(d)
+	version := a.recorded(rec.Containerd.Program)
+	if version == "" {
+		if p := l.Program(a.HostRoot); p != "" {
+			version, _ = l.Version(ctx, a.HostRoot, p)
 		}
 	}
-	e, err := install.Embedded(ctx, a.HostRoot, install.Layout{Distribution: d}, release)
+	if version != "" {
+		name += " " + version
+	}
+	e, err := install.Embedded(ctx, a.HostRoot, l, release)
 	if err != nil {
-		return fmt.Sprintf("%s: cannot tell whether its embedded containerd runs NRI: %v", d, err)
+		return fmt.Sprintf("%s: cannot tell whether its embedded containerd runs NRI: %v", name, err)
 	}
 	rel := e.Release
 	if rel == "" {
 		rel = "release unknown, " + e.Generation.String()
 	}
 	if e.NRI.Enabled {
-		return fmt.Sprintf("%s: NRI enabled in the embedded containerd (%s; socket %s): the nri mode works here", d, rel, e.NRI.Socket)
+		return fmt.Sprintf("%s: NRI enabled in the embedded containerd (%s; socket %s): the nri mode works here", name, rel, e.NRI.Socket)
 	}
-	return fmt.Sprintf("%s: NRI disabled in the embedded containerd (%s): the nri mode does not work here; use the runtime handler (runtime-class or default-runtime mode)", d, rel)
+	return fmt.Sprintf("%s: NRI disabled in the embedded containerd (%s): the nri mode does not work here; use the runtime handler (runtime-class or default-runtime mode)", name, rel)
+}
+
+// recorded is the release of a recorded binary while the file is the one
+// it came from, else "".
+func (a *Agent) recorded(b *EmbeddedBinary) string {
+	if b == nil {
+		return ""
+	}
+	if cur, err := statFile(a.host(b.Path)); err == nil && b.Stat.vouches(cur) {
+		return b.Release
+	}
+	return ""
+}
+
+// binaryRecord records a binary's release with its file identity (nil
+// where either cannot be had).
+func (a *Agent) binaryRecord(path, release string) *EmbeddedBinary {
+	if path == "" || release == "" {
+		return nil
+	}
+	st, err := statFile(a.host(path))
+	if err != nil {
+		return nil
+	}
+	st.Seen = time.Now()
+	return &EmbeddedBinary{Path: path, Release: release, Stat: st}
 }
 
 // noteEmbedded records the embedded containerd's release (asking its
 // binary) and logs whether it runs NRI.
 func (a *Agent) noteEmbedded(ctx context.Context, rec *Record) {
-	rec.Containerd.Embedded = nil
+	rec.Containerd.Embedded, rec.Containerd.Program = nil, nil
 	l := install.Layout{Distribution: rec.Containerd.Distribution}
-	if bin := l.Binary(a.HostRoot); bin != "" {
-		if e, err := install.Embedded(ctx, a.HostRoot, l, ""); err == nil && e.Release != "" {
-			if st, err := statFile(a.host(bin)); err == nil {
-				st.Seen = time.Now()
-				rec.Containerd.Embedded = &EmbeddedBinary{Path: bin, Release: e.Release, Stat: st}
-			}
+	if e, err := install.Embedded(ctx, a.HostRoot, l, ""); err == nil {
+		rec.Containerd.Embedded = a.binaryRecord(e.Binary, e.Release)
+	}
+	if p := l.Program(a.HostRoot); p != "" {
+		v, err := l.Version(ctx, a.HostRoot, p)
+		if err != nil {
+			a.log().Warn("cannot tell the "+string(l.Distribution)+" version", "err", err)
 		}
+		rec.Containerd.Program = a.binaryRecord(p, v)
 	}
 	a.log().Info(a.embedded(ctx, rec))
 }
