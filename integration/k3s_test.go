@@ -70,7 +70,15 @@ func TestK3sNodeAgent(t *testing.T) {
 			}
 			embedded := n.Host(filepath.Join(tc.dataDir, "data/current/bin/containerd"))
 			if tc.program == "rke2" {
-				embedded = n.Host(filepath.Join(tc.dataDir, "bin/containerd"))
+				// RKE2's bin is an absolute link to the release's directory.
+				release := filepath.Join(tc.dataDir, "data", tc.version+"-0123abcd", "bin")
+				embedded = n.Host(filepath.Join(release, "containerd"))
+				if err := os.MkdirAll(n.Host(release), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(release, n.Host(filepath.Join(tc.dataDir, "bin"))); err != nil {
+					t.Fatal(err)
+				}
 			}
 			writeFile(t, embedded, readTestdata(t, staticHelper(t, fmt.Sprintf(fakeEmbeddedContainerd, release))))
 			program := n.Host("/usr/local/bin/" + tc.program)

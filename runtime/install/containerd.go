@@ -208,7 +208,7 @@ func (c Containerd) binary() string {
 		bins = c.layout().Binaries()
 	}
 	for _, b := range bins {
-		if fi, err := os.Stat(c.host(b)); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		if fi, err := statUnder(c.HostRoot, b); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return b
 		}
 	}

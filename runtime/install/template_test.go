@@ -321,3 +321,33 @@ func TestParseVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestBinaryBehindAbsoluteLink(t *testing.T) {
+	tests := []struct {
+		name   string
+		dist   Distribution
+		real   string // where the binary is (node path)
+		link   string // the link to its directory (node path)
+		target string // the link's target
+		want   string
+	}{
+		{"rke2 bin, absolute", DistRKE2, "/var/lib/rancher/rke2/data/v1.33.0-rke2r1-abc/bin/containerd", "/var/lib/rancher/rke2/bin", "/var/lib/rancher/rke2/data/v1.33.0-rke2r1-abc/bin", "/var/lib/rancher/rke2/bin/containerd"},
+		{"k3s current, absolute", DistK3s, "/var/lib/rancher/k3s/data/0123abcd/bin/containerd", "/var/lib/rancher/k3s/data/current", "/var/lib/rancher/k3s/data/0123abcd", "/var/lib/rancher/k3s/data/current/bin/containerd"},
+		{"k3s current, relative", DistK3s, "/var/lib/rancher/k3s/data/0123abcd/bin/containerd", "/var/lib/rancher/k3s/data/current", "0123abcd", "/var/lib/rancher/k3s/data/current/bin/containerd"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, filepath.Join(root, tc.real), "#!/bin/sh\n")
+			if err := os.Chmod(filepath.Join(root, tc.real), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(tc.target, filepath.Join(root, tc.link)); err != nil {
+				t.Fatal(err)
+			}
+			if got := (Layout{Distribution: tc.dist}).Binary(root); got != tc.want {
+				t.Fatalf("Binary = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -192,6 +192,11 @@ func (a *Agent) binaryRecord(path, release string) *EmbeddedBinary {
 	if path == "" || release == "" {
 		return nil
 	}
+	// The file itself: k3s and RKE2 reach it through a link to the
+	// current release's directory.
+	if p, err := install.ResolveUnder(a.HostRoot, path); err == nil {
+		path = p
+	}
 	st, err := statFile(a.host(path))
 	if err != nil {
 		return nil
