@@ -351,3 +351,79 @@ func TestBinaryBehindAbsoluteLink(t *testing.T) {
 		})
 	}
 }
+
+// TestTemplateInstallKilled covers an install killed after it recorded the
+// change as pending: before the template was written, or after.
+func TestTemplateInstallKilled(t *testing.T) {
+	base := testdata(t, "k3s-06be48b6-ContainerdConfigTemplate.toml.tmpl")
+	admin := testdata(t, "admin-v2-config.toml.tmpl")
+	l := Layout{Distribution: DistK3s}
+	setup := func(t *testing.T) (root string, c Containerd, out *bytes.Buffer, installed string) {
+		root = t.TempDir()
+		write(t, filepath.Join(root, l.Template()), admin)
+		write(t, filepath.Join(root, l.Config()), renderK3s(t, base, admin, k3sData(l, true)))
+		out = &bytes.Buffer{}
+		c = Containerd{Options: opts(root, out), Distribution: DistK3s}
+		if err := c.Install(); err != nil {
+			t.Fatal(err)
+		}
+		installed = read(t, filepath.Join(root, l.Template()))
+		// Mark the record pending, as a kill between the record and the
+		// end of the install leaves it.
+		statePath := filepath.Join(root, "/var/lib/gpurun/state.json")
+		st, err := loadState(statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := filepath.Join(root, l.Template())
+		rec := st["containerd"][key]
+		rec.Pending = true
+		st["containerd"][key] = rec
+		if err := st.save(statePath); err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		return root, c, out, installed
+	}
+	pending := func(t *testing.T, root string) bool {
+		st, err := loadState(filepath.Join(root, "/var/lib/gpurun/state.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st["containerd"][filepath.Join(root, l.Template())].Pending
+	}
+
+	t.Run("after the write: a rerun finishes", func(t *testing.T) {
+		root, c, out, installed := setup(t)
+		if err := c.Install(); err != nil {
+			t.Fatal(err)
+		}
+		if read(t, filepath.Join(root, l.Template())) != installed || pending(t, root) || !strings.Contains(out.String(), "finished") {
+			t.Fatalf("rerun: %s", out)
+		}
+	})
+	t.Run("before the write: a rerun writes", func(t *testing.T) {
+		root, c, out, installed := setup(t)
+		write(t, filepath.Join(root, l.Template()), admin)
+		if err := c.Install(); err != nil {
+			t.Fatal(err)
+		}
+		if read(t, filepath.Join(root, l.Template())) != installed || pending(t, root) {
+			t.Fatalf("rerun: %s", out)
+		}
+	})
+	t.Run("before the write: uninstall leaves the template", func(t *testing.T) {
+		root, c, out, _ := setup(t)
+		write(t, filepath.Join(root, l.Template()), admin)
+		if err := c.Uninstall(); err != nil {
+			t.Fatal(err)
+		}
+		if read(t, filepath.Join(root, l.Template())) != admin || !strings.Contains(out.String(), "not there") {
+			t.Fatalf("uninstall: %s", out)
+		}
+		st, _ := loadState(filepath.Join(root, "/var/lib/gpurun/state.json"))
+		if len(st["containerd"]) != 0 {
+			t.Fatalf("record kept: %v", st)
+		}
+	})
+}
