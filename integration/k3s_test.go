@@ -42,11 +42,13 @@ func TestK3sNodeAgent(t *testing.T) {
 		flag        string // --distribution, "" to let the agent detect it
 		containerd2 bool
 		version     string // what the stand-in k3s/rke2 binary says it is
+		setDefault  bool
 	}{
 		{name: "k3s containerd 1.6, admin template, detected", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl", version: "v1.28.15+k3s1"},
 		{name: "k3s containerd 1.6, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV2, flag: "k3s", version: "v1.30.14+k3s1"},
 		{name: "k3s containerd 2.x, version 3, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV3, flag: "k3s", containerd2: true, version: "v1.33.0+k3s1"},
 		{name: "rke2 containerd 2.x, docs example template", dataDir: "/var/lib/rancher/rke2", program: "rke2", base: baseV3, admin: "k3s-docs-05051a0-config-v3.toml.tmpl", as: "config-v3.toml.tmpl", flag: "rke2", containerd2: true, version: "v1.34.1+rke2r1"},
+		{name: "k3s containerd 2.x, version 3, default runtime", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV3, containerd2: true, version: "v1.33.0+k3s1", setDefault: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := harness.K3sNode{HostRoot: t.TempDir(), DataDir: tc.dataDir, Program: tc.program, Base: tc.base, NVIDIA: true}
@@ -88,7 +90,7 @@ func TestK3sNodeAgent(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			testK3sNodeAgent(t, n, tc.flag, tc.containerd2, tmplPath, admin, tc.program+" "+tc.version+": "+nri)
+			testK3sNodeAgent(t, n, tc.flag, tc.containerd2, tc.setDefault, tmplPath, admin, tc.program+" "+tc.version+": "+nri)
 		})
 	}
 }
@@ -128,7 +130,7 @@ func writeFile(t *testing.T, p string, data []byte) {
 	}
 }
 
-func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2 bool, tmplPath string, admin []byte, nri string) {
+func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2, setDefault bool, tmplPath string, admin []byte, nri string) {
 	keepHostFile(t, policy.Default().LogFile)
 	if err := os.Symlink("/proc", n.Host("/proc")); err != nil {
 		t.Fatal(err)
@@ -154,7 +156,11 @@ func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2 
 		args = append(args, "--distribution="+flag)
 	}
 	image := filepath.Dir(bin(t, "gpurun"))
-	out, err := nodeCmd(t, append([]string{"install", "--from", image, "--policy-source", source}, args...)...)
+	installArgs := []string{"install", "--from", image, "--policy-source", source}
+	if setDefault {
+		installArgs = append(installArgs, "--set-as-default")
+	}
+	out, err := nodeCmd(t, append(installArgs, args...)...)
 	if err != nil {
 		t.Fatalf("gpurun node install: %v\n%s", err, out)
 	}
@@ -178,8 +184,8 @@ func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2 
 	// k3s restarts: the template is rendered, containerd restarts.
 	n.Restart(t, c)
 	rendered, _ := os.ReadFile(n.Host(n.ConfigPath()))
-	if b, _ := registeredHandler(t, rendered); b != filepath.Join(nodeagent.DefaultBinDir, nodeagent.RuntimeBinary) {
-		t.Fatalf("rendered config registers gpurun with %q:\n%s", b, rendered)
+	if b, d := registeredHandler(t, rendered); b != filepath.Join(nodeagent.DefaultBinDir, nodeagent.RuntimeBinary) || d != setDefault {
+		t.Fatalf("rendered config registers gpurun with %q, default %v:\n%s", b, d, rendered)
 	}
 	if _, err := c.Exec(earlyCtr, "true"); err != nil {
 		t.Errorf("the pod that ran before k3s's restart: %v", err)
@@ -194,7 +200,11 @@ func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2 
 		t.Fatal(err)
 	}
 	target, _ := pol.Target(policy.Request{HostMemory: mem})
-	pod := c.RunPod(harness.PodOptions{Name: "trainer", RuntimeHandler: install.RuntimeName})
+	handler := install.RuntimeName
+	if setDefault {
+		handler = "" // no RuntimeClass: the default handler
+	}
+	pod := c.RunPod(harness.PodOptions{Name: "trainer", RuntimeHandler: handler})
 	ctr := c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
 	c.StartContainer(ctr)
 	shm, err := c.Exec(ctr, "df", "-k", "/dev/shm")

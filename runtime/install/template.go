@@ -136,9 +136,6 @@ func (c Containerd) installTemplate() error {
 	if c.DropInDir != "" {
 		return fmt.Errorf("--drop-in does not apply to %s: gpurun's tables go into its containerd template", dist)
 	}
-	if c.SetAsDefault {
-		return fmt.Errorf("%s sets containerd's default runtime from its own --default-runtime flag: register gpurun without --set-as-default, then set default-runtime: %s in /etc/rancher/%s/config.yaml", dist, RuntimeName, dist)
-	}
 	genNode := c.generatedNode()
 	genPath := c.host(genNode)
 	gen, existed, err := readConfig(genPath)
@@ -190,7 +187,15 @@ func (c Containerd) installTemplate() error {
 	if err != nil {
 		return fmt.Errorf("install into %s (from %s): %w", tmplPath, genPath, err)
 	}
-	if !ch.Changed || !bytes.HasPrefix(after, gen) {
+	if !ch.Changed {
+		return fmt.Errorf("%s already defines runtime handler %s, which gpurun does not record: take it out of %s, restart %s, then install again", genPath, RuntimeName, tmplPath, dist)
+	}
+	if !bytes.HasPrefix(after, gen) {
+		// The change is not an addition at the end: a template can only
+		// add tables after what it renders.
+		if c.SetAsDefault {
+			return fmt.Errorf("%s writes the CRI plugin's containerd table itself, so its template cannot add default_runtime_name to it: install without --set-as-default (RuntimeClass gpurun), or set default-runtime: %s in /etc/rancher/%s/config.yaml", dist, RuntimeName, dist)
+		}
 		return fmt.Errorf("%s already defines runtime handler %s, which gpurun does not record: take it out of %s, restart %s, then install again", genPath, RuntimeName, tmplPath, dist)
 	}
 	out, tc, err := AddToTemplate(tmpl, tmplExisted, string(after[len(gen):]))

@@ -223,15 +223,55 @@ func TestAddToTemplateRefusesDelimiters(t *testing.T) {
 	}
 }
 
-func TestTemplateSetAsDefaultRefused(t *testing.T) {
-	root := t.TempDir()
-	l := Layout{Distribution: DistK3s}
-	write(t, filepath.Join(root, l.Config()), renderK3s(t, testdata(t, "k3s-06be48b6-ContainerdConfigTemplate.toml.tmpl"), "", k3sData(l, false)))
-	var out bytes.Buffer
-	c := Containerd{Options: opts(root, &out), Distribution: DistK3s, SetAsDefault: true}
-	err := c.Install()
-	if err == nil || !strings.Contains(err.Error(), "default-runtime") {
-		t.Fatalf("err = %v", err)
+// TestTemplateSetAsDefault: a template can make gpurun the default only
+// where the config k3s renders does not write the CRI plugin's containerd
+// table itself (k3s's version 2 template always does, for the snapshotter).
+func TestTemplateSetAsDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name, base string
+		ok         bool
+	}{
+		{"version 2: refused", "k3s-06be48b6-ContainerdConfigTemplate.toml.tmpl", false},
+		{"version 3 without the containerd table", "synthetic-k3s-v3-base.toml.tmpl", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			l := Layout{Distribution: DistK3s}
+			base := testdata(t, tc.base)
+			write(t, filepath.Join(root, l.Config()), renderK3s(t, base, "", k3sData(l, true)))
+			var out bytes.Buffer
+			c := Containerd{Options: opts(root, &out), Distribution: DistK3s, SetAsDefault: true}
+			err := c.Install()
+			if !tc.ok {
+				if err == nil || !strings.Contains(err.Error(), "default-runtime: gpurun") {
+					t.Fatalf("err = %v", err)
+				}
+				for _, p := range []string{l.Template(), l.TemplateV3()} {
+					if _, err := os.Stat(filepath.Join(root, p)); err == nil {
+						t.Errorf("a refused install wrote %s", p)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl := read(t, filepath.Join(root, l.TemplateV3()))
+			write(t, filepath.Join(root, l.Config()), renderK3s(t, base, tmpl, k3sData(l, true)))
+			cfg, err := containerdconf.Load(context.Background(), l.Config(), containerdconf.Options{Root: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.DefaultRuntime() != RuntimeName {
+				t.Fatalf("default runtime %q after k3s renders\n%s", cfg.DefaultRuntime(), tmpl)
+			}
+			if err := c.Uninstall(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(root, l.TemplateV3())); !os.IsNotExist(err) {
+				t.Fatalf("template left: %v", err)
+			}
+		})
 	}
 }
 

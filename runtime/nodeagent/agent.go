@@ -177,8 +177,6 @@ func (a *Agent) check() error {
 			return fmt.Errorf("--restart=signal restarts containerd alone, and %s writes containerd's config from its template only when it starts itself: use --restart=systemd (restarts %s) or none", d, install.Layout{Distribution: d}.Unit(a.HostRoot))
 		case a.DropInDir != "":
 			return fmt.Errorf("--drop-in does not apply to %s: gpurun's tables go into its containerd template", d)
-		case a.SetAsDefault:
-			return fmt.Errorf("--set-as-default does not apply to %s, which sets containerd's default runtime from its own --default-runtime: set default-runtime: %s in /etc/rancher/%s/config.yaml", d, install.RuntimeName, d)
 		}
 	}
 	for _, p := range []struct{ flag, path string }{

@@ -191,7 +191,6 @@ func TestK3sRefusals(t *testing.T) {
 	}{
 		{"signal", func(a *Agent) { a.Restart = restart.Signal }, "--restart=signal"},
 		{"drop-in", func(a *Agent) { a.DropInDir = "/etc/containerd/conf.d" }, "--drop-in"},
-		{"set-as-default", func(a *Agent) { a.SetAsDefault = true }, "default-runtime: gpurun"},
 		{"bad name", func(a *Agent) { a.Distribution = "k0s" }, "k0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
