@@ -176,12 +176,17 @@ func newInstallContainerdCmd(g *globals, uninstall bool) *cobra.Command {
 		Example: `  gpurun install containerd --dry-run
   gpurun install containerd --set-as-default --restart
   gpurun install containerd --drop-in /etc/containerd/conf.d --restart
+  gpurun install containerd --distribution=k3s --restart   # into k3s's config.toml.tmpl; restarts k3s
   gpurun uninstall containerd --restart
   gpurun install containerd --host-root /host --restart=systemd   # from a privileged hostPID pod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.Options = f.options(g, cmd.OutOrStdout())
 			c.ConfigPath = f.config
+			c.Distribution = install.ResolveDistribution(c.Distribution, f.hostRoot, f.config)
+			if c.Distribution.Templated() && !cmd.Flags().Changed("config") {
+				c.ConfigPath = "" // the distribution's generated config.toml
+			}
 			return installOrUninstall(uninstall, c.Install, c.Uninstall)
 		},
 	}
@@ -192,6 +197,8 @@ func newInstallContainerdCmd(g *globals, uninstall bool) *cobra.Command {
 		fl.BoolVar(&c.SetAsDefault, "set-as-default", false, "make gpurun the default runtime handler, so every pod gets it without a RuntimeClass")
 		fl.StringSliceVar(&c.PodAnnotations, "pod-annotations", install.DefaultPodAnnotations, "pod annotations passed to gpurun-runtime")
 	}
+	var dist string
+	fl.StringVar(&dist, "distribution", string(install.DistAuto), "whose containerd: "+install.Distributions+`; k3s and rke2 write gpurun's runtime into their containerd template (config.toml.tmpl or config-v3.toml.tmpl under /var/lib/rancher/{k3s,rke2}/agent/etc/containerd), never into the config.toml they generate; auto tells them by that directory`)
 	var restartMode string
 	fl.StringVar(&restartMode, "restart", string(restart.None), "make containerd read the config: "+restart.Modes+`; --restart alone is systemd (with --host-root: the node's systemd through PID 1); running containers keep running`)
 	fl.Lookup("restart").NoOptDefVal = string(restart.Systemd)
@@ -201,6 +208,9 @@ func newInstallContainerdCmd(g *globals, uninstall bool) *cobra.Command {
 			return &exitError{2, fmt.Errorf("--restart: %w", err)}
 		}
 		c.Restart = mode
+		if c.Distribution, err = install.ParseDistribution(dist); err != nil {
+			return &exitError{2, fmt.Errorf("--distribution: %w", err)}
+		}
 		return nil
 	}
 	return cmd

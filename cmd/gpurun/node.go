@@ -22,8 +22,9 @@ import (
 
 // nodeFlags are the node agent's settings, common to its subcommands.
 type nodeFlags struct {
-	agent   nodeagent.Agent
-	restart string
+	agent        nodeagent.Agent
+	restart      string
+	distribution string
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command, installing bool) {
@@ -32,7 +33,8 @@ func (f *nodeFlags) register(cmd *cobra.Command, installing bool) {
 	fl.StringVar(&a.HostRoot, "host-root", "", `the node's root filesystem, where it is mounted (a DaemonSet: "/host"; default: this host)`)
 	fl.StringVar(&a.BinDir, "bin-dir", nodeagent.DefaultBinDir, "node directory for gpurun and gpurun-runtime")
 	fl.StringVar(&a.PolicyPath, "policy", policy.DefaultConfigPath, "the node's policy file, which gpurun-runtime reads")
-	fl.StringVar(&a.ContainerdConfig, "containerd-config", install.DefaultContainerdConfig, "containerd's config.toml on the node")
+	fl.StringVar(&a.ContainerdConfig, "containerd-config", install.DefaultContainerdConfig, "containerd's config.toml on the node (k3s, RKE2: left at this default, the config.toml they generate)")
+	fl.StringVar(&f.distribution, "distribution", string(install.DistAuto), "whose containerd the node runs: "+install.Distributions+"; k3s and rke2 get gpurun's runtime in their containerd template (config.toml.tmpl or config-v3.toml.tmpl under /var/lib/rancher/{k3s,rke2}/agent/etc/containerd) and are restarted through their own service; auto tells them by that directory")
 	fl.StringVar(&a.DropInDir, "drop-in", "", "write gpurun's tables to DIR/"+install.DropInName+" on the node and import it from the main config")
 	fl.StringVar(&a.InstallState, "install-state", install.DefaultStatePath, `where "gpurun install" records its change, on the node`)
 	fl.StringVar(&a.StatePath, "state", nodeagent.DefaultStatePath, "where the agent records what it installed, on the node")
@@ -56,6 +58,9 @@ func (f *nodeFlags) agentFor(g *globals) (*nodeagent.Agent, error) {
 	}
 	a := f.agent
 	a.Restart = mode
+	if a.Distribution, err = install.ParseDistribution(f.distribution); err != nil {
+		return nil, &exitError{2, fmt.Errorf("--distribution: %w", err)}
+	}
 	if a.SourceDir == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -110,6 +115,7 @@ running across a restart):
 		Example: `  # In the DaemonSet
   gpurun node run --host-root /host --restart=systemd --uninstall-on-exit --policy-source /etc/gpurun-source/config.toml
   gpurun node status --host-root /host
+  gpurun node run --host-root /host --distribution=k3s --restart=systemd   # restarts k3s.service (or k3s-agent)
 
   # On a node, by hand
   sudo gpurun node install --restart=systemd --set-as-default
@@ -209,10 +215,15 @@ func newNodeStatusCmd(g *globals) *cobra.Command {
 					return err
 				}
 				fmt.Fprintln(out, string(data))
-			} else if st.Ready {
-				fmt.Fprintln(out, "ready: "+st.Reason)
 			} else {
-				fmt.Fprintln(out, "not ready: "+st.Reason)
+				if st.Ready {
+					fmt.Fprintln(out, "ready: "+st.Reason)
+				} else {
+					fmt.Fprintln(out, "not ready: "+st.Reason)
+				}
+				if st.Embedded != "" {
+					fmt.Fprintln(out, st.Embedded)
+				}
 			}
 			if !st.Ready {
 				return &exitError{1, errors.New("not ready")}

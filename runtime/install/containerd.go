@@ -46,6 +46,13 @@ type Containerd struct {
 	// the node's systemd (through PID 1 under a HostRoot), restart.Signal
 	// stops containerd for its supervisor to start again.
 	Restart restart.Mode
+	// Distribution says whose containerd this is. For DistK3s and
+	// DistRKE2, ConfigPath is the config.toml they generate (default:
+	// their layout's), which is read and never written; gpurun's tables go
+	// into their template (Layout.Template, Layout.TemplateV3), and a
+	// restart restarts their service. "" and DistContainerd edit
+	// ConfigPath; DistAuto is resolved by the caller (DetectDistribution).
+	Distribution Distribution
 }
 
 func (c Containerd) configPath() string {
@@ -72,6 +79,10 @@ func (c Containerd) dropIn() (node, here string) {
 
 // Install registers gpurun-runtime. A second install changes nothing.
 func (c Containerd) Install() error {
+	if c.Distribution.Templated() {
+		c.ConfigPath = c.generatedNode()
+		return c.installTemplate()
+	}
 	path := c.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
@@ -189,18 +200,27 @@ func containerdBinaries() []string {
 	return []string{"/usr/bin/containerd", "/usr/local/bin/containerd", "/usr/sbin/containerd", "/opt/bin/containerd"}
 }
 
+// binary is the node's containerd binary (a node path), "" when none is
+// found.
+func (c Containerd) binary() string {
+	bins := containerdBinaries()
+	if c.Distribution.Templated() {
+		bins = c.layout().Binaries()
+	}
+	for _, b := range bins {
+		if fi, err := statUnder(c.HostRoot, b); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return b
+		}
+	}
+	return ""
+}
+
 // effective reads the configuration as containerd reads it (the main
 // config and its imports), with the files of overlay (node paths) in
 // place of the disk's. The node's containerd binary, when there is one,
 // tells its release (containerd 1.x or 2.x merge the files differently).
 func (c Containerd) effective(overlay map[string][]byte) (*containerdconf.Config, error) {
-	o := containerdconf.Options{Root: c.HostRoot, Overlay: overlay}
-	for _, b := range containerdBinaries() {
-		if fi, err := os.Stat(c.host(b)); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			o.Containerd = b
-			break
-		}
-	}
+	o := containerdconf.Options{Root: c.HostRoot, Overlay: overlay, Containerd: c.binary()}
 	return containerdconf.Load(context.Background(), c.node(), o)
 }
 
@@ -240,6 +260,10 @@ func (c Containerd) verify(before *containerdconf.Config, after []byte, dropNode
 
 // Uninstall undoes what Install recorded for this config.
 func (c Containerd) Uninstall() error {
+	if c.Distribution.Templated() {
+		c.ConfigPath = c.generatedNode()
+		return c.uninstallTemplate()
+	}
 	path := c.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
@@ -296,8 +320,17 @@ func (c Containerd) Uninstall() error {
 	return c.restart()
 }
 
-// restart restarts containerd as asked, else says how.
+// restart restarts containerd as asked, else says how. k3s and RKE2
+// render their template only when their service starts, so their service
+// is restarted (containerd with it; running containers keep running), and
+// a signal to containerd alone would not do.
 func (c Containerd) restart() error {
 	r := restart.Containerd{HostRoot: c.HostRoot, Mode: c.Restart, ConfigPath: c.node(), Out: c.Out}
+	if c.Distribution.Templated() {
+		if c.Restart == restart.Signal {
+			return fmt.Errorf("restart %s: --restart=signal restarts containerd alone, and %s writes %s from its template only when it starts itself: use --restart=systemd or restart %s by hand", c.Distribution, c.Distribution, c.node(), c.layout().Unit(c.HostRoot))
+		}
+		r.Unit = c.layout().Unit(c.HostRoot)
+	}
 	return r.Restart(context.Background())
 }

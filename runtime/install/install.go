@@ -81,6 +81,9 @@ type record struct {
 	Change json.RawMessage `json:"change"`
 	// DropIn is the drop-in file a containerd install wrote, if any.
 	DropIn string `json:"drop_in,omitempty"`
+	// Template is what an install added to a k3s or RKE2 containerd
+	// template, if it edited one (the record's path is the template).
+	Template *TemplateChange `json:"template,omitempty"`
 	// Policy is what the install changed in gpurun's policy file.
 	Policy *policyChange `json:"policy,omitempty"`
 	// Backup is the copy of the config taken before the first change.

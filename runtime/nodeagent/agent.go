@@ -72,6 +72,12 @@ type Agent struct {
 	ContainerdConfig string
 	// DropInDir puts gpurun's tables in a drop-in there.
 	DropInDir string
+	// Distribution is whose containerd the node runs ("" or
+	// install.DistAuto: detected, see install.ResolveDistribution). For
+	// k3s and RKE2 gpurun's tables go into their containerd template, and
+	// ContainerdConfig, when left at containerd's default, means the
+	// config.toml they generate.
+	Distribution install.Distribution
 	// SetAsDefault makes gpurun containerd's default runtime handler.
 	SetAsDefault bool
 	// PodAnnotations are passed to gpurun-runtime (nil: install's default).
@@ -110,6 +116,39 @@ func (a *Agent) policyPath() string   { return or(a.PolicyPath, policy.DefaultCo
 func (a *Agent) configPath() string   { return or(a.ContainerdConfig, install.DefaultContainerdConfig) }
 func (a *Agent) installState() string { return or(a.InstallState, install.DefaultStatePath) }
 
+// distribution resolves the agent's distribution on the node.
+func (a *Agent) distribution() install.Distribution {
+	return install.ResolveDistribution(a.Distribution, a.HostRoot, a.configPath())
+}
+
+// containerdConfig is the config.toml containerd reads: for k3s and RKE2
+// the one they generate, unless another is given.
+func (a *Agent) containerdConfig(d install.Distribution) string {
+	if d.Templated() && a.configPath() == install.DefaultContainerdConfig {
+		return install.Layout{Distribution: d}.Config()
+	}
+	return a.configPath()
+}
+
+// restarter restarts the record's containerd: for k3s and RKE2 their
+// service, which renders the template and starts containerd again.
+func (a *Agent) restarter(rec *Record) restart.Containerd {
+	r := restart.Containerd{HostRoot: a.HostRoot, Mode: rec.Containerd.Restart, ConfigPath: rec.Containerd.Config, Out: a.lineLog("restart")}
+	if d := rec.Containerd.Distribution; d.Templated() {
+		r.Unit = install.Layout{Distribution: d}.Unit(a.HostRoot)
+	}
+	return r
+}
+
+// restartHint says how to restart the record's containerd by hand.
+func (a *Agent) restartHint(rec *Record) string {
+	unit := "containerd"
+	if d := rec.Containerd.Distribution; d.Templated() {
+		unit = strings.TrimSuffix(install.Layout{Distribution: d}.Unit(a.HostRoot), ".service")
+	}
+	return "systemctl restart " + unit
+}
+
 func (a *Agent) log() *slog.Logger {
 	if a.Log == nil {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -128,6 +167,17 @@ func (a *Agent) now() time.Time {
 func (a *Agent) check() error {
 	if _, err := restart.ParseMode(string(a.Restart)); err != nil {
 		return err
+	}
+	if _, err := install.ParseDistribution(string(a.Distribution)); err != nil {
+		return err
+	}
+	if d := a.distribution(); d.Templated() {
+		switch {
+		case a.Restart == restart.Signal:
+			return fmt.Errorf("--restart=signal restarts containerd alone, and %s writes containerd's config from its template only when it starts itself: use --restart=systemd (restarts %s) or none", d, install.Layout{Distribution: d}.Unit(a.HostRoot))
+		case a.DropInDir != "":
+			return fmt.Errorf("--drop-in does not apply to %s: gpurun's tables go into its containerd template", d)
+		}
 	}
 	for _, p := range []struct{ flag, path string }{
 		{"--bin-dir", a.binDir()}, {"--policy", a.policyPath()}, {"--containerd-config", a.configPath()},
@@ -190,8 +240,13 @@ func (a *Agent) Install(ctx context.Context) error {
 	rec.Version = version.String()
 	rec.Pending = ""
 	prev := rec.Containerd
+	dist := a.distribution()
+	if !dist.Templated() {
+		dist = ""
+	}
 	rec.Containerd = ContainerdRecord{
-		Config:              a.configPath(),
+		Distribution:        dist,
+		Config:              a.containerdConfig(dist),
 		DropInDir:           a.DropInDir,
 		SetAsDefault:        a.SetAsDefault,
 		RuntimePath:         filepath.Join(a.binDir(), RuntimeBinary),
@@ -232,6 +287,12 @@ func (a *Agent) Install(ctx context.Context) error {
 		return err
 	}
 	a.log().Info("installed", "handler", install.RuntimeName, "default", a.SetAsDefault, "runtime", rec.Containerd.RuntimePath, "config", rec.Containerd.Config)
+	if rec.Containerd.Distribution.Templated() {
+		a.noteEmbedded(ctx, rec)
+		if err := save(); err != nil {
+			return err
+		}
+	}
 	return a.applyRestart(ctx, rec, statePath)
 }
 
@@ -244,8 +305,10 @@ func (a *Agent) compatible(rec *Record) error {
 	switch {
 	case rec.BinDir != a.binDir():
 		return differ("--bin-dir", rec.BinDir, a.binDir())
-	case rec.Containerd.Config != "" && rec.Containerd.Config != a.configPath():
-		return differ("--containerd-config", rec.Containerd.Config, a.configPath())
+	case rec.Containerd.Config != "" && rec.Containerd.Config != a.containerdConfig(a.distribution()):
+		return differ("--containerd-config", rec.Containerd.Config, a.containerdConfig(a.distribution()))
+	case rec.Containerd.Config != "" && rec.Containerd.Distribution.Templated() != a.distribution().Templated():
+		return differ("--distribution", string(or(string(rec.Containerd.Distribution), string(install.DistContainerd))), string(a.distribution()))
 	case rec.Containerd.Config != "" && rec.Containerd.DropInDir != a.DropInDir:
 		return differ("--drop-in", rec.Containerd.DropInDir, a.DropInDir)
 	case rec.Policy != nil && a.PolicySource != "" && rec.Policy.Path != a.policyPath():
@@ -268,6 +331,7 @@ func (a *Agent) containerd(rec *Record, out io.Writer) install.Containerd {
 			Now:         a.Now,
 		},
 		ConfigPath:     c.Config,
+		Distribution:   c.Distribution,
 		DropInDir:      c.DropInDir,
 		SetAsDefault:   c.SetAsDefault,
 		PodAnnotations: a.PodAnnotations,
@@ -416,12 +480,11 @@ func (a *Agent) applyRestart(ctx context.Context, rec *Record, statePath string)
 		a.log().Info("containerd runs with this configuration", "pid", ctd.proc.PID)
 		return a.noteLoaded(rec, ctd, statePath)
 	case rec.Containerd.Restart == restart.None || rec.Containerd.Restart == "":
-		a.log().Warn("containerd has not read the new configuration: restart it on the node (systemctl restart containerd), or run the agent with --restart=systemd|signal",
+		a.log().Warn("containerd has not read the new configuration: restart it on the node ("+a.restartHint(rec)+"), or run the agent with --restart=systemd",
 			"pid", ctd.proc.PID, "started", ctd.proc.Started.UTC().Format(time.RFC3339))
 		return nil
 	}
-	r := restart.Containerd{HostRoot: a.HostRoot, Mode: rec.Containerd.Restart, ConfigPath: rec.Containerd.Config, Out: a.lineLog("restart")}
-	if err := r.Restart(ctx); err != nil {
+	if err := a.restarter(rec).Restart(ctx); err != nil {
 		return err
 	}
 	ctd, err = a.containerdState(rec)

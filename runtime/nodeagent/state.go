@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
 
@@ -115,8 +116,17 @@ type PolicyRecord struct {
 
 // ContainerdRecord is the containerd part of an install.
 type ContainerdRecord struct {
-	// Config is containerd's config.toml (node path).
+	// Distribution is k3s or RKE2 when gpurun went into their containerd
+	// template ("" for containerd's own config).
+	Distribution install.Distribution `json:"distribution,omitempty"`
+	// Config is containerd's config.toml (node path): for k3s and RKE2 the
+	// one they generate from the template.
 	Config string `json:"config"`
+	// Embedded is k3s's or RKE2's containerd binary as the install found
+	// it, so that status need not run it again while it is unchanged.
+	Embedded *EmbeddedBinary `json:"embedded,omitempty"`
+	// Program is the k3s or RKE2 binary and its version, likewise.
+	Program *EmbeddedBinary `json:"program,omitempty"`
 	// DropInDir is the drop-in directory, when one was used.
 	DropInDir string `json:"drop_in_dir,omitempty"`
 	// SetAsDefault says gpurun was made the default runtime handler.
@@ -131,6 +141,17 @@ type ContainerdRecord struct {
 	CreatedInstallState bool `json:"created_install_state,omitempty"`
 	// Restart is the restart mode the agent runs with.
 	Restart restart.Mode `json:"restart"`
+}
+
+// EmbeddedBinary is a binary of k3s or RKE2 (their containerd, or k3s or
+// rke2 itself) and the release it says it is.
+type EmbeddedBinary struct {
+	// Path is its node path.
+	Path string `json:"path"`
+	// Release is what its --version said ("2.0.4-k3s2", "v1.31.6+k3s1").
+	Release string `json:"release"`
+	// Stat identifies the file that said so.
+	Stat FileStat `json:"stat"`
 }
 
 // Loaded identifies a containerd run and the configuration it read.

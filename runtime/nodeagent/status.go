@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/runtime/containerdconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/restart"
 )
@@ -115,7 +117,110 @@ func (a *Agent) containerdState(rec *Record) (containerdState, error) {
 	// gpurun made itself is recognised by the record instead.
 	st.loaded = p.Started.After(st.changed.Add(restart.StartUncertainty)) ||
 		l != nil && l.PID == p.PID && l.StartTicks == p.StartTicks && l.ConfigSHA == st.configSHA && l.DropInSHA == st.dropInSHA
+	if rec.Containerd.Distribution.Templated() {
+		// k3s and RKE2 write config.toml from the template, then start
+		// containerd: containerd has what gpurun left in the template when
+		// config.toml says the same (gpurun's handler in both, or in
+		// neither) and containerd did not start before config.toml was
+		// written.
+		handler, _, err := a.registered(rec)
+		if err != nil {
+			return st, err
+		}
+		st.loaded = handler == a.inTemplate(rec) && !p.Started.Before(st.changed.Add(-restart.StartUncertainty))
+	}
 	return st, nil
+}
+
+// inTemplate reports whether a k3s or RKE2 template holds gpurun's block.
+func (a *Agent) inTemplate(rec *Record) bool {
+	l := install.Layout{Distribution: rec.Containerd.Distribution}
+	for _, t := range []string{l.TemplateV3(), l.Template()} {
+		if data, err := os.ReadFile(a.host(t)); err == nil && bytes.Contains(data, []byte(containerd.Marker)) {
+			return true
+		}
+	}
+	return false
+}
+
+// embedded says whether a k3s or RKE2 node's embedded containerd runs
+// NRI, as its generated config and its release leave it. The release the
+// record holds is used while the binary is the file it came from.
+func (a *Agent) embedded(ctx context.Context, rec *Record) string {
+	d := rec.Containerd.Distribution
+	l := install.Layout{Distribution: d}
+	release := a.recorded(rec.Containerd.Embedded)
+	name := string(d)
+	version := a.recorded(rec.Containerd.Program)
+	if version == "" {
+		if p := l.Program(a.HostRoot); p != "" {
+			version, _ = l.Version(ctx, a.HostRoot, p)
+		}
+	}
+	if version != "" {
+		name += " " + version
+	}
+	e, err := install.Embedded(ctx, a.HostRoot, l, release)
+	if err != nil {
+		return fmt.Sprintf("%s: cannot tell whether its embedded containerd runs NRI: %v", name, err)
+	}
+	rel := e.Release
+	if rel == "" {
+		rel = "release unknown, " + e.Generation.String()
+	}
+	if e.NRI.Enabled {
+		return fmt.Sprintf("%s: NRI enabled in the embedded containerd (%s; socket %s): the nri mode works here", name, rel, e.NRI.Socket)
+	}
+	return fmt.Sprintf("%s: NRI disabled in the embedded containerd (%s): the nri mode does not work here; use the runtime handler (runtime-class or default-runtime mode)", name, rel)
+}
+
+// recorded is the release of a recorded binary while the file is the one
+// it came from, else "".
+func (a *Agent) recorded(b *EmbeddedBinary) string {
+	if b == nil {
+		return ""
+	}
+	if cur, err := statFile(a.host(b.Path)); err == nil && b.Stat.vouches(cur) {
+		return b.Release
+	}
+	return ""
+}
+
+// binaryRecord records a binary's release with its file identity (nil
+// where either cannot be had).
+func (a *Agent) binaryRecord(path, release string) *EmbeddedBinary {
+	if path == "" || release == "" {
+		return nil
+	}
+	// The file itself: k3s and RKE2 reach it through a link to the
+	// current release's directory.
+	if p, err := install.ResolveUnder(a.HostRoot, path); err == nil {
+		path = p
+	}
+	st, err := statFile(a.host(path))
+	if err != nil {
+		return nil
+	}
+	st.Seen = time.Now()
+	return &EmbeddedBinary{Path: path, Release: release, Stat: st}
+}
+
+// noteEmbedded records the embedded containerd's release (asking its
+// binary) and logs whether it runs NRI.
+func (a *Agent) noteEmbedded(ctx context.Context, rec *Record) {
+	rec.Containerd.Embedded, rec.Containerd.Program = nil, nil
+	l := install.Layout{Distribution: rec.Containerd.Distribution}
+	if e, err := install.Embedded(ctx, a.HostRoot, l, ""); err == nil {
+		rec.Containerd.Embedded = a.binaryRecord(e.Binary, e.Release)
+	}
+	if p := l.Program(a.HostRoot); p != "" {
+		v, err := l.Version(ctx, a.HostRoot, p)
+		if err != nil {
+			a.log().Warn("cannot tell the "+string(l.Distribution)+" version", "err", err)
+		}
+		rec.Containerd.Program = a.binaryRecord(p, v)
+	}
+	a.log().Info(a.embedded(ctx, rec))
 }
 
 // Status is the node's state as the agent sees it.
@@ -135,6 +240,10 @@ type Status struct {
 	Containerd []RunningContainerd `json:"containerd,omitempty"`
 	// Problems lists what differs from the record.
 	Problems []string `json:"problems,omitempty"`
+	// Distribution is k3s or RKE2 when gpurun is in their template.
+	Distribution install.Distribution `json:"distribution,omitempty"`
+	// Embedded says whether their embedded containerd runs NRI.
+	Embedded string `json:"embedded,omitempty"`
 }
 
 // Status reports the node's state from the record, the files and the
@@ -163,6 +272,10 @@ func (a *Agent) status(rec *Record) (Status, *containerdState) {
 		return Status{Reason: "uninstalled, but " + rec.Pending}, nil
 	}
 	s := Status{Handler: install.RuntimeName}
+	if d := rec.Containerd.Distribution; d.Templated() {
+		s.Distribution = d
+		s.Embedded = a.embedded(context.Background(), rec)
+	}
 	for i := range rec.Binaries {
 		b := &rec.Binaries[i]
 		ok, missing, err := checkBinary(a.host(b.Path), b)
@@ -177,7 +290,13 @@ func (a *Agent) status(rec *Record) (Status, *containerdState) {
 	}
 	handler, isDefault, err := a.registered(rec)
 	s.Default = isDefault
+	templated := rec.Containerd.Distribution.Templated()
 	switch {
+	case templated && !a.inTemplate(rec):
+		s.Problems = append(s.Problems, fmt.Sprintf("the %s containerd template does not hold gpurun's runtime handler", rec.Containerd.Distribution))
+	case templated && err == nil && !handler && len(s.Problems) == 0:
+		s.Reason = fmt.Sprintf("%s has not written gpurun's template into %s yet: restart it (%s)", rec.Containerd.Distribution, rec.Containerd.Config, a.restartHint(rec))
+		return s, nil
 	case err != nil:
 		s.Problems = append(s.Problems, err.Error())
 	case !handler:
@@ -258,6 +377,10 @@ func (a *Agent) registered(rec *Record) (handler, isDefault bool, err error) {
 // containerdStateDir is the state directory of the containerd that reads
 // the record's config, else containerd's default.
 func (a *Agent) containerdStateDir(rec *Record) string {
+	if d := rec.Containerd.Distribution; d.Templated() {
+		// k3s and RKE2 give containerd its state dir on the command line.
+		return install.Layout{Distribution: d}.State()
+	}
 	c, err := containerdconf.Load(context.Background(), rec.Containerd.Config, containerdconf.Options{Root: a.HostRoot})
 	if err != nil {
 		return containerdconf.DefaultState

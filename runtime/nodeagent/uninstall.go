@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -38,8 +39,12 @@ func (a *Agent) Uninstall(ctx context.Context) error {
 	}
 	if rec == nil {
 		a.log().Info("no record of an install by gpurun node; removing a registration gpurun's marker shows, if any", "record", a.statePath())
+		dist := a.distribution()
+		if !dist.Templated() {
+			dist = ""
+		}
 		rec = &Record{BinDir: a.binDir(), Containerd: ContainerdRecord{
-			Config: a.configPath(), DropInDir: a.DropInDir, RuntimePath: filepath.Join(a.binDir(), RuntimeBinary),
+			Distribution: dist, Config: a.containerdConfig(dist), DropInDir: a.DropInDir, RuntimePath: filepath.Join(a.binDir(), RuntimeBinary),
 			Policy: a.policyPath(), InstallState: a.installState(), Restart: a.Restart,
 		}}
 		return a.containerd(rec, a.lineLog("uninstall")).Uninstall()
@@ -53,11 +58,11 @@ func (a *Agent) Uninstall(ctx context.Context) error {
 	if ctd, err := a.containerdState(rec); err == nil && ctd.loaded && ctd.proc != nil {
 		rec.Loaded = ctd.loadedRecord()
 	}
-	backup := a.configBackup(rec)
+	edited, backup := a.configBackup(rec)
 	if err := a.containerd(rec, a.lineLog("uninstall")).Uninstall(); err != nil {
 		return err
 	}
-	a.removeBackupIfRestored(rec.Containerd.Config, backup)
+	a.removeBackupIfRestored(edited, backup)
 	held, err := a.unload(ctx, rec)
 	if err != nil {
 		return err
@@ -106,10 +111,9 @@ func (a *Agent) unload(ctx context.Context, rec *Record) (string, error) {
 	case err == nil && ctd.loaded:
 		return "", nil
 	case rec.Containerd.Restart == restart.None || rec.Containerd.Restart == "":
-		return fmt.Sprintf("containerd (pid %d) still runs with gpurun registered until it restarts (systemctl restart containerd)", ctd.proc.PID), nil
+		return fmt.Sprintf("containerd (pid %d) still runs with gpurun registered until it restarts (%s)", ctd.proc.PID, a.restartHint(rec)), nil
 	}
-	r := restart.Containerd{HostRoot: a.HostRoot, Mode: rec.Containerd.Restart, ConfigPath: rec.Containerd.Config, Out: a.lineLog("restart")}
-	if err := r.Restart(ctx); err != nil {
+	if err := a.restarter(rec).Restart(ctx); err != nil {
 		return "", err
 	}
 	return "", nil
@@ -209,30 +213,37 @@ func (a *Agent) removeDirs(dirs []string) {
 	}
 }
 
-// configBackup returns the backup gpurun install took of the config (a
-// path here), from its state file, or "".
-func (a *Agent) configBackup(rec *Record) string {
+// configBackup returns the file gpurun install edited and the backup it
+// took of it (paths here), from its state file; backup is "" without one.
+// For k3s and RKE2 the file is their template.
+func (a *Agent) configBackup(rec *Record) (edited, backup string) {
+	if rec.Containerd.Distribution.Templated() {
+		p, b, _ := a.containerd(rec, io.Discard).TemplateRecord()
+		return p, b
+	}
+	edited = a.host(rec.Containerd.Config)
 	data, err := os.ReadFile(a.host(rec.Containerd.InstallState))
 	if err != nil {
-		return ""
+		return edited, ""
 	}
 	var st map[string]map[string]struct {
 		Backup string `json:"backup"`
 	}
 	if json.Unmarshal(data, &st) != nil {
-		return ""
+		return edited, ""
 	}
-	return st["containerd"][a.host(rec.Containerd.Config)].Backup
+	return edited, st["containerd"][edited].Backup
 }
 
-// removeBackupIfRestored removes install's backup of the config once the
-// config is restored to exactly that content: it is a copy of the file.
+// removeBackupIfRestored removes install's backup of the config (a path
+// here) once the config is restored to exactly that content: it is a copy
+// of the file.
 func (a *Agent) removeBackupIfRestored(config, backup string) {
-	if backup == "" {
+	if backup == "" || config == "" {
 		return
 	}
 	b, err1 := os.ReadFile(backup)
-	c, err2 := os.ReadFile(a.host(config))
+	c, err2 := os.ReadFile(config)
 	if err1 != nil || err2 != nil || !bytes.Equal(b, c) {
 		return
 	}

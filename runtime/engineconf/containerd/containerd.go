@@ -90,6 +90,10 @@ type Change struct {
 // imports line it adds; uninstall looks for it.
 const marker = "# added by gpurun install; remove with gpurun uninstall containerd"
 
+// Marker is the comment that starts gpurun's block: a file that holds it
+// holds gpurun's tables.
+const Marker = marker
+
 // copiedRuntimeKey reports whether a runtime setting other than options
 // is copied from the runtime gpurun replaces. runtime_type is always
 // io.containerd.runc.v2 and pod_annotations are merged; runtime_path,

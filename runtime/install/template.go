@@ -1,0 +1,352 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/runtime/containerdconf"
+	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
+)
+
+// BaseTemplateLine starts a template gpurun creates: it renders k3s's (and
+// RKE2's) own default configuration, the template they name "base" (k3s
+// and RKE2 define it since their September 2023 releases: v1.24.17+k3s1,
+// v1.25.13+k3s1, v1.26.8+k3s1, v1.27.5+k3s1, v1.28.1+k3s1).
+const BaseTemplateLine = `{{ template "base" . }}`
+
+// TemplateChange is what an install added to a k3s or RKE2 containerd
+// template: exactly the text appended, so that an uninstall takes out
+// those bytes and no others.
+type TemplateChange struct {
+	// Path is the template (a node path).
+	Path string `json:"path"`
+	// Created says gpurun created the template: Added is then the whole
+	// file, BaseTemplateLine and gpurun's block.
+	Created bool `json:"created,omitempty"`
+	// Added is the text appended (or the file written).
+	Added string `json:"added"`
+}
+
+// block is the text of gpurun's tables in Added.
+func (t TemplateChange) block() string {
+	if t.Created {
+		return strings.TrimPrefix(t.Added, BaseTemplateLine+"\n")
+	}
+	return t.Added
+}
+
+// AddToTemplate appends block (gpurun's marked TOML tables, as the
+// containerd config editor appends them to the config the template
+// renders) to a template, or makes a new template that extends k3s's base
+// template with it when there is none. Every byte of an existing template
+// stays; the rendered config is the template's rendering followed by
+// block, since block holds no template actions.
+func AddToTemplate(tmpl []byte, existed bool, block string) ([]byte, TemplateChange, error) {
+	if strings.Contains(block, "{{") || strings.Contains(block, "}}") {
+		return nil, TemplateChange{}, fmt.Errorf("gpurun's tables hold a template delimiter ({{ or }}): %q", block)
+	}
+	if !existed {
+		added := BaseTemplateLine + "\n" + block
+		return []byte(added), TemplateChange{Created: true, Added: added}, nil
+	}
+	out := make([]byte, 0, len(tmpl)+len(block))
+	out = append(append(out, tmpl...), block...)
+	return out, TemplateChange{Added: block}, nil
+}
+
+// RemoveFromTemplate undoes AddToTemplate: it takes the recorded text out
+// of the template (the last place it occurs, where an administrator may
+// have appended more since). remove says the file is to be removed:
+// gpurun created it and nothing but the base line is left. found is false
+// when the recorded text is not in the template (changed by hand): it is
+// then returned as it is.
+func RemoveFromTemplate(tmpl []byte, ch TemplateChange) (out []byte, remove, found bool) {
+	s := string(tmpl)
+	if ch.Created && s == ch.Added {
+		return nil, true, true
+	}
+	b := ch.block()
+	i := strings.LastIndex(s, b)
+	if b == "" || i < 0 {
+		return tmpl, false, false
+	}
+	rest := s[:i] + s[i+len(b):]
+	if ch.Created && strings.TrimSpace(rest) == BaseTemplateLine {
+		return nil, true, true
+	}
+	return []byte(rest), false, true
+}
+
+// layout is the distribution's file layout.
+func (c Containerd) layout() Layout { return Layout{Distribution: c.Distribution} }
+
+// generatedNode is the config.toml a k3s or RKE2 node generates: the
+// ConfigPath when one other than containerd's default is given.
+func (c Containerd) generatedNode() string {
+	if c.ConfigPath != "" && c.ConfigPath != DefaultContainerdConfig {
+		return c.ConfigPath
+	}
+	return c.layout().Config()
+}
+
+// templateNode picks the template to edit: the version 3 template where
+// there is one, else the version 2 one where there is one, else the one
+// for the version of the config the node generates now.
+func (c Containerd) templateNode(generated []byte) (string, error) {
+	l := c.layout()
+	for _, t := range []string{l.TemplateV3(), l.Template()} {
+		if _, err := os.Stat(c.host(t)); err == nil {
+			return t, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("stat %s: %w", c.host(t), err)
+		}
+	}
+	v, err := containerd.Version(generated)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", c.host(c.generatedNode()), err)
+	}
+	if v >= 3 {
+		return l.TemplateV3(), nil
+	}
+	return l.Template(), nil
+}
+
+// recordedTemplate finds the template an install recorded.
+func (c Containerd) recordedTemplate(st state) (string, record, bool) {
+	l := c.layout()
+	for _, t := range []string{l.TemplateV3(), l.Template()} {
+		if rec, ok := st["containerd"][c.host(t)]; ok && rec.Template != nil {
+			return c.host(t), rec, true
+		}
+	}
+	return "", record{}, false
+}
+
+// installTemplate registers gpurun-runtime in a k3s or RKE2 template; the
+// generated config.toml is read, never written.
+func (c Containerd) installTemplate() error {
+	dist := string(c.Distribution)
+	if c.DropInDir != "" {
+		return fmt.Errorf("--drop-in does not apply to %s: gpurun's tables go into its containerd template", dist)
+	}
+	genNode := c.generatedNode()
+	genPath := c.host(genNode)
+	gen, existed, err := readConfig(genPath)
+	if err != nil {
+		return err
+	}
+	if !existed {
+		return fmt.Errorf("%s does not exist: start %s once, so that it writes its containerd config, then install", genPath, dist)
+	}
+	tmplNode, err := c.templateNode(gen)
+	if err != nil {
+		return err
+	}
+	tmplPath := c.host(tmplNode)
+	tmpl, tmplExisted, err := readConfig(tmplPath)
+	if err != nil {
+		return err
+	}
+	st, err := loadState(c.statePath())
+	if err != nil {
+		return err
+	}
+	rec, hadRecord := st["containerd"][tmplPath]
+	if hadRecord && rec.Template != nil && strings.Contains(string(tmpl), rec.Template.block()) {
+		if c.DryRun {
+			fmt.Fprintf(c.Out, "%s: no change\n", tmplPath)
+			return nil
+		}
+		if rec.Pending {
+			if err := c.finish(st, "containerd", tmplPath, rec); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.Out, "%s: finished the install an earlier run left half done\n", tmplPath)
+		} else {
+			fmt.Fprintf(c.Out, "%s: gpurun runtime already registered; nothing to do\n", tmplPath)
+		}
+		return c.restart()
+	}
+	if bytes.Contains(tmpl, []byte(containerd.Marker)) {
+		return fmt.Errorf("%s holds a block of gpurun's that %s does not record: take it out by hand, then install again", tmplPath, c.statePath())
+	}
+	effective, err := c.effective(nil)
+	if err != nil {
+		return fmt.Errorf("install into %s: containerd cannot read %s as it is: %w", tmplPath, genPath, err)
+	}
+	opts := c.options()
+	opts.Effective = effective
+	after, ch, err := containerd.Install(gen, opts)
+	if err != nil {
+		return fmt.Errorf("install into %s (from %s): %w", tmplPath, genPath, err)
+	}
+	if !ch.Changed {
+		return fmt.Errorf("%s already defines runtime handler %s, which gpurun does not record: take it out of %s, restart %s, then install again", genPath, RuntimeName, tmplPath, dist)
+	}
+	if !bytes.HasPrefix(after, gen) {
+		// The change is not an addition at the end: a template can only
+		// add tables after what it renders.
+		if c.SetAsDefault {
+			return fmt.Errorf("%s writes the CRI plugin's containerd table itself, so its template cannot add default_runtime_name to it: install without --set-as-default (RuntimeClass gpurun), or set default-runtime: %s in /etc/rancher/%s/config.yaml", dist, RuntimeName, dist)
+		}
+		return fmt.Errorf("%s already defines runtime handler %s, which gpurun does not record: take it out of %s, restart %s, then install again", genPath, RuntimeName, tmplPath, dist)
+	}
+	out, tc, err := AddToTemplate(tmpl, tmplExisted, string(after[len(gen):]))
+	if err != nil {
+		return fmt.Errorf("install into %s: %w", tmplPath, err)
+	}
+	tc.Path = tmplNode
+	// What the distribution will render: the config it renders now, then
+	// gpurun's block.
+	if err := c.verify(effective, after, "", nil); err != nil {
+		return fmt.Errorf("install into %s: %w", tmplPath, err)
+	}
+	var pc *policyChange
+	var polBefore, polAfter []byte
+	if ch.Chain != "" {
+		if pc, polBefore, polAfter, err = c.chain(ch.Chain); err != nil {
+			return err
+		}
+	}
+	if c.DryRun {
+		c.showDiff(tmplPath, tmpl, out)
+		if pc != nil {
+			c.showDiff(c.policyPath(), polBefore, polAfter)
+		}
+		return nil
+	}
+	backup, err := c.backup(tmplPath, tmpl, tmplExisted, rec.Backup)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(ch)
+	if err != nil {
+		return err
+	}
+	rec = record{Change: raw, Template: &tc, Policy: pc, Backup: backup, InstalledAt: c.now().UTC()}
+	if err := c.commit(st, "containerd", tmplPath, rec, []fileWrite{{tmplPath, out}}); err != nil {
+		return err
+	}
+	what := "added to"
+	if tc.Created {
+		what = "created"
+	}
+	fmt.Fprintf(c.Out, "%s: %s with runtime handler %s (%s, config version %d); %s writes it into %s when it starts", tmplPath, what, RuntimeName, c.RuntimePath, ch.Version, dist, genNode)
+	if backup != "" {
+		fmt.Fprintf(c.Out, "; backup %s", backup)
+	}
+	fmt.Fprintln(c.Out)
+	return c.restart()
+}
+
+// uninstallTemplate takes out exactly what installTemplate added.
+func (c Containerd) uninstallTemplate() error {
+	st, err := loadState(c.statePath())
+	if err != nil {
+		return err
+	}
+	tmplPath, rec, ok := c.recordedTemplate(st)
+	if !ok {
+		l := c.layout()
+		for _, t := range []string{l.TemplateV3(), l.Template()} {
+			if data, _, _ := readConfig(c.host(t)); bytes.Contains(data, []byte(containerd.Marker)) {
+				fmt.Fprintf(c.Out, "%s: holds a block of gpurun's, but %s records no install: left as it is; take it out by hand\n", c.host(t), c.statePath())
+				return nil
+			}
+		}
+		fmt.Fprintf(c.Out, "%s: no gpurun install recorded in %s; nothing to do\n", l.ContainerdDir(), c.statePath())
+		return nil
+	}
+	tmpl, existed, err := readConfig(tmplPath)
+	if err != nil {
+		return err
+	}
+	out, remove, found := RemoveFromTemplate(tmpl, *rec.Template)
+	if c.DryRun {
+		switch {
+		case remove:
+			fmt.Fprintf(c.Out, "would remove %s (created by install)\n", tmplPath)
+		default:
+			c.showDiff(tmplPath, tmpl, out)
+		}
+		return nil
+	}
+	switch {
+	case !existed || !found:
+		fmt.Fprintf(c.Out, "%s: gpurun's block is not there (changed by hand?); left as it is\n", tmplPath)
+	case remove:
+		if err := os.Remove(tmplPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", tmplPath, err)
+		}
+		fmt.Fprintf(c.Out, "removed %s (created by install)\n", tmplPath)
+	default:
+		if err := atomicfile.Write(tmplPath, out, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.Out, "%s: gpurun runtime removed\n", tmplPath)
+	}
+	if err := c.forget(st, "containerd", tmplPath, rec, true); err != nil {
+		return err
+	}
+	return c.restart()
+}
+
+// TemplateRecord returns the template path (here, under HostRoot) and the
+// backup a k3s or RKE2 install recorded, if any.
+func (c Containerd) TemplateRecord() (path, backup string, ok bool) {
+	st, err := loadState(c.statePath())
+	if err != nil {
+		return "", "", false
+	}
+	p, rec, ok := c.recordedTemplate(st)
+	return p, rec.Backup, ok
+}
+
+// EmbeddedContainerd is what gpurun can tell about the containerd that
+// k3s or RKE2 run on a node.
+type EmbeddedContainerd struct {
+	// Binary is the embedded containerd binary found (a node path; "":
+	// none).
+	Binary string
+	// Release is the embedded containerd's release ("" when unknown).
+	Release string
+	// Generation says whose config rules apply (containerd 1.x or 2.x).
+	Generation containerdconf.Generation
+	// NRI is the NRI plugin's configuration as the generated config and
+	// the release leave it.
+	NRI containerdconf.NRI
+}
+
+// Binary returns the embedded containerd binary on the node under
+// hostRoot (a node path), "" when there is none.
+func (l Layout) Binary(hostRoot string) string {
+	return Containerd{Options: Options{HostRoot: hostRoot}, Distribution: l.Distribution}.binary()
+}
+
+// Embedded reads the generated config of a k3s or RKE2 node to tell
+// whether NRI is enabled. The containerd release decides the defaults:
+// release, when known (a release recorded earlier), else the embedded
+// binary is asked (containerd --version, chrooted into hostRoot).
+func Embedded(ctx context.Context, hostRoot string, l Layout, release string) (EmbeddedContainerd, error) {
+	e := EmbeddedContainerd{Binary: l.Binary(hostRoot)}
+	o := containerdconf.Options{Root: hostRoot, Release: release}
+	if release == "" {
+		o.Containerd = e.Binary
+	}
+	cfg, err := containerdconf.Load(ctx, l.Config(), o)
+	if err != nil {
+		return e, err
+	}
+	if !cfg.Exists {
+		return e, fmt.Errorf("%s does not exist: %s has not started on this node", l.Config(), l.Distribution)
+	}
+	e.Release, e.Generation, e.NRI = cfg.Release, cfg.Generation, cfg.NRI()
+	return e, nil
+}

@@ -1,0 +1,469 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+
+	"github.com/gpurun/gpurun/runtime/containerdconf"
+)
+
+// k3sData is the data k3s executes its containerd template with (the
+// fields of its templates.ContainerdConfig that the templates read).
+func k3sData(l Layout, nvidia bool) map[string]any {
+	extra := map[string]map[string]string{}
+	if nvidia {
+		// What k3s adds when it finds nvidia-container-runtime on the node.
+		extra["nvidia"] = map[string]string{"RuntimeType": "io.containerd.runc.v2", "BinaryName": "/usr/bin/nvidia-container-runtime"}
+		extra["nvidia-experimental"] = map[string]string{"RuntimeType": "io.containerd.runc.v2", "BinaryName": "/usr/bin/nvidia-container-runtime-experimental"}
+	}
+	return map[string]any{
+		"Program": string(l.Distribution),
+		"NodeConfig": map[string]any{
+			"SELinux":   false,
+			"NoFlannel": false,
+			"Containerd": map[string]any{
+				"Opt": filepath.Join(l.Root(), "opt"), "Root": l.Root(), "State": l.State(), "Address": l.Socket(),
+			},
+			"AgentConfig": map[string]any{
+				"PauseImage": "rancher/mirrored-pause:3.6", "Snapshotter": "overlayfs", "ImageServiceSocket": "",
+				"CNIBinDir": filepath.Join(l.DataDir(), "data/current/bin"), "CNIConfDir": filepath.Join(l.DataDir(), "agent/etc/cni/net.d"),
+			},
+		},
+		"EnableUnprivileged":    true,
+		"DisableCgroup":         false,
+		"IsRunningInUserNS":     false,
+		"SystemdCgroup":         true,
+		"PrivateRegistryConfig": nil,
+		"ExtraRuntimes":         extra,
+	}
+}
+
+// renderK3s renders containerd's config as k3s does at start: the
+// administrator's template when there is one, else the base template, with
+// the base template defined as "base".
+func renderK3s(t *testing.T, base, admin string, data any) string {
+	t.Helper()
+	main := admin
+	if main == "" {
+		main = base
+	}
+	tt, err := template.New("compiled_template").Parse(main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tt.New("base").Parse(base); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := tt.Execute(&b, data); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func testdata(t *testing.T, name string) string {
+	t.Helper()
+	if name == "" {
+		return ""
+	}
+	return read(t, filepath.Join("testdata", "k3s", name))
+}
+
+func TestTemplateInstallUninstall(t *testing.T) {
+	const (
+		baseV2 = "k3s-06be48b6-ContainerdConfigTemplate.toml.tmpl"
+		baseV3 = "synthetic-k3s-v3-base.toml.tmpl"
+	)
+	tests := []struct {
+		name   string
+		dist   Distribution
+		base   string
+		admin  string // testdata template of the administrator's, "" for none
+		as     string // the admin template's name: config.toml.tmpl or config-v3.toml.tmpl
+		nvidia bool
+		// want is the template gpurun edits (its base name); keep lists
+		// runtimes the rendered config must still define.
+		want string
+		keep []string
+	}{
+		{name: "k3s v2 default, nvidia found", dist: DistK3s, base: baseV2, nvidia: true, want: "config.toml.tmpl", keep: []string{"runc", "nvidia", "nvidia-experimental"}},
+		{name: "k3s v2 default", dist: DistK3s, base: baseV2, want: "config.toml.tmpl", keep: []string{"runc"}},
+		{name: "k3s v2 admin template on base", dist: DistK3s, base: baseV2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl", nvidia: true, want: "config.toml.tmpl", keep: []string{"runc", "nvidia", "kata"}},
+		{name: "k3s v2 admin full template", dist: DistK3s, base: baseV2, admin: baseV2, as: "config.toml.tmpl", want: "config.toml.tmpl", keep: []string{"runc"}},
+		{name: "k3s v2 admin template without final newline", dist: DistK3s, base: baseV2, admin: "admin-v2-no-final-newline.toml.tmpl", as: "config.toml.tmpl", want: "config.toml.tmpl", keep: []string{"runc", "wasm"}},
+		{name: "k3s v3 default, nvidia found", dist: DistK3s, base: baseV3, nvidia: true, want: "config-v3.toml.tmpl", keep: []string{"runc", "nvidia"}},
+		{name: "k3s v3 docs example template", dist: DistK3s, base: baseV3, admin: "k3s-docs-05051a0-config-v3.toml.tmpl", as: "config-v3.toml.tmpl", want: "config-v3.toml.tmpl", keep: []string{"runc", "custom"}},
+		{name: "rke2 v2 admin template", dist: DistRKE2, base: baseV2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl", nvidia: true, want: "config.toml.tmpl", keep: []string{"runc", "nvidia", "kata"}},
+		{name: "rke2 v3 default", dist: DistRKE2, base: baseV3, want: "config-v3.toml.tmpl", keep: []string{"runc"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			l := Layout{Distribution: tc.dist}
+			host := func(p string) string { return filepath.Join(root, p) }
+			base, admin := testdata(t, tc.base), testdata(t, tc.admin)
+			data := k3sData(l, tc.nvidia)
+			if admin != "" {
+				write(t, host(filepath.Join(l.ContainerdDir(), tc.as)), admin)
+			}
+			generated := renderK3s(t, base, admin, data)
+			write(t, host(l.Config()), generated)
+
+			var out bytes.Buffer
+			c := Containerd{Options: opts(root, &out), Distribution: tc.dist}
+			if err := c.Install(); err != nil {
+				t.Fatalf("install: %v\n%s", err, out.String())
+			}
+			tmplPath := host(filepath.Join(l.ContainerdDir(), tc.want))
+			got := read(t, tmplPath)
+			t.Logf("%s:\n%s", tc.want, got)
+			if admin != "" {
+				if !strings.HasPrefix(got, admin) {
+					t.Fatalf("the administrator's template is not kept as it was:\n%s", got)
+				}
+				if _, err := os.Stat(tmplPath + ".gpurun-20261122T010203Z.bak"); err != nil {
+					t.Errorf("no backup of the template: %v", err)
+				}
+			} else if !strings.HasPrefix(got, BaseTemplateLine+"\n") {
+				t.Fatalf("a created template does not extend base:\n%s", got)
+			}
+			if read(t, host(l.Config())) != generated {
+				t.Fatal("install wrote the generated config.toml")
+			}
+
+			// k3s restarts: it renders the template again.
+			rendered := renderK3s(t, base, got, data)
+			write(t, host(l.Config()), rendered)
+			for _, line := range strings.Split(generated, "\n") {
+				if !strings.Contains(rendered, line) {
+					t.Errorf("rendered config lost line %q", line)
+				}
+			}
+			cfg, err := containerdconf.Load(context.Background(), l.Config(), containerdconf.Options{Root: root})
+			if err != nil {
+				t.Fatalf("containerd would not read the rendered config: %v\n%s", err, rendered)
+			}
+			r, ok := cfg.Runtime(RuntimeName)
+			if !ok || r.BinaryName != "/usr/local/bin/gpurun-runtime" {
+				t.Fatalf("rendered config: runtime %s = %+v, %v\n%s", RuntimeName, r, ok, rendered)
+			}
+			for _, k := range tc.keep {
+				if _, ok := cfg.Runtime(k); !ok {
+					t.Errorf("rendered config lost runtime %s", k)
+				}
+			}
+
+			// A second install changes nothing.
+			out.Reset()
+			if err := c.Install(); err != nil {
+				t.Fatalf("second install: %v", err)
+			}
+			if read(t, tmplPath) != got || !strings.Contains(out.String(), "nothing to do") {
+				t.Fatalf("second install changed the template or said %q", out.String())
+			}
+
+			out.Reset()
+			if err := c.Uninstall(); err != nil {
+				t.Fatalf("uninstall: %v\n%s", err, out.String())
+			}
+			if admin != "" {
+				if after := read(t, tmplPath); after != admin {
+					t.Fatalf("uninstall did not restore the template byte for byte:\n%q\nwant\n%q", after, admin)
+				}
+			} else if _, err := os.Stat(tmplPath); !os.IsNotExist(err) {
+				t.Fatalf("uninstall left the template it created: %v", err)
+			}
+			var st map[string]map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(read(t, host("/var/lib/gpurun/state.json"))), &st); err != nil {
+				t.Fatal(err)
+			}
+			if len(st["containerd"]) != 0 {
+				t.Errorf("state still records %v", st["containerd"])
+			}
+		})
+	}
+}
+
+func TestRemoveFromTemplate(t *testing.T) {
+	const block = "\n# added by gpurun install; remove with gpurun uninstall containerd\n[x]\n  a = 1\n"
+	created := BaseTemplateLine + "\n" + block
+	tests := []struct {
+		name   string
+		tmpl   string
+		ch     TemplateChange
+		want   string
+		remove bool
+		found  bool
+	}{
+		{name: "appended, untouched", tmpl: "# mine\n" + block, ch: TemplateChange{Added: block}, want: "# mine\n", found: true},
+		{name: "appended, admin added after", tmpl: "# mine\n" + block + "# later\n", ch: TemplateChange{Added: block}, want: "# mine\n# later\n", found: true},
+		{name: "created, untouched", tmpl: created, ch: TemplateChange{Created: true, Added: created}, remove: true, found: true},
+		{name: "created, admin added", tmpl: created + "[y]\n", ch: TemplateChange{Created: true, Added: created}, want: BaseTemplateLine + "\n[y]\n", found: true},
+		{name: "block edited by hand", tmpl: "# mine\n[x]\n  a = 2\n", ch: TemplateChange{Added: block}, want: "# mine\n[x]\n  a = 2\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, remove, found := RemoveFromTemplate([]byte(tc.tmpl), tc.ch)
+			if remove != tc.remove || found != tc.found || !tc.remove && string(out) != tc.want {
+				t.Fatalf("got %q remove=%v found=%v, want %q remove=%v found=%v", out, remove, found, tc.want, tc.remove, tc.found)
+			}
+		})
+	}
+}
+
+func TestAddToTemplateRefusesDelimiters(t *testing.T) {
+	if _, _, err := AddToTemplate([]byte("x\n"), true, "\n[a]\n  b = \"{{ x }}\"\n"); err == nil {
+		t.Fatal("a block with a template action was accepted")
+	}
+}
+
+// TestTemplateSetAsDefault: a template can make gpurun the default only
+// where the config k3s renders does not write the CRI plugin's containerd
+// table itself (k3s's version 2 template always does, for the snapshotter).
+func TestTemplateSetAsDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name, base string
+		ok         bool
+	}{
+		{"version 2: refused", "k3s-06be48b6-ContainerdConfigTemplate.toml.tmpl", false},
+		{"version 3 without the containerd table", "synthetic-k3s-v3-base.toml.tmpl", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			l := Layout{Distribution: DistK3s}
+			base := testdata(t, tc.base)
+			write(t, filepath.Join(root, l.Config()), renderK3s(t, base, "", k3sData(l, true)))
+			var out bytes.Buffer
+			c := Containerd{Options: opts(root, &out), Distribution: DistK3s, SetAsDefault: true}
+			err := c.Install()
+			if !tc.ok {
+				if err == nil || !strings.Contains(err.Error(), "default-runtime: gpurun") {
+					t.Fatalf("err = %v", err)
+				}
+				for _, p := range []string{l.Template(), l.TemplateV3()} {
+					if _, err := os.Stat(filepath.Join(root, p)); err == nil {
+						t.Errorf("a refused install wrote %s", p)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl := read(t, filepath.Join(root, l.TemplateV3()))
+			write(t, filepath.Join(root, l.Config()), renderK3s(t, base, tmpl, k3sData(l, true)))
+			cfg, err := containerdconf.Load(context.Background(), l.Config(), containerdconf.Options{Root: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.DefaultRuntime() != RuntimeName {
+				t.Fatalf("default runtime %q after k3s renders\n%s", cfg.DefaultRuntime(), tmpl)
+			}
+			if err := c.Uninstall(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(root, l.TemplateV3())); !os.IsNotExist(err) {
+				t.Fatalf("template left: %v", err)
+			}
+		})
+	}
+}
+
+func TestDetectDistribution(t *testing.T) {
+	tests := []struct {
+		name string
+		dirs []string
+		want Distribution
+	}{
+		{"plain containerd", []string{"/etc/containerd"}, DistContainerd},
+		{"k3s", []string{"/var/lib/rancher/k3s/agent/etc/containerd"}, DistK3s},
+		{"rke2", []string{"/var/lib/rancher/rke2/agent/etc/containerd"}, DistRKE2},
+		{"k3s data dir without an agent", []string{"/var/lib/rancher/k3s/server"}, DistContainerd},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, d := range tc.dirs {
+				if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := DetectDistribution(root); got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseDistribution(t *testing.T) {
+	for in, want := range map[string]Distribution{"": DistAuto, "auto": DistAuto, "containerd": DistContainerd, "k3s": DistK3s, "rke2": DistRKE2} {
+		if got, err := ParseDistribution(in); err != nil || got != want {
+			t.Errorf("ParseDistribution(%q) = %s, %v", in, got, err)
+		}
+	}
+	if _, err := ParseDistribution("microk8s"); err == nil {
+		t.Error("microk8s accepted")
+	}
+}
+
+func TestEmbeddedNRI(t *testing.T) {
+	const v2 = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+	const v3 = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+	tests := []struct {
+		name, config, release string
+		want                  bool
+	}{
+		{"k3s v1.31.5: containerd 1.7, version 2", v2, "1.7.23-k3s2", false},
+		{"k3s v1.31.6: containerd 2.0, legacy version 2 template", v2, "2.0.2-k3s2", true},
+		{"containerd 2.x, version 3, release unknown", v3, "", true},
+		{"containerd 1.7 with NRI turned on in the template", v2 + "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n", "1.7.23-k3s2", true},
+		{"containerd 2.x with NRI turned off in the template", v3 + "[plugins.'io.containerd.nri.v1.nri']\n  disable = true\n", "2.1.5-k3s1", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			l := Layout{Distribution: DistK3s}
+			write(t, filepath.Join(root, l.Config()), tc.config)
+			e, err := Embedded(context.Background(), root, l, tc.release)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.NRI.Enabled != tc.want {
+				t.Fatalf("NRI enabled %v, want %v (%+v)", e.NRI.Enabled, tc.want, e)
+			}
+		})
+	}
+	if _, err := Embedded(context.Background(), t.TempDir(), Layout{Distribution: DistRKE2}, ""); err == nil || !strings.Contains(err.Error(), "has not started") {
+		t.Fatalf("no generated config: %v", err)
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	tests := []struct {
+		out, want string
+		ok        bool
+	}{
+		{"k3s version v1.31.6+k3s1 (a7455eb9)\ngo version go1.23.6\n", "v1.31.6+k3s1", true},
+		{"rke2 version v1.32.2+rke2r1 (63324382)\ngo version go1.23.6 X:boringcrypto\n", "v1.32.2+rke2r1", true},
+		{"Incorrect Usage\n", "", false},
+		{"", "", false},
+	}
+	for _, tc := range tests {
+		got, err := ParseVersion(tc.out)
+		if got != tc.want || (err == nil) != tc.ok {
+			t.Errorf("ParseVersion(%q) = %q, %v; want %q, ok %v", tc.out, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestBinaryBehindAbsoluteLink(t *testing.T) {
+	tests := []struct {
+		name   string
+		dist   Distribution
+		real   string // where the binary is (node path)
+		link   string // the link to its directory (node path)
+		target string // the link's target
+		want   string
+	}{
+		{"rke2 bin, absolute", DistRKE2, "/var/lib/rancher/rke2/data/v1.33.0-rke2r1-abc/bin/containerd", "/var/lib/rancher/rke2/bin", "/var/lib/rancher/rke2/data/v1.33.0-rke2r1-abc/bin", "/var/lib/rancher/rke2/bin/containerd"},
+		{"k3s current, absolute", DistK3s, "/var/lib/rancher/k3s/data/0123abcd/bin/containerd", "/var/lib/rancher/k3s/data/current", "/var/lib/rancher/k3s/data/0123abcd", "/var/lib/rancher/k3s/data/current/bin/containerd"},
+		{"k3s current, relative", DistK3s, "/var/lib/rancher/k3s/data/0123abcd/bin/containerd", "/var/lib/rancher/k3s/data/current", "0123abcd", "/var/lib/rancher/k3s/data/current/bin/containerd"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, filepath.Join(root, tc.real), "#!/bin/sh\n")
+			if err := os.Chmod(filepath.Join(root, tc.real), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(tc.target, filepath.Join(root, tc.link)); err != nil {
+				t.Fatal(err)
+			}
+			if got := (Layout{Distribution: tc.dist}).Binary(root); got != tc.want {
+				t.Fatalf("Binary = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTemplateInstallKilled covers an install killed after it recorded the
+// change as pending: before the template was written, or after.
+func TestTemplateInstallKilled(t *testing.T) {
+	base := testdata(t, "k3s-06be48b6-ContainerdConfigTemplate.toml.tmpl")
+	admin := testdata(t, "admin-v2-config.toml.tmpl")
+	l := Layout{Distribution: DistK3s}
+	setup := func(t *testing.T) (root string, c Containerd, out *bytes.Buffer, installed string) {
+		root = t.TempDir()
+		write(t, filepath.Join(root, l.Template()), admin)
+		write(t, filepath.Join(root, l.Config()), renderK3s(t, base, admin, k3sData(l, true)))
+		out = &bytes.Buffer{}
+		c = Containerd{Options: opts(root, out), Distribution: DistK3s}
+		if err := c.Install(); err != nil {
+			t.Fatal(err)
+		}
+		installed = read(t, filepath.Join(root, l.Template()))
+		// Mark the record pending, as a kill between the record and the
+		// end of the install leaves it.
+		statePath := filepath.Join(root, "/var/lib/gpurun/state.json")
+		st, err := loadState(statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := filepath.Join(root, l.Template())
+		rec := st["containerd"][key]
+		rec.Pending = true
+		st["containerd"][key] = rec
+		if err := st.save(statePath); err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		return root, c, out, installed
+	}
+	pending := func(t *testing.T, root string) bool {
+		st, err := loadState(filepath.Join(root, "/var/lib/gpurun/state.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st["containerd"][filepath.Join(root, l.Template())].Pending
+	}
+
+	t.Run("after the write: a rerun finishes", func(t *testing.T) {
+		root, c, out, installed := setup(t)
+		if err := c.Install(); err != nil {
+			t.Fatal(err)
+		}
+		if read(t, filepath.Join(root, l.Template())) != installed || pending(t, root) || !strings.Contains(out.String(), "finished") {
+			t.Fatalf("rerun: %s", out)
+		}
+	})
+	t.Run("before the write: a rerun writes", func(t *testing.T) {
+		root, c, out, installed := setup(t)
+		write(t, filepath.Join(root, l.Template()), admin)
+		if err := c.Install(); err != nil {
+			t.Fatal(err)
+		}
+		if read(t, filepath.Join(root, l.Template())) != installed || pending(t, root) {
+			t.Fatalf("rerun: %s", out)
+		}
+	})
+	t.Run("before the write: uninstall leaves the template", func(t *testing.T) {
+		root, c, out, _ := setup(t)
+		write(t, filepath.Join(root, l.Template()), admin)
+		if err := c.Uninstall(); err != nil {
+			t.Fatal(err)
+		}
+		if read(t, filepath.Join(root, l.Template())) != admin || !strings.Contains(out.String(), "not there") {
+			t.Fatalf("uninstall: %s", out)
+		}
+		st, _ := loadState(filepath.Join(root, "/var/lib/gpurun/state.json"))
+		if len(st["containerd"]) != 0 {
+			t.Fatalf("record kept: %v", st)
+		}
+	})
+}
