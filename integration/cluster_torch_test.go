@@ -112,7 +112,8 @@ func runJob(t *testing.T, c *harness.Cluster, ns, name, runtimeClass string) (st
 
 // TestClusterTorchJob: the same DataLoader Job fails with Bus error at
 // containerd's 64 MiB /dev/shm, and completes with the policy's /dev/shm
-// once it asks for runtimeClassName gpurun (runtime-class overlay).
+// under the webhook overlay (unchanged Job) and once it asks for
+// runtimeClassName gpurun (runtime-class overlay).
 func TestClusterTorchJob(t *testing.T) {
 	if batch := int64(blocksBatch * blocksSampleMiB * policy.MiB); batch <= engineShm {
 		t.Fatalf("a batch of %d bytes fits in containerd's /dev/shm: the test would prove nothing", batch)
@@ -136,6 +137,20 @@ func TestClusterTorchJob(t *testing.T) {
 			}
 			if want := "/dev/shm " + strconv.FormatInt(engineShm, 10) + " bytes"; !strings.Contains(logs, want) {
 				t.Errorf("log lacks %q:\n%s", want, logs)
+			}
+		})
+		t.Run("webhook: completes", func(t *testing.T) {
+			e.installWebhook(t)
+			end, logs := runJob(t, c, ns, "dataloader-webhook", "")
+			if end != "Complete" {
+				logs2, _ := c.Kubectl("logs", "-n", "gpurun-system", "deployment/gpurun-webhook")
+				t.Fatalf("Job %s, want Complete:\n%s\nwebhook log:\n%s", end, logs, logs2)
+			}
+			// No memory limit: the node is not known at admission, so the
+			// policy's compose_default is the size.
+			want, _ := e.pol.Target(policy.Request{Portable: true})
+			if r := result(t, logs, 0); r.ShmBytes != want {
+				t.Errorf("/dev/shm %d bytes, want the webhook's sizeLimit %d", r.ShmBytes, want)
 			}
 		})
 		t.Run("runtimeClassName gpurun: completes", func(t *testing.T) {

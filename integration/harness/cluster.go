@@ -483,7 +483,9 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 
 // writeCNIConfig writes the node's CNI network: a bridge with host-local
 // addresses from clusterPodSubnet (their records below NodeDir), no
-// masquerading (nothing leaves the namespace).
+// masquerading (nothing leaves the namespace), and a default route through
+// the bridge, so that pods reach the API server at the node's address (the
+// webhook does: there is no kube-proxy for the kubernetes Service).
 func (c *Cluster) writeCNIConfig(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -501,6 +503,7 @@ func (c *Cluster) writeCNIConfig(dir string) error {
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": %q
       }
     }
