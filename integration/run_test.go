@@ -5,8 +5,8 @@ package integration
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
