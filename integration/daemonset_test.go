@@ -246,29 +246,7 @@ func testDaemonSetEntrypoint(t *testing.T, original []byte, containerd2, setDefa
 	if err := os.Symlink(c.StateDir, n.path("/run/containerd")); err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.Parse(source, []byte(sourceText))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := sysinfo.MemTotal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, _ := pol.Target(policy.Request{HostMemory: mem})
-	handler := install.RuntimeName
-	if setDefault {
-		handler = "" // no RuntimeClass: the default handler
-	}
-	pod := c.RunPod(harness.PodOptions{Name: "trainer", RuntimeHandler: handler})
-	ctr := c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
-	c.StartContainer(ctr)
-	shm, err := c.Exec(ctr, "df", "-k", "/dev/shm")
-	if err != nil {
-		t.Fatalf("exec: %v\ngpurun-runtime log: %s\ncontainerd: %s", err, readFile(logFile), c.LogTail(20))
-	}
-	if got := dfKiB(t, shm); got != target/1024 {
-		t.Errorf("/dev/shm of a GPU container with handler %q: %d KiB, want %d (the source policy's target)\ngpurun-runtime log: %s", handler, got, target/1024, readFile(logFile))
-	}
+	pod := runGPUPod(t, c, source, sourceText, setDefault, logFile)
 
 	// Uninstall while the pod runs: the config is restored, gpurun-runtime
 	// stays for the pod's shim.
@@ -523,4 +501,36 @@ func TestRestartSignal(t *testing.T) {
 	if got := dfKiB(t, shm); got != hostTarget(t)/1024 {
 		t.Errorf("/dev/shm %d KiB after the restart, want %d\n%s", got, hostTarget(t)/1024, readFile(logFile))
 	}
+}
+
+// runGPUPod runs a GPU pod through the CRI — with the runtime handler
+// gpurun, or the default one when setDefault — and checks that its
+// /dev/shm is the source policy's target for this host. It returns the
+// pod, still running.
+func runGPUPod(t *testing.T, c *harness.Containerd, source, sourceText string, setDefault bool, logFile string) string {
+	t.Helper()
+	pol, err := policy.Parse(source, []byte(sourceText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := sysinfo.MemTotal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, _ := pol.Target(policy.Request{HostMemory: mem})
+	handler := install.RuntimeName
+	if setDefault {
+		handler = "" // no RuntimeClass: the default handler
+	}
+	pod := c.RunPod(harness.PodOptions{Name: "trainer", RuntimeHandler: handler})
+	ctr := c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
+	c.StartContainer(ctr)
+	shm, err := c.Exec(ctr, "df", "-k", "/dev/shm")
+	if err != nil {
+		t.Fatalf("exec: %v\ngpurun-runtime log: %s\ncontainerd: %s", err, readFile(logFile), c.LogTail(20))
+	}
+	if got := dfKiB(t, shm); got != target/1024 {
+		t.Errorf("/dev/shm of a GPU container with handler %q: %d KiB, want %d (the source policy's target)\ngpurun-runtime log: %s", handler, got, target/1024, readFile(logFile))
+	}
+	return pod
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/nodeagent"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 const k3sTestdata = "../runtime/install/testdata/k3s/"
@@ -191,29 +190,7 @@ func testK3sNodeAgent(t *testing.T, n harness.K3sNode, flag string, containerd2,
 		t.Errorf("the pod that ran before k3s's restart: %v", err)
 	}
 
-	pol, err := policy.Parse(source, []byte(sourceText))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := sysinfo.MemTotal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, _ := pol.Target(policy.Request{HostMemory: mem})
-	handler := install.RuntimeName
-	if setDefault {
-		handler = "" // no RuntimeClass: the default handler
-	}
-	pod := c.RunPod(harness.PodOptions{Name: "trainer", RuntimeHandler: handler})
-	ctr := c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
-	c.StartContainer(ctr)
-	shm, err := c.Exec(ctr, "df", "-k", "/dev/shm")
-	if err != nil {
-		t.Fatalf("exec: %v\ngpurun-runtime log: %s\ncontainerd: %s", err, readFile(logFile), c.LogTail(20))
-	}
-	if got := dfKiB(t, shm); got != target/1024 {
-		t.Errorf("/dev/shm of a GPU pod with handler gpurun: %d KiB, want %d\ngpurun-runtime log: %s", got, target/1024, readFile(logFile))
-	}
+	pod := runGPUPod(t, c, source, sourceText, setDefault, logFile)
 	if shm, err := c.Exec(earlyCtr, "df", "-k", "/dev/shm"); err != nil || dfKiB(t, shm) != 65536 {
 		t.Errorf("/dev/shm of the runc pod: %v %q", err, shm)
 	}

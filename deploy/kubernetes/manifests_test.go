@@ -441,8 +441,8 @@ func hostPathMount(ds *appsv1.DaemonSet, c corev1.Container, p string) (string, 
 }
 
 // configMapMount returns where a container mounts a ConfigMap, or "".
-func configMapMount(ds *appsv1.DaemonSet, c corev1.Container, name string) string {
-	for _, v := range ds.Spec.Template.Spec.Volumes {
+func configMapMount(spec corev1.PodSpec, c corev1.Container, name string) string {
+	for _, v := range spec.Volumes {
 		if v.ConfigMap == nil || v.ConfigMap.Name != name {
 			continue
 		}
@@ -565,7 +565,7 @@ func (r *rendered) checkNodeAgent(t *testing.T) {
 	}
 	src, _ := flagValue(args, "policy-source")
 	pol := r.policyConfigMap(t)
-	if mnt := configMapMount(ds, c, pol.Name); src != filepath.Join(mnt, "config.toml") {
+	if mnt := configMapMount(ds.Spec.Template.Spec, c, pol.Name); src != filepath.Join(mnt, "config.toml") {
 		t.Errorf("--policy-source %q, but the policy ConfigMap is mounted at %q", src, mnt)
 	}
 	parses(t, args...)
@@ -631,7 +631,7 @@ func (r *rendered) checkNRI(t *testing.T) {
 	}
 	config, _ := flagValue(args[:i], "config")
 	pol := r.policyConfigMap(t)
-	if mnt := configMapMount(ds, c, pol.Name); config != filepath.Join(mnt, "config.toml") {
+	if mnt := configMapMount(ds.Spec.Template.Spec, c, pol.Name); config != filepath.Join(mnt, "config.toml") {
 		t.Errorf("--config %q, but the policy ConfigMap is mounted at %q", config, mnt)
 	}
 	// The pods' /dev/shm tmpfs, which the plugin grows, at the same path.
@@ -677,7 +677,7 @@ func (r *rendered) checkWebhook(t *testing.T, namespace string) {
 	}
 	config, _ := flagValue(args[:i], "config")
 	pol := r.policyConfigMap(t)
-	if mnt := configMapMountIn(spec, c, pol.Name); config != filepath.Join(mnt, "config.toml") {
+	if mnt := configMapMount(spec, c, pol.Name); config != filepath.Join(mnt, "config.toml") {
 		t.Errorf("--config %q, but the policy ConfigMap is mounted at %q", config, mnt)
 	}
 	parses(t, args...)
@@ -752,22 +752,6 @@ func (r *rendered) checkWebhook(t *testing.T, namespace string) {
 			t.Errorf("ClusterRole rule %+v: want get/patch of %q only", rule, mwcName)
 		}
 	}
-}
-
-// configMapMountIn returns where container c of a pod spec mounts the
-// ConfigMap name, or "".
-func configMapMountIn(spec corev1.PodSpec, c corev1.Container, name string) string {
-	for _, v := range spec.Volumes {
-		if v.ConfigMap == nil || v.ConfigMap.Name != name {
-			continue
-		}
-		for _, m := range c.VolumeMounts {
-			if m.Name == v.Name {
-				return m.MountPath
-			}
-		}
-	}
-	return ""
 }
 
 // gpurunBinary builds gpurun from this checkout once.

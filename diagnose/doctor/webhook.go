@@ -7,12 +7,7 @@ import (
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-)
-
-// Pod annotations the webhook check reads (the webhook package's; named
-// here so that doctor does not link the webhook).
-const (
-	webhookDecisionAnnotation = "gpurun.io/shm-decision"
+	"github.com/gpurun/gpurun/webhook"
 )
 
 // PodLookup returns this pod's namespace, name and annotations from the
@@ -48,7 +43,7 @@ func webhookCheck(ctx context.Context, sys *System, sub subject, pl oci.Plan, lo
 		err = fmt.Errorf("no API access")
 	}
 	causes := "the webhook was down or too slow when the pod was created (failurePolicy Ignore admits pods unchanged: the API server logs \"failed calling webhook\"), the pod's namespace is excluded (kube-system, gpurun's own, or labelled gpurun.io/webhook=disabled), or the pod was created before the webhook was installed"
-	switch d, ok := ann[webhookDecisionAnnotation]; {
+	switch d, ok := ann[webhook.DecisionAnnotation]; {
 	case err != nil:
 		c.Detail = fmt.Sprintf("%s; the pod's annotations cannot be read from here (%v): if %s says nothing, %s", head, err, howTo, causes)
 	case ok:
@@ -58,7 +53,7 @@ func webhookCheck(ctx context.Context, sys *System, sub subject, pl oci.Plan, lo
 			c.Detail = fmt.Sprintf("pod %s/%s: the webhook decided %q, but /dev/shm is the runtime's 64 MiB: another webhook or controller removed the volume or its mount at /dev/shm", ns, name, d)
 		}
 	default:
-		c.Detail = fmt.Sprintf("%s; pod %s/%s has no %s annotation, so the webhook never saw it: %s", head, ns, name, webhookDecisionAnnotation, causes)
+		c.Detail = fmt.Sprintf("%s; pod %s/%s has no %s annotation, so the webhook never saw it: %s", head, ns, name, webhook.DecisionAnnotation, causes)
 	}
 	c.Fix = "recreate the pod once the webhook runs (kubectl -n gpurun-system get deploy gpurun-webhook), or give the pod a Memory emptyDir at /dev/shm; `gpurun plan --pod pod.yaml` shows what the webhook decides"
 	return c, true
