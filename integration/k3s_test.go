@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/internal/k3stest"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/nodeagent"
@@ -29,13 +30,12 @@ const k3sTestdata = "../runtime/install/testdata/k3s/"
 // pods are gone and k3s restarted, a second uninstall leaves the node as
 // it was.
 func TestK3sNodeAgent(t *testing.T) {
-	baseV2 := string(readTestdata(t, k3sTestdata+"k3s-06be48b6-ContainerdConfigTemplate.toml.tmpl"))
-	baseV3 := string(readTestdata(t, k3sTestdata+"synthetic-k3s-v3-base.toml.tmpl"))
+	v2, v3, v3i := k3stest.V2(), k3stest.V3(), k3stest.V3Imports()
 	for _, tc := range []struct {
 		name        string
 		dataDir     string
 		program     string
-		base        string
+		release     k3stest.Release
 		admin       string // testdata template of the administrator's, "" for none
 		as          string // its name
 		flag        string // --distribution, "" to let the agent detect it
@@ -43,14 +43,14 @@ func TestK3sNodeAgent(t *testing.T) {
 		version     string // what the stand-in k3s/rke2 binary says it is
 		setDefault  bool
 	}{
-		{name: "k3s containerd 1.6, admin template, detected", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl", version: "v1.28.15+k3s1"},
-		{name: "k3s containerd 1.6, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV2, flag: "k3s", version: "v1.30.14+k3s1"},
-		{name: "k3s containerd 2.x, version 3, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV3, flag: "k3s", containerd2: true, version: "v1.33.0+k3s1"},
-		{name: "rke2 containerd 2.x, docs example template", dataDir: "/var/lib/rancher/rke2", program: "rke2", base: baseV3, admin: "k3s-docs-05051a0-config-v3.toml.tmpl", as: "config-v3.toml.tmpl", flag: "rke2", containerd2: true, version: "v1.34.1+rke2r1"},
-		{name: "k3s containerd 2.x, version 3, default runtime", dataDir: "/var/lib/rancher/k3s", program: "k3s", base: baseV3, containerd2: true, version: "v1.33.0+k3s1", setDefault: true},
+		{name: "k3s containerd 1.6, admin template, detected", dataDir: "/var/lib/rancher/k3s", program: "k3s", release: v2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl", version: "v1.28.15+k3s1"},
+		{name: "k3s containerd 1.6, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", release: v2, flag: "k3s", version: "v1.30.14+k3s1"},
+		{name: "k3s v1.34.6 containerd 2.x, version 3, no template", dataDir: "/var/lib/rancher/k3s", program: "k3s", release: v3i, flag: "k3s", containerd2: true, version: "v1.34.6+k3s1"},
+		{name: "rke2 v1.34.3 containerd 2.x, docs example template", dataDir: "/var/lib/rancher/rke2", program: "rke2", release: v3, admin: "k3s-docs-05051a0-config-v3.toml.tmpl", as: "config-v3.toml.tmpl", flag: "rke2", containerd2: true, version: "v1.34.3+rke2r1"},
+		{name: "k3s v1.34.3 containerd 2.x, version 3, default runtime", dataDir: "/var/lib/rancher/k3s", program: "k3s", release: v3, containerd2: true, version: "v1.34.3+k3s1", setDefault: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := harness.K3sNode{HostRoot: t.TempDir(), DataDir: tc.dataDir, Program: tc.program, Base: tc.base, NVIDIA: true}
+			n := harness.K3sNode{HostRoot: t.TempDir(), DataDir: tc.dataDir, Program: tc.program, Release: tc.release, Base: string(readTestdata(t, k3sTestdata+tc.release.Base)), NVIDIA: true}
 			var admin []byte
 			tmplName := tc.as
 			if tc.admin != "" {

@@ -1,12 +1,12 @@
 package harness
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-	"text/template"
+
+	"github.com/gpurun/gpurun/internal/k3stest"
 )
 
 // K3sNode is a node laid out as k3s (or RKE2) lays out its embedded
@@ -24,9 +24,11 @@ type K3sNode struct {
 	DataDir string
 	// Program is "k3s" or "rke2" (the template's .Program).
 	Program string
-	// Base is k3s's default template, defined as "base" for the node's
-	// template and rendered alone when there is none.
-	Base string
+	// Release is the k3s release that renders the config, and Base its
+	// base template (the text of Release.Base), defined as "base" for the
+	// node's template and rendered alone when there is none.
+	Release k3stest.Release
+	Base    string
 	// NVIDIA adds the runtimes k3s adds when it finds the NVIDIA container
 	// runtime on the node.
 	NVIDIA bool
@@ -46,34 +48,14 @@ func (n K3sNode) StateDir() string { return "/run/k3s/containerd" }
 // Host returns a node path's path on this machine.
 func (n K3sNode) Host(p string) string { return filepath.Join(n.HostRoot, p) }
 
-// Data is what k3s executes the template with: the fields of its
-// templates.ContainerdConfig that its templates read, for a node without
-// SELinux, user namespaces or private registries. SystemdCgroup is false:
-// this machine's containers are not in systemd's cgroups.
+// Data is what k3s executes the template with (k3stest.Release.Data).
+// SystemdCgroup is false: this machine's containers are not in systemd's
+// cgroups.
 func (n K3sNode) Data() map[string]any {
-	extra := map[string]map[string]string{}
-	if n.NVIDIA {
-		extra["nvidia"] = map[string]string{"RuntimeType": "io.containerd.runc.v2", "BinaryName": "/usr/bin/nvidia-container-runtime"}
-	}
-	root := filepath.Join(n.DataDir, "agent", "containerd")
-	return map[string]any{
-		"Program": n.Program,
-		"NodeConfig": map[string]any{
-			"SELinux": false, "NoFlannel": false,
-			"Containerd": map[string]any{
-				"Opt": filepath.Join(root, "opt"), "Root": root, "State": n.StateDir(),
-				"Address": filepath.Join(n.StateDir(), "containerd.sock"),
-			},
-			"AgentConfig": map[string]any{
-				"PauseImage": PauseRef, "Snapshotter": "overlayfs", "ImageServiceSocket": "",
-				"CNIBinDir":  filepath.Join(n.DataDir, "data", "current", "bin"),
-				"CNIConfDir": filepath.Join(n.DataDir, "agent", "etc", "cni", "net.d"),
-			},
-		},
-		"EnableUnprivileged": true, "DisableCgroup": false, "IsRunningInUserNS": false, "SystemdCgroup": false,
-		"PrivateRegistryConfig": nil,
-		"ExtraRuntimes":         extra,
-	}
+	return n.Release.Data(k3stest.Node{
+		Program: n.Program, DataDir: n.DataDir, Root: filepath.Join(n.DataDir, "agent", "containerd"),
+		State: n.StateDir(), Address: filepath.Join(n.StateDir(), "containerd.sock"), PauseImage: PauseRef, NVIDIA: n.NVIDIA,
+	})
 }
 
 // Render writes config.toml from the node's template as k3s does at start
@@ -93,25 +75,18 @@ func (n K3sNode) Render() ([]byte, error) {
 			return nil, fmt.Errorf("read %s: %w", p, err)
 		}
 	}
-	t, err := template.New("compiled_template").Parse(main)
+	rendered, err := n.Release.Render(main, n.Base, n.Data())
 	if err != nil {
-		return nil, fmt.Errorf("parse the template: %w", err)
-	}
-	if _, err := t.New("base").Parse(n.Base); err != nil {
-		return nil, fmt.Errorf("parse the base template: %w", err)
-	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, n.Data()); err != nil {
-		return nil, fmt.Errorf("render the template: %w", err)
+		return nil, err
 	}
 	p := n.Host(n.ConfigPath())
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(p, b.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(rendered), 0o600); err != nil {
 		return nil, fmt.Errorf("write %s: %w", p, err)
 	}
-	return b.Bytes(), nil
+	return []byte(rendered), nil
 }
 
 // StartK3sContainerd renders the node's config and starts a containerd on

@@ -9,155 +9,43 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"text/template"
 
+	"github.com/gpurun/gpurun/internal/k3stest"
 	"github.com/gpurun/gpurun/runtime/containerdconf"
 )
 
-// k3sRelease is a k3s (or RKE2) release as far as its containerd config
-// goes: its base template and how it renders it (testdata/k3s/README.md
-// says where each comes from).
-type k3sRelease struct {
-	// base is the testdata file of the release's base template.
-	base string
-	// version is the config version base writes.
-	version int
-	// trim says k3s drops the rendered config's empty lines and puts one
-	// before every table (its trimEmpty, which came with the version 3
-	// template).
-	trim bool
-	// nvidia names the runtimes the release adds, and their binaries,
-	// when it finds the NVIDIA container runtime on the node.
-	nvidia map[string]string
-}
-
-// k3sV2 is k3s at commit 06be48b6: containerd 1.7, config version 2.
-func k3sV2() k3sRelease {
-	return k3sRelease{
-		base:    "k3s-06be48b6-ContainerdConfigTemplate.toml.tmpl",
-		version: 2,
-		nvidia: map[string]string{
-			"nvidia":              "nvidia-container-runtime",
-			"nvidia-experimental": "nvidia-container-runtime-experimental",
-		},
-	}
-}
-
-// k3sV3 is k3s v1.34.3+k3s1 (and RKE2 v1.34.3+rke2r1, built on the same
-// k3s commit): containerd 2.x, config version 3.
-func k3sV3() k3sRelease {
-	return k3sRelease{base: "k3s-v1.34.3+k3s1-48ffa7b6-ContainerdConfigTemplateV3.toml.tmpl", version: 3, trim: true, nvidia: k3sNVIDIAv134()}
-}
-
-// k3sV3Imports is k3s v1.34.6+k3s1 (and RKE2 v1.34.6+rke2r1, whose k3s
-// commit has the same template): config version 3 with imports of
-// config-v3.toml.d/*.toml.
-func k3sV3Imports() k3sRelease {
-	return k3sRelease{base: "k3s-v1.34.6+k3s1-234e6132-ContainerdConfigTemplateV3.toml.tmpl", version: 3, trim: true, nvidia: k3sNVIDIAv134()}
-}
-
-// k3sNVIDIAv134 is what k3s v1.34 adds when it finds the NVIDIA container
-// runtime (pkg/agent/containerd/runtimes.go).
-func k3sNVIDIAv134() map[string]string {
-	return map[string]string{
-		"nvidia":              "nvidia-container-runtime",
-		"nvidia-experimental": "nvidia-container-runtime-experimental",
-		"nvidia-cdi":          "nvidia-container-runtime.cdi",
-	}
-}
-
-// k3sData is the data k3s executes its containerd template with (the
-// fields of its templates.ContainerdConfig that the templates read), the
-// NVIDIA runtimes rel adds when nvidia, and k3s's default-runtime setting.
-func k3sData(l Layout, rel k3sRelease, nvidia bool, defaultRuntime string) map[string]any {
-	extra := map[string]map[string]string{}
-	if nvidia {
-		for name, bin := range rel.nvidia {
-			extra[name] = map[string]string{"RuntimeType": "io.containerd.runc.v2", "BinaryName": "/usr/bin/" + bin}
-		}
-	}
-	return map[string]any{
-		"Program": string(l.Distribution),
-		"NodeConfig": map[string]any{
-			"SELinux":        false,
-			"NoFlannel":      false,
-			"DefaultRuntime": defaultRuntime,
-			"Containerd": map[string]any{
-				"Opt": filepath.Join(l.Root(), "opt"), "Root": l.Root(), "State": l.State(), "Address": l.Socket(),
-				"Template": l.ContainerdDir(), "Registry": filepath.Join(l.ContainerdDir(), "certs.d"),
-				"BlockIOConfig": "", "RDTConfig": "",
-			},
-			"AgentConfig": map[string]any{
-				"PauseImage": "rancher/mirrored-pause:3.6", "Snapshotter": "overlayfs", "ImageServiceSocket": "",
-				"CNIBinDir": filepath.Join(l.DataDir(), "data/current/bin"), "CNIConfDir": filepath.Join(l.DataDir(), "agent/etc/cni/net.d"),
-			},
-		},
-		"EnableUnprivileged":    true,
-		"DisableCgroup":         false,
-		"IsRunningInUserNS":     false,
-		"SystemdCgroup":         true,
-		"NonrootDevices":        false,
-		"NoDefaultEndpoint":     false,
-		"PrivateRegistryConfig": nil,
-		"ExtraRuntimes":         extra,
-	}
-}
-
-// k3sFuncs are the template functions k3s gives its Linux templates.
-func k3sFuncs() template.FuncMap {
-	return template.FuncMap{
-		"deschemify": func(s string) string { return s },
-		"toJson": func(v any) string {
-			b, _ := json.Marshal(v)
-			return string(b)
-		},
-		"filepathjoin": filepath.Join,
-	}
+// k3sData is the data rel's k3s executes its containerd template with on
+// a node laid out as l, the NVIDIA runtimes added when nvidia, and k3s's
+// default-runtime setting.
+func k3sData(l Layout, rel k3stest.Release, nvidia bool, defaultRuntime string) map[string]any {
+	return rel.Data(k3stest.Node{
+		Program: string(l.Distribution), DataDir: l.DataDir(), Root: l.Root(), State: l.State(), Address: l.Socket(),
+		PauseImage: "rancher/mirrored-pause:3.6", SystemdCgroup: true, DefaultRuntime: defaultRuntime, NVIDIA: nvidia,
+	})
 }
 
 // renderK3s renders containerd's config as rel does at start: the
-// administrator's template when there is one, else the base template, with
-// the base template defined as "base".
-func renderK3s(t *testing.T, rel k3sRelease, admin string, data any) string {
+// administrator's template when there is one, else the base template.
+func renderK3s(t *testing.T, rel k3stest.Release, admin string, data any) string {
 	t.Helper()
-	base := testdata(t, rel.base)
+	base := testdata(t, rel.Base)
 	main := admin
 	if main == "" {
 		main = base
 	}
-	tt, err := template.New("compiled_template").Funcs(k3sFuncs()).Parse(main)
+	out, err := rel.Render(main, base, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tt.New("base").Parse(base); err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := tt.Execute(&b, data); err != nil {
-		t.Fatal(err)
-	}
-	if !rel.trim {
-		return b.String()
-	}
-	var out strings.Builder
-	for _, line := range strings.Split(b.String(), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		if strings.HasPrefix(line, "[") {
-			out.WriteString("\n")
-		}
-		out.WriteString(line + "\n")
-	}
-	return out.String()
+	return out
 }
 
 // containerdFor returns a containerd that reads rel's configs: Debian's
 // containerd 1.6 (required, as in CI) for version 2, containerd 2.x
 // ($GPURUN_TEST_CONTAINERD2, which make builds and sets) for version 3.
-func containerdFor(t *testing.T, rel k3sRelease) string {
+func containerdFor(t *testing.T, rel k3stest.Release) string {
 	t.Helper()
-	if rel.version >= 3 {
+	if rel.Version >= 3 {
 		p := os.Getenv("GPURUN_TEST_CONTAINERD2")
 		if p == "" {
 			t.Fatal("GPURUN_TEST_CONTAINERD2 is not set: run the tests with make (it builds containerd 2.x into .tools/), or point it at a containerd 2.x binary")
@@ -180,13 +68,13 @@ func testdata(t *testing.T, name string) string {
 }
 
 func TestTemplateInstallUninstall(t *testing.T) {
-	v2, v3, v3i := k3sV2(), k3sV3(), k3sV3Imports()
+	v2, v3, v3i := k3stest.V2(), k3stest.V3(), k3stest.V3Imports()
 	const docsV3 = "k3s-docs-05051a0-config-v3.toml.tmpl"
 	nvidiaV3 := []string{"runc", "nvidia", "nvidia-experimental", "nvidia-cdi"}
 	tests := []struct {
 		name   string
 		dist   Distribution
-		rel    k3sRelease
+		rel    k3stest.Release
 		admin  string // testdata template of the administrator's, "" for none
 		as     string // the admin template's name: config.toml.tmpl or config-v3.toml.tmpl
 		nvidia bool
@@ -198,15 +86,15 @@ func TestTemplateInstallUninstall(t *testing.T) {
 		{name: "k3s v2 default, nvidia found", dist: DistK3s, rel: v2, nvidia: true, want: "config.toml.tmpl", keep: []string{"runc", "nvidia", "nvidia-experimental"}},
 		{name: "k3s v2 default", dist: DistK3s, rel: v2, want: "config.toml.tmpl", keep: []string{"runc"}},
 		{name: "k3s v2 admin template on base", dist: DistK3s, rel: v2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl", nvidia: true, want: "config.toml.tmpl", keep: []string{"runc", "nvidia", "kata"}},
-		{name: "k3s v2 admin full template", dist: DistK3s, rel: v2, admin: v2.base, as: "config.toml.tmpl", want: "config.toml.tmpl", keep: []string{"runc"}},
+		{name: "k3s v2 admin full template", dist: DistK3s, rel: v2, admin: v2.Base, as: "config.toml.tmpl", want: "config.toml.tmpl", keep: []string{"runc"}},
 		{name: "k3s v2 admin template without final newline", dist: DistK3s, rel: v2, admin: "admin-v2-no-final-newline.toml.tmpl", as: "config.toml.tmpl", want: "config.toml.tmpl", keep: []string{"runc", "wasm"}},
 		{name: "k3s v1.34.3 default, nvidia found", dist: DistK3s, rel: v3, nvidia: true, want: "config-v3.toml.tmpl", keep: nvidiaV3},
 		{name: "k3s v1.34.3 default", dist: DistK3s, rel: v3, want: "config-v3.toml.tmpl", keep: []string{"runc"}},
 		{name: "k3s v1.34.3 docs example template", dist: DistK3s, rel: v3, admin: docsV3, as: "config-v3.toml.tmpl", nvidia: true, want: "config-v3.toml.tmpl", keep: append([]string{"custom"}, nvidiaV3...)},
-		{name: "k3s v1.34.3 admin full template", dist: DistK3s, rel: v3, admin: v3.base, as: "config-v3.toml.tmpl", nvidia: true, want: "config-v3.toml.tmpl", keep: nvidiaV3},
+		{name: "k3s v1.34.3 admin full template", dist: DistK3s, rel: v3, admin: v3.Base, as: "config-v3.toml.tmpl", nvidia: true, want: "config-v3.toml.tmpl", keep: nvidiaV3},
 		{name: "k3s v1.34.6 default, nvidia found", dist: DistK3s, rel: v3i, nvidia: true, want: "config-v3.toml.tmpl", keep: nvidiaV3},
 		{name: "k3s v1.34.6 docs example template", dist: DistK3s, rel: v3i, admin: docsV3, as: "config-v3.toml.tmpl", want: "config-v3.toml.tmpl", keep: []string{"runc", "custom"}},
-		{name: "k3s v1.34.6 admin full template", dist: DistK3s, rel: v3i, admin: v3i.base, as: "config-v3.toml.tmpl", nvidia: true, want: "config-v3.toml.tmpl", keep: nvidiaV3},
+		{name: "k3s v1.34.6 admin full template", dist: DistK3s, rel: v3i, admin: v3i.Base, as: "config-v3.toml.tmpl", nvidia: true, want: "config-v3.toml.tmpl", keep: nvidiaV3},
 		{name: "rke2 v2 admin template", dist: DistRKE2, rel: v2, admin: "admin-v2-config.toml.tmpl", as: "config.toml.tmpl", nvidia: true, want: "config.toml.tmpl", keep: []string{"runc", "nvidia", "kata"}},
 		{name: "rke2 v1.34.3 default", dist: DistRKE2, rel: v3, want: "config-v3.toml.tmpl", keep: []string{"runc"}},
 		{name: "rke2 v1.34.6 default, nvidia found", dist: DistRKE2, rel: v3i, nvidia: true, want: "config-v3.toml.tmpl", keep: nvidiaV3},
@@ -355,15 +243,15 @@ func TestAddToTemplateRefusesDelimiters(t *testing.T) {
 func TestTemplateSetAsDefault(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
-		rel            k3sRelease
+		rel            k3stest.Release
 		defaultRuntime string // k3s's default-runtime
 		ok             bool
 	}{
-		{"version 2: refused", k3sV2(), "", false},
-		{"k3s v1.34.3, version 3 without the containerd table", k3sV3(), "", true},
-		{"k3s v1.34.6, version 3 without the containerd table", k3sV3Imports(), "", true},
-		{"k3s v1.34.3 with default-runtime nvidia: refused", k3sV3(), "nvidia", false},
-		{"k3s v1.34.6 with default-runtime nvidia: refused", k3sV3Imports(), "nvidia", false},
+		{"version 2: refused", k3stest.V2(), "", false},
+		{"k3s v1.34.3, version 3 without the containerd table", k3stest.V3(), "", true},
+		{"k3s v1.34.6, version 3 without the containerd table", k3stest.V3Imports(), "", true},
+		{"k3s v1.34.3 with default-runtime nvidia: refused", k3stest.V3(), "nvidia", false},
+		{"k3s v1.34.6 with default-runtime nvidia: refused", k3stest.V3Imports(), "nvidia", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -526,7 +414,7 @@ func TestBinaryBehindAbsoluteLink(t *testing.T) {
 // TestTemplateInstallKilled covers an install killed after it recorded the
 // change as pending: before the template was written, or after.
 func TestTemplateInstallKilled(t *testing.T) {
-	rel := k3sV2()
+	rel := k3stest.V2()
 	admin := testdata(t, "admin-v2-config.toml.tmpl")
 	l := Layout{Distribution: DistK3s}
 	setup := func(t *testing.T) (root string, c Containerd, out *bytes.Buffer, installed string) {
