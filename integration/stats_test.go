@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/observe/shmstats"
+	"github.com/gpurun/gpurun/policy"
 )
 
 // page is the slack allowed between bytes written and bytes a tmpfs reports.
@@ -233,7 +234,21 @@ func waitWritten(t *testing.T, d *harness.Dockerd, files map[string]string) {
 }
 
 func TestStatsCRI(t *testing.T) {
-	c := harness.StartContainerd(t, harness.ContainerdOptions{})
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) *harness.Containerd
+	}{
+		{"containerd 1.6", func(t *testing.T) *harness.Containerd { return harness.StartContainerd(t, harness.ContainerdOptions{}) }},
+		{"containerd 2.x", func(t *testing.T) *harness.Containerd {
+			return harness.StartContainerd2(t, harness.Containerd2Options{}).Containerd
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testStatsCRI(t, tc.start(t)) })
+	}
+}
+
+// testStatsCRI checks a CRI pod of two containers on containerd c.
+func testStatsCRI(t *testing.T, c *harness.Containerd) {
 	s := newStatsRun(t, "--docker-host", "none", "--containerd-state", c.StateDir,
 		"--podman-root", filepath.Join(t.TempDir(), "no-podman"))
 	pod := c.RunPod(harness.PodOptions{Name: "job", Namespace: "ml"})
@@ -320,7 +335,7 @@ func TestStatsPodman(t *testing.T) {
 	if got == nil {
 		t.Fatalf("podman container %s not in gpurun stats", id)
 	}
-	if got.Engine != "podman" || got.Name != "pm" || !near(got.Shm.Used, 3<<20) || got.Shm.Size != 64<<20 || !got.Shm.Tmpfs {
+	if got.Engine != "podman" || got.Name != "pm" || !near(got.Shm.Used, 3<<20) || got.Shm.Size != policy.PodmanDefaultShm || !got.Shm.Tmpfs {
 		t.Errorf("podman container: %+v", got)
 	}
 }
