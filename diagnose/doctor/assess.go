@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -179,8 +180,18 @@ func usageCheck(sub subject, target int64) (Check, bool) {
 		c.Detail += ": the next large allocation fails"
 	}
 	c.Fix = "remove what a crashed job left (ls -la /dev/shm: torch_*, nccl-shm-*, psm_*)"
-	if sh.fs.Size < target {
-		c.Fix += ", or grow it:\n" + sizeFix(sub.fix, target)
+	grow := target
+	if pct >= shmstats.NearCeilingPercent {
+		// Near the ceiling: the size that holds what it uses now with
+		// gpurun stats' headroom, when the policy's size would not.
+		if fit := shmstats.Fit(sh.fs.Used); fit > grow {
+			grow = fit
+			c.Data["suggested_bytes"] = fit
+			c.Detail += fmt.Sprintf("; %s holds that with headroom (on the host, gpurun stats shows its peak)", policy.FormatSize(fit))
+		}
+	}
+	if sh.fs.Size < grow {
+		c.Fix += ", or grow it:\n" + sizeFix(sub.fix, grow)
 	}
 	if sh.kind == oci.ShmHost {
 		c.Fix = "remove what crashed jobs left in the host's /dev/shm (ls -la /dev/shm: torch_*, nccl-shm-*, psm_*)"

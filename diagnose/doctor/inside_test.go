@@ -156,11 +156,15 @@ func TestInsideUsage(t *testing.T) {
 		fs       *FS
 		want     Status
 		wantExit int
+		// suggest is the size doctor suggests from the use measured (0:
+		// none: the policy's size holds it, or it is not near the ceiling).
+		suggest int64
 	}{
-		{"empty", &FS{Tmpfs: true, Size: 64 * policy.MiB}, OK, 0},
-		{"80% used", &FS{Tmpfs: true, Size: 100 * policy.MiB, Used: 80 * policy.MiB}, Warn, 0},
-		{"95% used", &FS{Tmpfs: true, Size: 64 * policy.MiB, Used: 61 * policy.MiB}, Problem, 1},
-		{"statfs fails", nil, "-", 2},
+		{"empty", &FS{Tmpfs: true, Size: 64 * policy.MiB}, OK, 0, 0},
+		{"80% used", &FS{Tmpfs: true, Size: 100 * policy.MiB, Used: 80 * policy.MiB}, Warn, 0, 0},
+		{"95% used", &FS{Tmpfs: true, Size: 64 * policy.MiB, Used: 61 * policy.MiB}, Problem, 1, 0},
+		{"95% of 24GiB used: beyond the policy's size", &FS{Tmpfs: true, Size: 24 * policy.GiB, Used: 23 * policy.GiB}, Problem, 1, 35328 * policy.MiB},
+		{"statfs fails", nil, "-", 2, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,6 +185,12 @@ func TestInsideUsage(t *testing.T) {
 			}
 			if r.ExitCode != tt.wantExit {
 				t.Errorf("exit %d, want %d\n%s", r.ExitCode, tt.wantExit, text(r))
+			}
+			if got, _ := c.Data["suggested_bytes"].(int64); got != tt.suggest {
+				t.Errorf("suggested %d, want %d\n%s", got, tt.suggest, text(r))
+			}
+			if tt.suggest > 0 && !strings.Contains(c.Fix, policy.FormatDocker(tt.suggest)) {
+				t.Errorf("the fix does not give the suggested size %s:\n%s", policy.FormatDocker(tt.suggest), c.Fix)
 			}
 		})
 	}
