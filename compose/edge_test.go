@@ -68,12 +68,12 @@ func TestEdgeCases(t *testing.T) {
 		dir     string
 		opts    Options
 		want    map[string]Action
-		size    map[string]int64  // services -> size (from the policy)
-		file    map[string]string // services -> file the line goes to
-		warn    map[string]string // services -> a word of a warning
+		size    map[string]int64    // services -> size (from the policy)
+		file    map[string]string   // services -> file the line goes to
+		warn    map[string]string   // services -> a word of a warning
 		shared  map[string][]string // services -> SharedWith (add) or InheritsFrom (inherit)
 		out     map[string]string   // file -> whole migrated content
-		changed []string          // the files that change, when not all in out
+		changed []string            // the files that change, when not all in out
 		wantErr string
 	}{
 		{
@@ -203,10 +203,10 @@ func TestEdgeCases(t *testing.T) {
 			warn: map[string]string{"trainer": "trainer-cpu, which is not a GPU service (--strict-shared) and trainer-cpu-extends"},
 		},
 		{
-			name: "GPU services of one mapping that need different sizes: the line carries the larger",
-			dir:  "shared-sizes",
-			want: map[string]Action{"trainer": ActionAdd, "tuner": ActionAdd, "cpu": ActionInherit},
-			size: map[string]int64{"trainer": def.ComposeDefault, "tuner": def.ComposeDefault},
+			name:   "GPU services of one mapping that need different sizes: the line carries the larger",
+			dir:    "shared-sizes",
+			want:   map[string]Action{"trainer": ActionAdd, "tuner": ActionAdd, "cpu": ActionInherit},
+			size:   map[string]int64{"trainer": def.ComposeDefault, "tuner": def.ComposeDefault},
 			shared: map[string][]string{"trainer": {"cpu"}, "tuner": {"cpu"}, "cpu": {"trainer", "tuner"}},
 			out: map[string]string{"compose.yaml": "services:\n  trainer: &trainer\n    shm_size: 8gb\n    image: pytorch/pytorch\n    deploy:\n" +
 				"      resources:\n        reservations:\n          devices:\n            - driver: nvidia\n              capabilities: [gpu]\n" +
