@@ -419,17 +419,17 @@ func planInherits(ds map[string]*decision, defs map[string][]def, groups, writte
 		}
 		for _, s := range g.services {
 			s.sharedWith = sharers[h]
-			s.reason += fmt.Sprintf("; %s inherit the same ceiling, from the mapping they share: harmless, a tmpfs reserves no memory until written", notGPU(sharers[h]))
+			s.reason += "; " + inheritPhrase(sharers[h]) + ": harmless, a tmpfs reserves no memory until written"
 		}
 	}
 }
 
-// notGPU names services that are not GPU services, in a phrase.
-func notGPU(names []string) string {
+// inheritPhrase says that services that are not GPU services inherit a line.
+func inheritPhrase(names []string) string {
 	if len(names) == 1 {
-		return names[0] + " (not a GPU service)"
+		return names[0] + " (not a GPU service) inherits the same ceiling from the mapping it shares"
 	}
-	return strings.Join(names, ", ") + " (not GPU services)"
+	return strings.Join(names, ", ") + " (not GPU services) inherit the same ceiling from the mapping they share"
 }
 
 // nameOf names a group's services.
