@@ -271,7 +271,10 @@ func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string
 			switch {
 			case slices.Contains(g.services, o):
 			case o.action == ActionAdd && o.size == g.size:
-			case o.action == ActionAdd:
+			case o.action == ActionAdd && groupOf[o].pf == g.pf:
+				// Its own line goes into its own mapping in this file,
+				// nearer than g's (in another file, an override could
+				// bring g's back over it).
 				g.overriders = append(g.overriders, groupOf[o])
 			case o.notGPU && opts.StrictShared:
 				blockers = append(blockers, fmt.Sprintf("%s, which is not a GPU service (--strict-shared)", name))
