@@ -38,6 +38,13 @@ type Options struct {
 	Size int64
 	// EnforceMin raises an explicit shm_size below the policy minimum.
 	EnforceMin bool
+	// StrictShared leaves a GPU service for a hand edit (ActionSkip, with
+	// a warning) when the mapping its shm_size would go into is shared
+	// with services that are not GPU services (a YAML anchor they alias or
+	// merge with "<<", or a service they extend). Without it the line goes
+	// into the shared mapping and those services inherit it
+	// (ActionInherit): a tmpfs reserves no memory until it is written.
+	StrictShared bool
 	// Policy sizes the services; nil means policy.Default().
 	Policy *policy.Policy
 	// Environ is the environment for interpolation, as os.Environ gives it.
@@ -66,6 +73,12 @@ const (
 	// ActionRaise: an explicit shm_size below the minimum is raised
 	// (--enforce-min).
 	ActionRaise Action = "raise"
+	// ActionInherit: not a GPU service, and not changed itself, but it
+	// takes the shm_size added to a mapping it shares with a GPU service
+	// (through a YAML alias, a "<<" merge or extends), so its /dev/shm
+	// gets the GPU service's larger ceiling. A tmpfs reserves no memory:
+	// pages are charged only when written, so the ceiling costs nothing.
+	ActionInherit Action = "inherit"
 	// ActionSkip: a GPU service that needs a size, left alone because
 	// changing it would change other services too, or its layout cannot be
 	// edited safely; a warning says what to do by hand.
@@ -87,11 +100,19 @@ type ServiceReport struct {
 	// Evidence lists the GPU signals found ("deploy.resources.reservations.devices: driver nvidia").
 	Evidence []string `json:"evidence,omitempty"`
 	Action   Action   `json:"action"`
-	// Size is the shm_size written, in compose's units ("8gb").
-	Size      string   `json:"size,omitempty"`
-	SizeBytes int64    `json:"size_bytes,omitempty"`
-	Reason    string   `json:"reason"`
-	Warnings  []string `json:"warnings,omitempty"`
+	// Size is the shm_size written (for inherit, the one inherited), in
+	// compose's units ("8gb").
+	Size      string `json:"size,omitempty"`
+	SizeBytes int64  `json:"size_bytes,omitempty"`
+	// SharedWith, for add, names the services that are not GPU services
+	// and inherit the added line, because they share the mapping it goes
+	// into.
+	SharedWith []string `json:"shared_with,omitempty"`
+	// InheritsFrom, for inherit, names the GPU services whose added line
+	// the service takes.
+	InheritsFrom []string `json:"inherits_from,omitempty"`
+	Reason       string   `json:"reason"`
+	Warnings     []string `json:"warnings,omitempty"`
 }
 
 // File is one compose file of the migrated projects.

@@ -47,7 +47,7 @@ var corpusWant = map[string]struct {
 	"open-webui-gpu/docker-compose.gpu.yaml":                  {actions: map[string]Action{"ollama": ActionAdd, "openWebUI": ActionNone}},
 	"private-gpt/docker-compose.yaml":                         {actions: map[string]Action{"ollama": ActionNone, "ollama-cpu": ActionNone, "ollama-cuda": ActionAdd, "private-gpt-fireworks": ActionNone, "private-gpt-llamacpp-cpu": ActionNone, "private-gpt-ollama": ActionNone}},
 	"sglang/compose.yaml":                                     {actions: map[string]Action{"sglang": ActionKeep}},
-	"stable-diffusion-webui-docker/docker-compose.yml":        {actions: map[string]Action{"auto": ActionSkip, "auto-cpu": ActionNone, "comfy": ActionSkip, "comfy-cpu": ActionNone, "download": ActionNone, "invoke": ActionAdd}, warnings: map[string]string{"auto": "auto-cpu, which is not a GPU service", "comfy": "comfy-cpu, which is not a GPU service"}},
+	"stable-diffusion-webui-docker/docker-compose.yml":        {actions: map[string]Action{"auto": ActionAdd, "auto-cpu": ActionInherit, "comfy": ActionAdd, "comfy-cpu": ActionInherit, "download": ActionNone, "invoke": ActionAdd}},
 	"text-generation-webui-nvidia/docker-compose.yml":         {actions: map[string]Action{"text-generation-webui": ActionAdd}},
 	"webodm-gpu-intel/docker-compose.nodeodm.gpu.intel.yml":   {actions: map[string]Action{"node-odm-1": ActionAdd, "webapp": ActionNone}},
 	"webodm-gpu-nvidia/docker-compose.nodeodm.gpu.nvidia.yml": {actions: map[string]Action{"node-odm-1": ActionAdd, "webapp": ActionNone}},
@@ -60,8 +60,9 @@ var insertedLine = regexp.MustCompile(`^ +shm_size: [0-9]+[kmg]?b?\r?\n$`)
 
 // TestCorpus migrates every real-world file and checks, independently of
 // migrate's own code: the line diff holds only inserted shm_size lines;
-// compose-go loads the result, and there every service migrate added to has
-// the policy's size while every other service is exactly as before; the
+// compose-go loads the result, and there every service migrate added to
+// (or that inherits the added line) has the policy's size while every
+// other service is exactly as before; the
 // decisions are the ones a reader expects; a second run changes nothing;
 // the fast path and compose-go's loader agree.
 func TestCorpus(t *testing.T) {
@@ -97,7 +98,7 @@ func TestCorpus(t *testing.T) {
 				} else if len(s.Warnings) > 0 {
 					t.Errorf("service %s: unexpected warnings %q", s.Service, s.Warnings)
 				}
-				if s.Action == ActionAdd && s.SizeBytes != pol.ComposeDefault {
+				if (s.Action == ActionAdd || s.Action == ActionInherit) && s.SizeBytes != pol.ComposeDefault {
 					t.Errorf("service %s: size %d, want the policy's compose default %d (no memory limit)", s.Service, s.SizeBytes, pol.ComposeDefault)
 				}
 			}
@@ -135,7 +136,7 @@ func TestCorpus(t *testing.T) {
 			after := loadTyped(t, outPath, out)
 			for name, svc := range after.Services {
 				orig := before.Services[name]
-				if got[name] == ActionAdd {
+				if got[name] == ActionAdd || got[name] == ActionInherit {
 					if int64(svc.ShmSize) != pol.ComposeDefault {
 						t.Errorf("service %s: compose-go reads shm_size %d, want %d", name, svc.ShmSize, pol.ComposeDefault)
 					}

@@ -68,11 +68,12 @@ func TestEdgeCases(t *testing.T) {
 		dir     string
 		opts    Options
 		want    map[string]Action
-		size    map[string]int64  // services -> size (from the policy)
-		file    map[string]string // services -> file the line goes to
-		warn    map[string]string // services -> a word of a warning
-		out     map[string]string // file -> whole migrated content
-		changed []string          // the files that change, when not all in out
+		size    map[string]int64    // services -> size (from the policy)
+		file    map[string]string   // services -> file the line goes to
+		warn    map[string]string   // services -> a word of a warning
+		shared  map[string][]string // services -> SharedWith (add) or InheritsFrom (inherit)
+		out     map[string]string   // file -> whole migrated content
+		changed []string            // the files that change, when not all in out
 		wantErr string
 	}{
 		{
@@ -137,13 +138,84 @@ func TestEdgeCases(t *testing.T) {
 			changed: []string{"compose.yaml"},
 		},
 		{
-			name: "extends in one file: a GPU extender takes the base's line, a CPU extender blocks it",
+			name:   "extends in one file: a GPU extender takes the base's line, a CPU extender inherits it",
+			dir:    "extends-same-file",
+			want:   map[string]Action{"trainer": ActionAdd, "trainer-big": ActionAdd, "evaluator": ActionAdd, "evaluator-cpu": ActionInherit},
+			shared: map[string][]string{"evaluator": {"evaluator-cpu"}, "evaluator-cpu": {"evaluator"}, "trainer": nil, "trainer-big": nil},
+			out: map[string]string{"compose.yaml": "services:\n  trainer:\n    shm_size: 8gb\n    image: pytorch/pytorch\n    runtime: nvidia\n" +
+				"  trainer-big:\n    extends: trainer\n    command: python train.py --big\n  evaluator:\n    shm_size: 8gb\n    image: pytorch/pytorch\n    runtime: nvidia\n" +
+				"  evaluator-cpu:\n    extends:\n      service: evaluator\n    runtime: runc\n"},
+		},
+		{
+			name: "--strict-shared: a CPU extender blocks the base's line",
 			dir:  "extends-same-file",
+			opts: Options{StrictShared: true},
 			want: map[string]Action{"trainer": ActionAdd, "trainer-big": ActionAdd, "evaluator": ActionSkip, "evaluator-cpu": ActionNone},
-			warn: map[string]string{"evaluator": "evaluator-cpu, which is not a GPU service"},
+			warn: map[string]string{"evaluator": "evaluator-cpu, which is not a GPU service (--strict-shared)"},
 			out: map[string]string{"compose.yaml": "services:\n  trainer:\n    shm_size: 8gb\n    image: pytorch/pytorch\n    runtime: nvidia\n" +
 				"  trainer-big:\n    extends: trainer\n    command: python train.py --big\n  evaluator:\n    image: pytorch/pytorch\n    runtime: nvidia\n" +
 				"  evaluator-cpu:\n    extends:\n      service: evaluator\n    runtime: runc\n"},
+		},
+		{
+			name: "a Stable Diffusion web UI stack: GPU services anchored into CPU variants get the line, the variants inherit it",
+			dir:  "sd-webui",
+			want: map[string]Action{"fetch-models": ActionNone, "forge": ActionAdd, "forge-cpu": ActionInherit, "nodes": ActionAdd, "nodes-cpu": ActionInherit, "trainer": ActionAdd},
+			size: map[string]int64{"trainer": target(def, 24*policy.GiB)},
+			shared: map[string][]string{"forge": {"forge-cpu"}, "forge-cpu": {"forge"}, "nodes": {"nodes-cpu"}, "nodes-cpu": {"nodes"},
+				"trainer": nil, "fetch-models": nil},
+			file:    map[string]string{"forge-cpu": "docker-compose.yml"},
+			changed: []string{"docker-compose.yml"},
+		},
+		{
+			name: "a Stable Diffusion web UI stack, --strict-shared: the anchored GPU services are left for a hand edit",
+			dir:  "sd-webui",
+			opts: Options{StrictShared: true},
+			want: map[string]Action{"fetch-models": ActionNone, "forge": ActionSkip, "forge-cpu": ActionNone, "nodes": ActionSkip, "nodes-cpu": ActionNone, "trainer": ActionAdd},
+			size: map[string]int64{"trainer": target(def, 24*policy.GiB)},
+			warn: map[string]string{"forge": "(docker-compose.yml:37) is shared", "nodes": "nodes-cpu, which is not a GPU service"},
+		},
+		{
+			name: "shared anchors: aliases, merges, nested merges, extends, own sizes, ipc: host",
+			dir:  "shared-anchors",
+			want: map[string]Action{"trainer": ActionAdd, "trainer-alias": ActionAdd, "trainer-cpu": ActionInherit, "trainer-cpu-own": ActionNone,
+				"trainer-cpu-nested": ActionInherit, "trainer-cpu-shadowed": ActionNone, "trainer-cpu-extends": ActionInherit,
+				"trainer-small": ActionAdd, "trainer-keep": ActionKeep, "infer": ActionSkip, "infer-host": ActionNone,
+				"painter": ActionAdd, "painter-trainer-cpu": ActionInherit},
+			size: map[string]int64{"trainer-small": target(def, 4*policy.GiB), "painter": target(def, 6*policy.GiB), "painter-trainer-cpu": target(def, 6*policy.GiB)},
+			shared: map[string][]string{
+				"painter":             {"painter-trainer-cpu"},
+				"painter-trainer-cpu": {"painter"},
+				"trainer":             {"trainer-cpu", "trainer-cpu-extends", "trainer-cpu-nested"},
+				"trainer-alias":       {"trainer-cpu", "trainer-cpu-extends", "trainer-cpu-nested"},
+				"trainer-cpu":         {"trainer", "trainer-alias"},
+				"trainer-cpu-nested":  {"trainer", "trainer-alias"},
+				"trainer-cpu-extends": {"trainer", "trainer-alias"},
+				"trainer-small":       nil, "trainer-cpu-own": nil, "trainer-cpu-shadowed": nil,
+			},
+			warn: map[string]string{"infer": "infer-host, which is not a GPU service and has ipc: host"},
+			file: map[string]string{"trainer-alias": "compose.yaml"},
+		},
+		{
+			name: "shared anchors, --strict-shared",
+			dir:  "shared-anchors",
+			opts: Options{StrictShared: true},
+			want: map[string]Action{"trainer": ActionSkip, "trainer-alias": ActionSkip, "trainer-cpu": ActionNone, "trainer-cpu-own": ActionNone,
+				"trainer-cpu-nested": ActionNone, "trainer-cpu-shadowed": ActionNone, "trainer-cpu-extends": ActionNone,
+				"trainer-small": ActionAdd, "trainer-keep": ActionKeep, "infer": ActionSkip, "infer-host": ActionNone,
+				"painter": ActionSkip, "painter-trainer-cpu": ActionNone},
+			size: map[string]int64{"trainer-small": target(def, 4*policy.GiB)},
+			warn: map[string]string{"trainer": "trainer-cpu, which is not a GPU service (--strict-shared) and trainer-cpu-extends",
+				"painter": "painter-trainer-cpu, which is not a GPU service (--strict-shared)"},
+		},
+		{
+			name:   "GPU services of one mapping that need different sizes: the line carries the larger",
+			dir:    "shared-sizes",
+			want:   map[string]Action{"trainer": ActionAdd, "tuner": ActionAdd, "cpu": ActionInherit},
+			size:   map[string]int64{"trainer": def.ComposeDefault, "tuner": def.ComposeDefault},
+			shared: map[string][]string{"trainer": {"cpu"}, "tuner": {"cpu"}, "cpu": {"trainer", "tuner"}},
+			out: map[string]string{"compose.yaml": "services:\n  trainer: &trainer\n    shm_size: 8gb\n    image: pytorch/pytorch\n    deploy:\n" +
+				"      resources:\n        reservations:\n          devices:\n            - driver: nvidia\n              capabilities: [gpu]\n" +
+				"  tuner: *trainer\n  cpu:\n    <<: *trainer\n    deploy: {}\n"},
 		},
 		{
 			name:    "include: the line goes into the included file",
@@ -345,7 +417,7 @@ func TestEdgeCases(t *testing.T) {
 				if s.Action != action {
 					t.Errorf("service %s: action %s (%s %v), want %s", name, s.Action, s.Reason, s.Warnings, action)
 				}
-				if action == ActionAdd || action == ActionRaise {
+				if action == ActionAdd || action == ActionRaise || action == ActionInherit {
 					want, ok := tt.size[name]
 					if !ok {
 						want = pol.ComposeDefault
@@ -355,6 +427,15 @@ func TestEdgeCases(t *testing.T) {
 					}
 					if n, err := policy.ParseSize(s.Size); err != nil || n != want {
 						t.Errorf("service %s: size written as %q (%d, %v), want %d", name, s.Size, n, err, want)
+					}
+				}
+				if want, ok := tt.shared[name]; ok {
+					got := s.SharedWith
+					if action == ActionInherit {
+						got = s.InheritsFrom
+					}
+					if !slices.Equal(got, want) || (action != ActionAdd && s.SharedWith != nil) || (action != ActionInherit && s.InheritsFrom != nil) {
+						t.Errorf("service %s: shared with %q, inherits from %q, want %q", name, s.SharedWith, s.InheritsFrom, want)
 					}
 				}
 				if f, ok := tt.file[name]; ok && s.File != f {

@@ -27,6 +27,11 @@ type decision struct {
 	warnings []string
 	file     string // where the service is defined, or where the change goes
 	line     int
+
+	notGPU bool        // understood, and not a GPU service
+	shm    oci.ShmKind // its /dev/shm as the plan sees it
+	// sharedWith (add) and inheritsFrom (inherit): see ServiceReport.
+	sharedWith, inheritsFrom []string
 }
 
 // skip leaves a service that needs a size alone, saying why and what to do.
@@ -52,7 +57,7 @@ func plan(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit
 		ds[name] = d
 	}
 	edits := map[string][]yamledit.Edit{}
-	planAdds(p, ds, defs, edits)
+	planAdds(p, opts, ds, defs, edits)
 	planRaises(p, opts, ds, defs, edits)
 	var reports []ServiceReport
 	for _, name := range p.names {
@@ -67,8 +72,11 @@ func plan(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit
 			Action:   d.action,
 			Reason:   d.reason,
 			Warnings: d.warnings,
+
+			SharedWith:   d.sharedWith,
+			InheritsFrom: d.inheritsFrom,
 		}
-		if d.action == ActionAdd || d.action == ActionRaise {
+		if d.action == ActionAdd || d.action == ActionRaise || d.action == ActionInherit {
 			r.Size, r.SizeBytes = policy.FormatCompose(d.size), d.size
 		}
 		reports = append(reports, r)
@@ -110,9 +118,9 @@ func decide(p *project, opts Options, pol *policy.Policy, name string, defs []de
 		return d
 	}
 	pl := oci.Decide(oci.Input{Container: s.c, Policy: pol, Portable: true})
-	d.gpu, d.evidence = pl.GPU, pl.Evidence
+	d.gpu, d.evidence, d.shm = pl.GPU, pl.Evidence, pl.Shm.Kind
 	if !pl.GPU && pol.Match != policy.MatchAll {
-		d.action, d.reason = ActionNone, "not a GPU service"
+		d.action, d.reason, d.notGPU = ActionNone, "not a GPU service", true
 		return d
 	}
 	if s.ncclOff {
@@ -178,26 +186,45 @@ func targetDef(defs []def) (def, bool) {
 type group struct {
 	node     *yaml.Node
 	pf       *pfile
-	services []*decision
-	covers   []string // every service that takes shm_size from node
-	edit     yamledit.Edit
-	ok       bool // the edit is made
-	line     int  // the line of the mapping's key
+	services []*decision // the GPU services whose line it is
+	size     int64       // the largest size they need
+	covers   []string    // every service that takes shm_size from node
+	// inheritors are the covered services that are not GPU services:
+	// they take the line too (see ActionInherit).
+	inheritors []string
+	// overriders are the groups of covered GPU services that need another
+	// size: their own line, nearer, wins over this one.
+	overriders []*group
+	edit       yamledit.Edit
+	ok         bool // the edit is made
+	line       int  // the line of the mapping's key
 }
+
+// where is the file and line of the group's mapping.
+func (g *group) where() string { return fmt.Sprintf("%s:%d", g.pf.f.Name, g.line) }
 
 // planAdds places the new shm_size lines.
 //
 // A line added to a mapping reaches every service that takes its keys from
 // that mapping: services that alias it or merge it with "<<" (and do not
 // set shm_size nearer), and services that extend the service. The line
-// goes in only when every one of them is a GPU service that needs the same
-// size; such services then take it from there and get no line of their
-// own. Otherwise (an anchored GPU service merged into a CPU variant, say)
-// the services are skipped with a warning: adding the line would change a
-// service that must stay as it is.
-func planAdds(p *project, ds map[string]*decision, defs map[string][]def, edits map[string][]yamledit.Edit) {
+// goes in when every one of them can take it:
+//
+//   - GPU services that need the same size take it from there and get no
+//     line of their own (when several GPU services share one mapping and
+//     need different sizes, the line carries the largest);
+//   - GPU services that need another size get their own line in their own
+//     mapping, which is nearer and wins;
+//   - services that are not GPU services inherit the larger ceiling
+//     (ActionInherit; a tmpfs reserves no memory until written), unless
+//     opts.StrictShared, or their /dev/shm is not their own (ipc: host,
+//     service:x, container:x), where shm_size is ignored or refused;
+//   - anything else (a GPU service that keeps its own /dev/shm, one left
+//     alone) blocks the line: the services are skipped with a warning.
+func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string][]def, edits map[string][]yamledit.Edit) {
 	var groups []*group
 	byNode := map[*yaml.Node]*group{}
+	groupOf := map[*decision]*group{}
 	for _, name := range p.names {
 		d := ds[name]
 		if d.action != ActionAdd {
@@ -210,57 +237,63 @@ func planAdds(p *project, ds map[string]*decision, defs map[string][]def, edits 
 		}
 		g := byNode[t.mapping]
 		if g == nil {
-			g = &group{node: t.mapping, pf: t.pf}
+			g = &group{node: t.mapping, pf: t.pf, line: t.mapping.Line}
+			if k := t.pf.keyOf(t.mapping); k != nil {
+				g.line = k.Line
+			}
 			byNode[t.mapping] = g
 			groups = append(groups, g)
 		}
 		g.services = append(g.services, d)
+		g.size = max(g.size, d.size)
+		groupOf[d] = g
 	}
-	extenders := extendsGraph(p, defs)
 	for _, g := range groups {
-		size := g.services[0].size
-		covered := map[string]bool{}
-		for _, name := range p.names {
-			for _, e := range defs[name] {
-				if ds[name] != nil && e.pf == g.pf && e.mapping != nil && yamledit.Inherits(e.mapping, g.node, ShmKey) {
-					covered[name] = true
-				}
+		var largest []string
+		for _, s := range g.services {
+			if s.size == g.size {
+				largest = append(largest, s.name)
 			}
 		}
 		for _, s := range g.services {
-			for _, name := range extenders(g.pf.abs, s.name) {
-				if ds[name] != nil && !ds[name].svc.shmSet {
-					covered[name] = true
-				}
+			if s.size < g.size {
+				s.reason += fmt.Sprintf("; it shares its mapping with %s, which needs %s: the line carries the larger size", strings.Join(largest, ", "), policy.FormatCompose(g.size))
+				s.size = g.size
 			}
 		}
-		g.covers = slices.Sorted(maps.Keys(covered))
+	}
+	extenders := extendsGraph(p, defs)
+	for _, g := range groups {
+		g.covers = coverage(p, ds, defs, g, extenders)
 		var blockers []string
 		for _, name := range g.covers {
 			o := ds[name]
 			switch {
-			case o.action == ActionAdd && o.size == size:
-			case o.action == ActionAdd:
-				blockers = append(blockers, fmt.Sprintf("%s, which needs %s", name, policy.FormatCompose(o.size)))
-			case o.action == ActionNone:
-				blockers = append(blockers, fmt.Sprintf("%s, which is not a GPU service", name))
+			case slices.Contains(g.services, o):
+			case o.action == ActionAdd && o.size == g.size:
+			case o.action == ActionAdd && groupOf[o].pf == g.pf:
+				// Its own line goes into its own mapping in this file,
+				// nearer than g's (in another file, an override could
+				// bring g's back over it).
+				g.overriders = append(g.overriders, groupOf[o])
+			case o.notGPU && opts.StrictShared:
+				blockers = append(blockers, fmt.Sprintf("%s, which is not a GPU service (--strict-shared)", name))
+			case o.notGPU && (o.shm == oci.ShmHost || o.shm == oci.ShmEngine):
+				blockers = append(blockers, fmt.Sprintf("%s, which is not a GPU service and has ipc: %s (its /dev/shm is not its own: Docker ignores shm_size there and Podman refuses it)", name, o.svc.ipc))
+			case o.notGPU:
+				g.inheritors = append(g.inheritors, name)
 			default:
 				blockers = append(blockers, fmt.Sprintf("%s (%s)", name, o.reason))
 			}
 		}
-		g.line = g.node.Line
-		if k := g.pf.keyOf(g.node); k != nil {
-			g.line = k.Line
-		}
-		where := fmt.Sprintf("%s:%d", g.pf.f.Name, g.line)
 		if len(blockers) > 0 {
 			for _, s := range g.services {
-				s.skip(fmt.Sprintf("its mapping (%s) is shared: a shm_size line there would also change %s; add shm_size: %s by hand where only GPU services get it, or give the others their own shm_size first",
-					where, strings.Join(blockers, " and "), policy.FormatCompose(s.size)))
+				s.skip(fmt.Sprintf("its mapping (%s) is shared: a shm_size line there would also change %s; add shm_size: %s by hand where only the services that may take it get it, or give the others their own shm_size first",
+					g.where(), strings.Join(blockers, " and "), policy.FormatCompose(s.size)))
 			}
 			continue
 		}
-		e, err := g.pf.f.InsertFirst(g.pf.keyOf(g.node), g.node, ShmKey, policy.FormatCompose(size))
+		e, err := g.pf.f.InsertFirst(g.pf.keyOf(g.node), g.node, ShmKey, policy.FormatCompose(g.size))
 		if err != nil {
 			for _, s := range g.services {
 				s.skip(fmt.Sprintf("%v; add shm_size: %s by hand", err, policy.FormatCompose(s.size)))
@@ -269,36 +302,137 @@ func planAdds(p *project, ds map[string]*decision, defs map[string][]def, edits 
 		}
 		g.edit, g.ok = e, true
 	}
-	// A group whose services all take shm_size from another group's line
-	// needs no line of its own.
-	dropped := map[*group]bool{}
+	// A line whose overriders get no line of their own would reach them
+	// with the wrong size.
+	for changed := true; changed; {
+		changed = false
+		for _, g := range groups {
+			i := slices.IndexFunc(g.overriders, func(h *group) bool { return !h.ok })
+			if !g.ok || i < 0 {
+				continue
+			}
+			g.ok, changed = false, true
+			h := g.overriders[i]
+			for _, s := range g.services {
+				s.skip(fmt.Sprintf("its mapping (%s) is shared with %s, which needs %s and cannot get a line of its own; add shm_size by hand", g.where(), nameOf(h), policy.FormatCompose(h.size)))
+			}
+		}
+	}
+	// A group whose services all take shm_size, of their size, from
+	// another group's line needs no line of its own.
+	overrider := map[*group]bool{}
 	for _, g := range groups {
-		if !g.ok {
+		for _, h := range g.overriders {
+			overrider[h] = true
+		}
+	}
+	into := map[*group]*group{}
+	for _, g := range groups {
+		if !g.ok || overrider[g] {
 			continue
 		}
 		for _, h := range groups {
-			if h == g || !h.ok || dropped[h] {
+			if h == g || !h.ok || into[h] != nil {
 				continue
 			}
 			if !slices.ContainsFunc(g.services, func(s *decision) bool { return !slices.Contains(h.covers, s.name) }) {
-				dropped[g] = true
+				into[g] = h
 				for _, s := range g.services {
-					s.reason += fmt.Sprintf("; it takes shm_size from %s (%s:%d)", nameOf(h), h.pf.f.Name, h.line)
+					s.reason += fmt.Sprintf("; it takes shm_size from %s (%s)", nameOf(h), h.where())
 					s.file, s.line = h.pf.f.Name, h.line
 				}
 				break
 			}
 		}
 	}
+	var written []*group
 	for _, g := range groups {
-		if !g.ok || dropped[g] {
+		if !g.ok || into[g] != nil {
 			continue
 		}
+		written = append(written, g)
 		edits[g.pf.abs] = append(edits[g.pf.abs], g.edit)
 		for _, s := range g.services {
 			s.file, s.line = g.pf.f.Name, g.line
 		}
 	}
+	planInherits(ds, defs, groups, written, into)
+}
+
+// coverage lists the services that take shm_size from g's mapping: those
+// whose mapping is it or merges it (YAML's precedence), and those that
+// extend one of them without a shm_size of their own.
+func coverage(p *project, ds map[string]*decision, defs map[string][]def, g *group, extenders func(abs, name string) []string) []string {
+	covered := map[string]bool{}
+	for _, name := range p.names {
+		for _, e := range defs[name] {
+			if ds[name] != nil && e.pf == g.pf && e.mapping != nil && yamledit.Inherits(e.mapping, g.node, ShmKey) {
+				covered[name] = true
+			}
+		}
+	}
+	for _, base := range slices.Sorted(maps.Keys(covered)) {
+		for _, name := range extenders(g.pf.abs, base) {
+			if ds[name] != nil && !ds[name].svc.shmSet {
+				covered[name] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(covered))
+}
+
+// planInherits marks the services that are not GPU services but take a
+// written line (ActionInherit), each from the nearest one (its own merges
+// in YAML's precedence, then extends), and names them in the reports of
+// the GPU services whose line they take.
+func planInherits(ds map[string]*decision, defs map[string][]def, groups, written []*group, into map[*group]*group) {
+	from := map[string]*group{}
+	rank := map[string]int{}
+	for _, g := range written {
+		for _, name := range g.inheritors {
+			r := len(groups) // through extends
+			for _, e := range defs[name] {
+				if i := slices.Index(yamledit.Sources(e.mapping), g.node); e.pf == g.pf && i >= 0 {
+					r = min(r, i)
+				}
+			}
+			if h, ok := from[name]; !ok || r < rank[name] || (r == rank[name] && g.size > h.size) {
+				from[name], rank[name] = g, r
+			}
+		}
+	}
+	sharers := map[*group][]string{}
+	for _, name := range slices.Sorted(maps.Keys(from)) {
+		g, o := from[name], ds[name]
+		sharers[g] = append(sharers[g], name)
+		for _, s := range g.services {
+			o.inheritsFrom = append(o.inheritsFrom, s.name)
+		}
+		o.action, o.size = ActionInherit, g.size
+		o.reason = fmt.Sprintf("not a GPU service, but it shares the mapping of %s (%s) and inherits the shm_size %s added there: harmless, a tmpfs reserves no memory until something is written to it (--strict-shared leaves %s for a hand edit instead)",
+			nameOf(g), g.where(), policy.FormatCompose(g.size), nameOf(g))
+	}
+	for _, g := range groups {
+		h := g
+		if into[g] != nil {
+			h = into[g]
+		}
+		if !g.ok || len(sharers[h]) == 0 {
+			continue
+		}
+		for _, s := range g.services {
+			s.sharedWith = sharers[h]
+			s.reason += "; " + inheritPhrase(sharers[h]) + ": harmless, a tmpfs reserves no memory until written"
+		}
+	}
+}
+
+// inheritPhrase says that services that are not GPU services inherit a line.
+func inheritPhrase(names []string) string {
+	if len(names) == 1 {
+		return names[0] + " (not a GPU service) inherits the same ceiling from the mapping it shares"
+	}
+	return strings.Join(names, ", ") + " (not GPU services) inherit the same ceiling from the mapping they share"
 }
 
 // nameOf names a group's services.

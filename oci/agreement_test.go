@@ -262,8 +262,8 @@ func doctorPlan(t *testing.T, fx *captured, byFile map[string]*captured, st sett
 }
 
 // composeOutcomes migrates capture/compose.yaml, the file docker-compose
-// ran, and gives each service's outcome: add and raise set a size; keep,
-// none and skip leave /dev/shm as it is.
+// ran, and gives each service's outcome: add, raise and inherit set a
+// size; keep, none and skip leave /dev/shm as it is.
 func composeOutcomes(t *testing.T, st setting) map[string]outcome {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join(fixtureDir, "capture"))
@@ -277,7 +277,7 @@ func composeOutcomes(t *testing.T, st setting) map[string]outcome {
 	out := map[string]outcome{}
 	for _, s := range res.Services {
 		switch s.Action {
-		case compose.ActionAdd, compose.ActionRaise:
+		case compose.ActionAdd, compose.ActionRaise, compose.ActionInherit:
 			out[s.Service] = outcome{oci.ActionSetSize, s.SizeBytes}
 		default:
 			out[s.Service] = outcome{action: oci.ActionNone}

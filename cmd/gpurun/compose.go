@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
@@ -63,24 +64,38 @@ file that defines the service's image or build (for a service extending
 another, the extending one), indented like its keys; every other byte of
 every file stays as it was: comments, blank lines, order, quoting, anchors,
 merges, flow style, line endings. Every result is parsed again and compared
-with the original before it is shown or written. A service whose mapping is
-shared (an anchor merged into other services, a service others extend) gets
-the line only when every service that would take it is a GPU service that
-needs the same size; otherwise it is skipped with a warning.
+with the original before it is shown or written.
+
+A GPU service whose mapping is shared (an anchor other services alias or
+merge with "<<", a service others extend) gets the line in that shared
+mapping. Services that are not GPU services and take their keys from it
+inherit the larger ceiling (action inherit; they are named in the report):
+harmless, since a tmpfs reserves no memory until something is written to
+it. GPU services sharing it that need another size get a line of their own
+(nearer, so it wins); GPU services of one mapping that need different sizes
+get the largest. With --strict-shared, a GPU service whose line would reach
+a service that is not a GPU service is skipped with a warning instead, for a
+hand edit. A line that would reach a service that shares the host's or
+another container's IPC namespace (ipc: host, service:X, container:X), or a
+GPU service that keeps its own /dev/shm, is never added: the service is
+skipped with a warning.
 
 Modes: by default the migrated files go to stdout (with a "==> FILE <=="
 line before each when there are several); --write replaces the files
 atomically (same mode; --backup keeps FILE.bak); --diff prints a unified
-diff; --check changes nothing and exits 1 when a file would change. --json
-prints a report per service instead: file, line, service, gpu, evidence,
-action (none, keep, add, raise, skip), size, reason, warnings.
+diff; --check changes nothing and exits 1 when a file would change or a
+GPU service is left for a hand edit (skip). --json prints a report per
+service instead: file, line, service, gpu, evidence, action (none, keep,
+add, raise, inherit, skip), size, shared_with (add: the services that are
+not GPU services and inherit the line), inherits_from (inherit: the GPU
+services whose line it takes), reason, warnings.
 
 Several projects at once: each PATH is a compose file (a project of its own)
 or a directory searched for projects (each directory's default project, and
 every other compose*.y(a)ml and docker-compose*.y(a)ml file alone).
 
 Exit status: 0 done (or nothing to change), 1 --check found files that would
-change, 2 bad input (the message names the file, line and column) or a file
+change or services to edit by hand, 2 bad input (the message names the file, line and column) or a file
 that could not be written (it stays as it was).`,
 		Example: `  # What would change in the project here, as a diff
   gpurun compose migrate --diff
@@ -131,6 +146,9 @@ that could not be written (it stays as it was).`,
 			}
 			if !jsonReport {
 				printWarnings(stderr, res)
+				if !check && !write {
+					printInherits(stderr, res)
+				}
 			}
 			if write {
 				if err := res.Write(backup); err != nil {
@@ -161,14 +179,10 @@ that could not be written (it stays as it was).`,
 					}
 				}
 			}
-			if check && res.Changed() {
-				n := 0
-				for _, f := range res.Files {
-					if f.Changed() {
-						n++
-					}
+			if check {
+				if err := checkResult(res); err != nil {
+					return &exitError{1, err}
 				}
-				return &exitError{1, fmt.Errorf("compose migrate --check: %d file(s) would change; run gpurun compose migrate --write", n)}
 			}
 			return nil
 		},
@@ -179,6 +193,7 @@ that could not be written (it stays as it was).`,
 	f.StringArrayVar(&o.EnvFiles, "env-file", nil, "environment file for interpolation, instead of the project's .env (repeatable)")
 	f.StringVar(&size, "size", "", "shm_size for every GPU service that needs one, e.g. 16gb (default: the policy)")
 	f.BoolVar(&o.EnforceMin, "enforce-min", false, "also raise an explicit shm_size below the policy minimum (or enforce_min in the config)")
+	f.BoolVar(&o.StrictShared, "strict-shared", false, "skip (warn, for a hand edit) a GPU service whose mapping is shared with services that are not GPU services, instead of letting them inherit its shm_size")
 	f.BoolVar(&write, "write", false, "replace the files (atomically, same mode)")
 	f.BoolVar(&backup, "backup", false, "with --write, keep the original as FILE.bak")
 	f.BoolVar(&diff, "diff", false, "print a unified diff of the changes")
@@ -197,17 +212,55 @@ func printWarnings(w io.Writer, res *compose.Result) {
 	}
 }
 
-// printChanges writes a line per changed service.
+// printChanges writes a line per changed service, and per service that
+// inherits a change.
 func printChanges(w io.Writer, res *compose.Result, done bool) {
-	verb := map[compose.Action]string{compose.ActionAdd: "would add", compose.ActionRaise: "would raise"}
+	verb := map[compose.Action]string{compose.ActionAdd: "would add", compose.ActionRaise: "would raise", compose.ActionInherit: "would inherit"}
 	if done {
-		verb = map[compose.Action]string{compose.ActionAdd: "added", compose.ActionRaise: "raised"}
+		verb = map[compose.Action]string{compose.ActionAdd: "added", compose.ActionRaise: "raised", compose.ActionInherit: "inherits"}
 	}
 	for _, s := range res.Services {
 		if v, ok := verb[s.Action]; ok {
 			fmt.Fprintf(w, "%s:%d: service %s: %s shm_size: %s (%s)\n", s.File, s.Line, s.Service, v, s.Size, s.Reason)
 		}
 	}
+}
+
+// printInherits writes a note on stderr per service that inherits a line,
+// for the modes whose stdout is the files or the diff.
+func printInherits(w io.Writer, res *compose.Result) {
+	for _, s := range res.Services {
+		if s.Action == compose.ActionInherit {
+			fmt.Fprintf(w, "gpurun: note: %s:%d: service %s: %s\n", s.File, s.Line, s.Service, s.Reason)
+		}
+	}
+}
+
+// checkResult is --check's verdict: an error when a file would change or
+// a GPU service is left for a hand edit.
+func checkResult(res *compose.Result) error {
+	files, skipped := 0, 0
+	for _, f := range res.Files {
+		if f.Changed() {
+			files++
+		}
+	}
+	for _, s := range res.Services {
+		if s.Action == compose.ActionSkip {
+			skipped++
+		}
+	}
+	var problems []string
+	if files > 0 {
+		problems = append(problems, fmt.Sprintf("%d file(s) would change; run gpurun compose migrate --write", files))
+	}
+	if skipped > 0 {
+		problems = append(problems, fmt.Sprintf("%d GPU service(s) need shm_size added by hand (see the warnings)", skipped))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("compose migrate --check: %s", strings.Join(problems, "; "))
 }
 
 func nonNil(s []compose.ServiceReport) []compose.ServiceReport {

@@ -27,6 +27,14 @@ func composeProject(t *testing.T, content string) (dir string, config []string) 
 	return dir, []string{"--config", cfg}
 }
 
+// composeShared is a GPU service anchored into a CPU variant.
+const composeShared = "services:\n  trainer: &trainer\n    image: pytorch/pytorch\n" +
+	"    deploy: {resources: {reservations: {devices: [{capabilities: [gpu]}]}}}\n" +
+	"  trainer-cpu:\n    <<: *trainer\n    deploy: {}\n"
+
+// sharedMigrated is composeShared migrated: the line in the shared mapping.
+var sharedMigrated = strings.Replace(composeShared, "&trainer\n", "&trainer\n    shm_size: 8gb\n", 1)
+
 func TestComposeMigrate(t *testing.T) {
 	migrated := strings.Replace(composeGPU, "  trainer:\n", "  trainer:\n    shm_size: 8gb\n", 1)
 	tests := []struct {
@@ -55,6 +63,17 @@ func TestComposeMigrate(t *testing.T) {
 		{name: "two modes", content: composeGPU, args: []string{"--check", "--diff"}, wantCode: 2, wantErr: "none of the others"},
 		{name: "syntax error", content: "services:\n  trainer: [x\n", args: []string{"--write"}, wantCode: 2, wantErr: "compose.yaml:3:1: did not find expected ',' or ']'"},
 		{name: "not compose", content: "kind: Pod\n", args: []string{"--check"}, wantCode: 2, wantErr: "compose.yaml:1:1: not a compose file"},
+		{name: "shared anchor: the CPU variant inherits, named on stderr", content: composeShared, args: nil, wantCode: 0,
+			wantOut: sharedMigrated, wantErr: "gpurun: note: compose.yaml:5: service trainer-cpu: not a GPU service, but it shares the mapping of trainer (compose.yaml:2) and inherits the shm_size 8gb added there: harmless, a tmpfs reserves no memory"},
+		{name: "shared anchor, check", content: composeShared, args: []string{"--check"}, wantCode: 1,
+			wantOut: "compose.yaml:5: service trainer-cpu: would inherit shm_size: 8gb", wantErr: "1 file(s) would change"},
+		{name: "shared anchor, write", content: composeShared, args: []string{"--write"}, wantCode: 0,
+			wantOut: "compose.yaml:2: service trainer: added shm_size: 8gb (GPU container (deploy.resources.reservations.devices: capabilities [gpu]): no memory limit, so the policy's compose default 8GiB; trainer-cpu (not a GPU service) inherits", wantFile: sharedMigrated},
+		{name: "shared anchor, --strict-shared: a warning, nothing written", content: composeShared, args: []string{"--strict-shared", "--write"}, wantCode: 0,
+			wantErr: "warning: compose.yaml:2: service trainer: its mapping (compose.yaml:2) is shared: a shm_size line there would also change trainer-cpu, which is not a GPU service (--strict-shared)"},
+		{name: "shared anchor, --strict-shared --check fails on the hand edit", content: composeShared, args: []string{"--strict-shared", "--check"}, wantCode: 1,
+			wantErr: "compose migrate --check: 1 GPU service(s) need shm_size added by hand"},
+		{name: "shared anchor migrated, --strict-shared --check", content: sharedMigrated, args: []string{"--strict-shared", "--check"}, wantCode: 0},
 		{name: "warnings on stderr", content: "services:\n  t:\n    image: x\n    gpus: all\n    ipc: host\n    shm_size: 1g\n", args: nil, wantCode: 0,
 			wantErr: "warning: compose.yaml:2: service t: ipc: host with shm_size 1g"},
 	}

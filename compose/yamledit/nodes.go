@@ -107,3 +107,22 @@ func inherits(m, n *yaml.Node, key string, depth int) bool {
 	}
 	return false
 }
+
+// Sources returns m and the mappings merged into it, directly or through
+// other merges, in the order a lookup visits them (YAML's precedence:
+// m's own entries, then each merged mapping depth first).
+func Sources(m *yaml.Node) []*yaml.Node {
+	var out []*yaml.Node
+	var walk func(*yaml.Node, int)
+	walk = func(n *yaml.Node, depth int) {
+		if n == nil || n.Kind != yaml.MappingNode || depth > 32 {
+			return
+		}
+		out = append(out, n)
+		for _, src := range Merged(n) {
+			walk(src, depth+1)
+		}
+	}
+	walk(Resolve(m), 0)
+	return out
+}

@@ -2,6 +2,7 @@ package yamledit
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -236,6 +237,50 @@ services:
 		_, m := service(t, f, name)
 		if got := Inherits(m, base, "shm_size"); got != want {
 			t.Errorf("Inherits(%s, base) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestSources(t *testing.T) {
+	src := `
+x-a: &a
+  tty: true
+x-b: &b
+  <<: *a
+  shm_size: 1g
+services:
+  base: &base
+    <<: *a
+  plain:
+    image: x
+  nested:
+    <<: [*b, *base]
+  alias: *base
+`
+	f, err := Parse("c.yml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := f.Docs[0].Content[0]
+	anchor := func(name string) *yaml.Node {
+		_, v := Get(root, name)
+		return v
+	}
+	_, base := service(t, f, "base")
+	tests := []struct {
+		service string
+		want    []*yaml.Node
+	}{
+		{"plain", nil}, // itself only: checked below
+		{"base", []*yaml.Node{anchor("x-a")}},
+		{"nested", []*yaml.Node{anchor("x-b"), anchor("x-a"), base, anchor("x-a")}},
+		{"alias", []*yaml.Node{anchor("x-a")}},
+	}
+	for _, tt := range tests {
+		_, m := service(t, f, tt.service)
+		want := append([]*yaml.Node{Resolve(m)}, tt.want...)
+		if got := Sources(m); !slices.Equal(got, want) {
+			t.Errorf("Sources(%s): %d mappings %v, want %d", tt.service, len(got), got, len(want))
 		}
 	}
 }
