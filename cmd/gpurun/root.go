@@ -62,7 +62,7 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	root.AddCommand(newNRICmd(g))
 	root.AddCommand(newWebhookCmd(g))
 	root.AddCommand(newExplainCmd(g), newShmProbeCmd())
-	root.AddCommand(newDoctorCmd(g))
+	root.AddCommand(newDoctorCmd(g), newStatsCmd(g))
 	root.AddCommand(newComposeCmd(g))
 	addDocCmds(root) // completion and the hidden __gendocs: keep it last
 	return root

@@ -1,0 +1,331 @@
+package shmstats
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enginedirs"
+	"github.com/gpurun/gpurun/runtime/sysinfo"
+)
+
+// DefaultContainerdStates are the containerd state dirs looked at when
+// Options.Containerd is nil: containerd's own (Kubernetes nodes, and
+// dockerd ≥ 23 or a dockerd told --containerd), k3s' and RKE2's, and the
+// one dockerd starts for itself under its exec-root.
+var DefaultContainerdStates = []string{
+	"/run/containerd",
+	"/run/k3s/containerd",
+	"/var/run/docker/containerd/daemon",
+}
+
+// DefaultPodmanRoots are Podman's storage roots looked at when
+// Options.Podman is nil: root's graph root and run root.
+var DefaultPodmanRoots = []string{
+	"/var/lib/containers/storage",
+	"/run/containers/storage",
+}
+
+// The CRI annotations containerd writes into a container's spec that name
+// its pod (those that say where it sits are oci.CRIPod's).
+const (
+	annotationSandboxName      = "io.kubernetes.cri.sandbox-name"
+	annotationSandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
+	annotationSandboxUID       = "io.kubernetes.cri.sandbox-uid"
+	annotationContainerName    = "io.kubernetes.cri.container-name"
+)
+
+// tmpfsMagic is statfs's f_type of a tmpfs.
+const tmpfsMagic = 0x01021994
+
+// collector holds one Collect's inputs.
+type collector struct {
+	o     Options
+	proc  string // procfs, "/proc"
+	pol   *policy.Policy
+	facts oci.Facts
+	// hostShm is the device number of the host's own /dev/shm, 0 unknown.
+	hostShm uint64
+}
+
+// found is a container as an engine's files describe it, before its
+// /dev/shm is read.
+type found struct {
+	c    Container
+	spec *specs.Spec
+	// owner is the id of the tmpfs's owner for PeakKey ("" = the container).
+	owner string
+}
+
+func newCollector(o Options) *collector {
+	return &collector{o: o, proc: cmp.Or(o.Proc, "/proc")}
+}
+
+// host returns a node path as this process reaches it.
+func (c *collector) host(p string) string {
+	if c.o.HostRoot == "" || c.o.HostRoot == "/" {
+		return p
+	}
+	return filepath.Join(c.o.HostRoot, p)
+}
+
+func (c *collector) collect(ctx context.Context) ([]Container, error) {
+	var errs []error
+	c.pol = c.o.Policy
+	if c.pol == nil {
+		p, err := policy.Load(c.host(policy.DefaultConfigPath), false)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("policy: %w (using the defaults)", err))
+			p = policy.Default()
+		}
+		c.pol = p
+	}
+	facts, err := sysinfo.Facts()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("host facts: %w", err))
+	}
+	facts.TmpfsSize = func(p string) (int64, error) { return sysinfo.TmpfsSize(c.host(p)) }
+	c.facts = facts
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(c.proc, "1", "root", "dev", "shm"), &st); err == nil {
+		c.hostShm = st.Dev
+	} else if err := unix.Stat(c.host("/dev/shm"), &st); err == nil {
+		c.hostShm = st.Dev
+	}
+
+	states := c.o.Containerd
+	if states == nil {
+		states = DefaultContainerdStates
+	}
+	var all []found
+	for _, s := range states {
+		fs, err := c.containerd(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("containerd %s: %w", s, err))
+		}
+		all = append(all, fs...)
+	}
+	all, err = c.docker(ctx, all)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("docker: %w", err))
+	}
+	roots := c.o.Podman
+	if roots == nil {
+		roots = DefaultPodmanRoots
+	}
+	pm, err := c.podman(roots)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("podman: %w", err))
+	}
+	all = append(all, pm...)
+
+	out := c.measure(all)
+	return out, errors.Join(errs...)
+}
+
+// measure reads each container's /dev/shm, groups them by tmpfs, decides,
+// records peaks, finds orphans and suggests.
+func (c *collector) measure(all []found) []Container {
+	out := make([]Container, 0, len(all))
+	owners := make([]string, 0, len(all))
+	for _, f := range all {
+		ct := f.c
+		c.decide(&ct, f.spec)
+		c.readShm(&ct)
+		out = append(out, ct)
+		owners = append(owners, cmp.Or(f.owner, ct.ID))
+	}
+	// Sharing: one tmpfs, one device number.
+	byDev := map[string][]int{}
+	for i, ct := range out {
+		if ct.Shm.Device != "" && !ct.Shm.HostIPC {
+			byDev[ct.Shm.Device] = append(byDev[ct.Shm.Device], i)
+		}
+	}
+	for _, idx := range byDev {
+		if len(idx) < 2 {
+			continue
+		}
+		for _, i := range idx {
+			for _, j := range idx {
+				if i != j {
+					out[i].SharedWith = append(out[i].SharedWith, out[j].ID)
+				}
+			}
+			slices.Sort(out[i].SharedWith)
+		}
+	}
+	// Peaks: one key per tmpfs; the owner of a group is the one the
+	// engine names (the pod's sandbox, the IPC donor), else the smallest id.
+	for dev, idx := range byDev {
+		owner := ""
+		for _, i := range idx {
+			if o := owners[i]; o != out[i].ID {
+				owner = o
+			}
+		}
+		if owner == "" {
+			owner = out[idx[0]].ID
+			for _, i := range idx {
+				owner = min(owner, out[i].ID)
+			}
+		}
+		var peak int64
+		if c.o.Peaks != nil {
+			used := out[idx[0]].Shm.Used
+			peak = c.o.Peaks.Observe(PeakKey(owner, dev), used)
+		}
+		for _, i := range idx {
+			out[i].Shm.Peak = max(peak, out[i].Shm.Used)
+		}
+	}
+	for i := range out {
+		if out[i].Shm.Peak == 0 {
+			out[i].Shm.Peak = out[i].Shm.Used
+		}
+	}
+	if c.o.Orphans {
+		c.orphans(out)
+	}
+	for i := range out {
+		out[i].Suggestion = Suggest(&out[i], c.pol)
+	}
+	slices.SortFunc(out, func(a, b Container) int {
+		return cmp.Or(cmp.Compare(a.Engine, b.Engine), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// decide fills the decision, GPU and the spec's view of /dev/shm.
+func (c *collector) decide(ct *Container, s *specs.Spec) {
+	if s == nil {
+		return
+	}
+	pl := oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: c.pol, Facts: c.facts})
+	ct.GPU = pl.GPU
+	ct.Decision = Decision{Action: string(pl.Action), Size: pl.Size, Target: pl.Target, Why: pl.Why, Reason: pl.Reason, GPUs: pl.GPUs}
+	ct.Shm.Kind = string(pl.Shm.Kind)
+	if pl.Shm.Kind == oci.ShmEngine {
+		ct.Shm.Source = pl.Shm.Source
+	}
+}
+
+// readShm reads the container's /dev/shm through its init process's root.
+func (c *collector) readShm(ct *Container) {
+	ct.Shm.Orphaned = -1
+	if ct.PID <= 0 {
+		ct.Err = cmp.Or(ct.Err, "no process")
+		return
+	}
+	p := filepath.Join(c.proc, strconv.Itoa(ct.PID), "root", "dev", "shm")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(p, &fs); err != nil {
+		ct.Err = cmp.Or(ct.Err, fmt.Sprintf("statfs %s: %v", p, err))
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		ct.Err = cmp.Or(ct.Err, fmt.Sprintf("stat %s: %v", p, err))
+		return
+	}
+	bs := int64(fs.Bsize)
+	ct.Shm.Tmpfs = int64(fs.Type) == tmpfsMagic
+	ct.Shm.Size = int64(fs.Blocks) * bs
+	ct.Shm.Used = int64(fs.Blocks-fs.Bfree) * bs
+	ct.Shm.Device = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if c.hostShm != 0 && st.Dev == c.hostShm {
+		ct.Shm.HostIPC = true
+		ct.Shm.Kind = KindHost
+	}
+	if ct.Shm.Size > 0 {
+		ct.Shm.Percent = float64(ct.Shm.Used) * 100 / float64(ct.Shm.Size)
+	}
+}
+
+// containerd finds the running tasks under one containerd state dir.
+func (c *collector) containerd(state string) ([]found, error) {
+	dir := c.host(filepath.Join(state, enginedirs.ContainerdTaskDir))
+	nss, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []found
+	var errs []error
+	for _, ns := range nss {
+		ids, err := os.ReadDir(filepath.Join(dir, ns.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, id := range ids {
+			bundle := filepath.Join(dir, ns.Name(), id.Name())
+			pid, ok := c.livePID(filepath.Join(bundle, "init.pid"))
+			if !ok {
+				continue // created, stopped or gone
+			}
+			cfg, err := oci.LoadConfig(filepath.Join(bundle, "config.json"))
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					continue // gone meanwhile
+				}
+				errs = append(errs, err)
+				continue
+			}
+			if oci.CRIPod(cfg.Spec).Sandbox {
+				continue // a pod's sandbox (pause): its pod's containers show its tmpfs
+			}
+			f := fromSpec(cfg.Spec)
+			f.c.Engine, f.c.Namespace, f.c.ID, f.c.PID = EngineContainerd, ns.Name(), id.Name(), pid
+			out = append(out, f)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// fromSpec reads what a runtime spec says about its container: its pod and
+// the owner of its tmpfs.
+func fromSpec(s *specs.Spec) found {
+	f := found{spec: s}
+	pod := oci.CRIPod(s)
+	a := s.Annotations
+	if pod.Engine != "" && a[annotationSandboxName] != "" {
+		f.c.Pod = &Pod{Namespace: a[annotationSandboxNamespace], Name: a[annotationSandboxName], UID: a[annotationSandboxUID],
+			Container: a[annotationContainerName], SandboxID: pod.SandboxID}
+		f.c.Name = a[annotationContainerName]
+		f.owner = pod.SandboxID
+	}
+	if sh := oci.ClassifyShm(s, 0); sh.Kind == oci.ShmEngine && sh.OwnerID != "" {
+		f.owner = sh.OwnerID
+	}
+	return f
+}
+
+// livePID reads a pid file and reports whether that process lives.
+func (c *collector) livePID(path string) (int, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	if _, err := os.Stat(filepath.Join(c.proc, strconv.Itoa(pid))); err != nil {
+		return 0, false
+	}
+	return pid, true
+}

@@ -1,0 +1,118 @@
+package shmstats
+
+import (
+	"fmt"
+
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/podspec"
+	"github.com/gpurun/gpurun/policy"
+)
+
+// The suggestion rule. A /dev/shm is near its ceiling when its measured
+// peak is at least NearCeilingPercent of its size, and far below it when
+// the size that fits the peak is at most a quarter of the size and at
+// least FarBelowSlack smaller. The size that fits a peak (Fit) is the peak
+// plus half of it, at least 64 MiB more, rounded up to a whole 64 MiB.
+const (
+	NearCeilingPercent = 90
+	FarBelowSlack      = policy.GiB
+	fitStep            = 64 * policy.MiB
+)
+
+// Fit returns the /dev/shm size that holds a measured peak with headroom:
+// peak + max(peak/2, 64 MiB), rounded up to a multiple of 64 MiB.
+func Fit(peak int64) int64 {
+	n := peak + max(peak/2, fitStep)
+	return (n + fitStep - 1) / fitStep * fitStep
+}
+
+// Measured is what Suggest needs to know about a container's /dev/shm.
+type Measured struct {
+	// Peak is the highest use measured, Size the size it has, in bytes.
+	Peak, Size int64
+	// Engine is the container's engine (EngineDocker, …, "" unknown).
+	Engine string
+	// Pod says it is a Kubernetes pod's container.
+	Pod bool
+	// Kind is oci.ShmKind's value (or KindHost).
+	Kind string
+	// Sized says the policy sizes this container (GPU, or match "all"),
+	// GPUs is the GPU count the plan went by.
+	Sized bool
+	GPUs  int
+}
+
+// Measure returns what Suggest needs from a collected container.
+func (c *Container) Measure() Measured {
+	return Measured{Peak: max(c.Shm.Peak, c.Shm.Used), Size: c.Shm.Size, Engine: c.Engine, Pod: c.Pod != nil,
+		Kind: c.Shm.Kind, Sized: c.GPU || c.Decision.Target > 0 && c.Decision.Action != string(oci.ActionNone), GPUs: c.Decision.GPUs}
+}
+
+// Suggest returns the size a container's measured peak calls for and how
+// to get it, or nil when the size fits the peak (neither near the ceiling
+// nor far below it), nothing was measured, or the /dev/shm is the host's.
+func Suggest(c *Container, pol *policy.Policy) *Suggestion {
+	if !c.Shm.Tmpfs || c.Shm.HostIPC {
+		return nil
+	}
+	return SuggestFor(c.Measure(), pol)
+}
+
+// SuggestFor is Suggest over a measurement (`gpurun plan --measured-peak`
+// makes one from a plan).
+func SuggestFor(m Measured, pol *policy.Policy) *Suggestion {
+	if pol == nil {
+		pol = policy.Default()
+	}
+	if m.Peak <= 0 || m.Size <= 0 || m.Kind == KindHost || m.Kind == string(oci.ShmHost) {
+		return nil
+	}
+	fit := Fit(m.Peak)
+	pct := float64(m.Peak) * 100 / float64(m.Size)
+	var s Suggestion
+	switch {
+	case m.Peak*100 >= NearCeilingPercent*m.Size:
+		s.Why = fmt.Sprintf("near the ceiling: the peak %s is %.0f%% of the %s /dev/shm; %s holds it with headroom",
+			policy.FormatSize(m.Peak), pct, policy.FormatSize(m.Size), policy.FormatSize(fit))
+	case fit*4 <= m.Size && m.Size-fit >= FarBelowSlack:
+		s.Why = fmt.Sprintf("far below the ceiling: the peak %s is %.1f%% of the %s /dev/shm; %s holds it with headroom (a tmpfs costs memory only for what is written, so a smaller size only bounds a runaway writer)",
+			policy.FormatSize(m.Peak), pct, policy.FormatSize(m.Size), policy.FormatSize(fit))
+	default:
+		return nil
+	}
+	s.Size = fit
+	s.Settings = settings(m, fit, pol)
+	return &s
+}
+
+// settings lists the ways to give a container size bytes of /dev/shm, the
+// one nearest the container first.
+func settings(m Measured, size int64, pol *policy.Policy) []string {
+	var out []string
+	docker := policy.FormatDocker(size)
+	switch {
+	case m.Pod:
+		if len(pol.AllowedAnnotations) > 0 {
+			out = append(out, fmt.Sprintf("pod annotation %s: %q (the runtime must pass it to the spec: containerd's pod_annotations)", pol.AllowedAnnotations[0], podspec.Quantity(size)))
+		}
+		out = append(out, fmt.Sprintf("a Memory emptyDir at /dev/shm with sizeLimit: %s", podspec.Quantity(size)))
+	case m.Engine == EngineDocker && m.Kind == string(oci.ShmEngine):
+		out = append(out, fmt.Sprintf("docker run --shm-size=%s on the --ipc shareable container (its --ipc container: peers share its /dev/shm; compose: shm_size: %s on that service)", docker, docker))
+	case m.Engine == EngineDocker:
+		out = append(out, fmt.Sprintf("docker run --shm-size=%s (compose: shm_size: %s)", docker, docker))
+	case m.Engine == EnginePodman:
+		out = append(out, fmt.Sprintf("podman run --shm-size=%s", docker))
+	case m.Engine == EngineContainerd:
+		out = append(out, fmt.Sprintf("nerdctl run --shm-size=%s", docker))
+	}
+	if m.Sized {
+		if pol.PerGPU > 0 && m.GPUs > 0 {
+			per := (size + int64(m.GPUs) - 1) / int64(m.GPUs)
+			per = (per + policy.MiB - 1) / policy.MiB * policy.MiB
+			out = append(out, fmt.Sprintf("policy per_gpu = %q (x %d GPUs; sizes every GPU container the policy sizes)", policy.FormatSize(per), m.GPUs))
+		} else {
+			out = append(out, fmt.Sprintf("policy min = %q (sizes every container the policy sizes at least this)", policy.FormatSize(size)))
+		}
+	}
+	return out
+}
