@@ -40,9 +40,11 @@ type Record struct {
 	// engine's named dirs refused the remount (rather than an error).
 	Failed  bool
 	Refused bool
-	Err     string
-	Path    string
-	Fix     string
+	// Cause is enforce.Cause's short name of why it failed.
+	Cause string
+	Err   string
+	Path  string
+	Fix   string
 }
 
 // Pod names a Kubernetes pod and the container's name in it.
@@ -72,7 +74,7 @@ func FromResult(component string, s enforce.Subject, res enforce.Result) Record 
 		r.Changed, r.Path = res.Done.Changed, res.Done.Path
 	}
 	if res.Err != nil {
-		r.Failed, r.Err = true, res.Err.Error()
+		r.Failed, r.Err, r.Cause = true, res.Err.Error(), enforce.Cause(res.Err)
 		if ref, refused := enforce.Refused(res.Err); ref != nil {
 			r.Refused, r.Path, r.Fix = refused, ref.Path, ref.Fix
 		}
@@ -114,6 +116,7 @@ type line struct {
 	Changed      bool   `json:"changed"`
 	Skipped      string `json:"skipped"`
 	Err          string `json:"err"`
+	Cause        string `json:"cause"`
 	Path         string `json:"path"`
 	Fix          string `json:"fix"`
 	Refused      bool   `json:"refused"`
@@ -134,7 +137,7 @@ func Parse(data []byte) (r Record, ok bool, err error) {
 		Component: l.Component, ID: l.ID, Name: l.Name, Bundle: l.Bundle,
 		Pod:    Pod{Namespace: l.K8sNamespace, Name: l.K8sPod, UID: l.K8sUID, Container: l.K8sContainer},
 		Action: l.Action, Size: l.Size, Reason: l.Reason, GPU: l.GPU, Changed: l.Changed, Skipped: l.Skipped,
-		Failed: l.Msg == enforce.MsgFailed, Refused: l.Refused, Err: l.Err, Path: l.Path, Fix: l.Fix,
+		Failed: l.Msg == enforce.MsgFailed, Refused: l.Refused, Cause: l.Cause, Err: l.Err, Path: l.Path, Fix: l.Fix,
 	}
 	r.Pod.fill(l.Pod, l.Name)
 	return r, true, nil

@@ -28,13 +28,13 @@ func TestLogAndObserveAgree(t *testing.T) {
 			}},
 		{"remount refused", recordstest.Case{Fixture: recordstest.CRIGPU, Refuse: true, Subject: enforce.Subject{ID: "c2"}},
 			func(t *testing.T, r records.Record) {
-				if !r.Failed || !r.Refused || r.Fix == "" || r.Path == "" || r.Err == "" {
+				if !r.Failed || !r.Refused || r.Fix == "" || r.Path == "" || r.Err == "" || r.Cause != enforce.CauseUnsafe {
 					t.Errorf("want a refused remount with its path and fix: %+v", r)
 				}
 			}},
 		{"remount failed", recordstest.Case{Fixture: recordstest.CRIGPU, Fail: true, Subject: enforce.Subject{ID: "c3"}},
 			func(t *testing.T, r records.Record) {
-				if !r.Failed || r.Refused {
+				if !r.Failed || r.Refused || r.Cause != enforce.CauseError {
 					t.Errorf("want a failed remount that was not refused: %+v", r)
 				}
 			}},

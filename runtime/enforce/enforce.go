@@ -250,6 +250,30 @@ func Refused(err error) (ref *RefusedError, refused bool) {
 	return ref, errors.Is(ref.Err, remount.ErrUnsafe) || errors.Is(ref.Err, enginedirs.ErrNotNamed)
 }
 
+// The causes Cause names.
+const (
+	CauseNotNamed    = "not-named"    // a tmpfs the engine did not name for the container
+	CauseUnknownRoot = "unknown-root" // under no engine dir gpurun knows
+	CauseUnsafe      = "unsafe"       // refused by remount's safety rules
+	CauseError       = "error"        // anything else (a tmpfs not reachable, a failed remount)
+)
+
+// Cause is a short, stable name of why a plan failed (one of the Cause
+// constants), for counting failures by cause; "" for no error.
+func Cause(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, enginedirs.ErrNotNamed):
+		return CauseNotNamed
+	case errors.Is(err, enginedirs.ErrUnknownRoot):
+		return CauseUnknownRoot
+	case errors.Is(err, remount.ErrUnsafe):
+		return CauseUnsafe
+	}
+	return CauseError
+}
+
 // podAttrs are the record's fields that name the container's Kubernetes
 // pod, from the spec's CRI annotations (none outside a pod).
 func podAttrs(p oci.Pod) []any {
@@ -290,7 +314,7 @@ func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) 
 	if res.Plan.Action != "" {
 		rec = append(rec, "action", string(res.Plan.Action), "size_bytes", res.Plan.Size, "gpu", res.Plan.GPU, "reason", res.Plan.Reason)
 	}
-	rec = append(rec, "err", res.Err.Error(), "fail_closed", e.pol.FailClosed)
+	rec = append(rec, "err", res.Err.Error(), "cause", Cause(res.Err), "fail_closed", e.pol.FailClosed)
 	if ref, refused := Refused(res.Err); ref != nil {
 		rec = append(rec, "path", ref.Path, "refused", refused, "fix", ref.Fix)
 	}
