@@ -2,9 +2,12 @@ package metrics_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -41,8 +44,8 @@ func podCtr(id, ns, pod, name string, size, used, peak int64) shmstats.Container
 
 func dockerCtr(id, name string, size, used int64) shmstats.Container {
 	return shmstats.Container{Engine: shmstats.EngineDocker, Namespace: "moby", ID: id, Name: name,
-		Decision: shmstats.Decision{Action: "none", Reason: "no GPU"},
-		Shm:      shmstats.Shm{Kind: "private-tmpfs", Tmpfs: true, Size: size, Used: used, Peak: used, Orphaned: 4096},
+		Decision:   shmstats.Decision{Action: "none", Reason: "no GPU"},
+		Shm:        shmstats.Shm{Kind: "private-tmpfs", Tmpfs: true, Size: size, Used: used, Peak: used, Orphaned: 4096},
 		Suggestion: &shmstats.Suggestion{Size: 2 * size}}
 }
 
@@ -250,5 +253,51 @@ func TestHandler(t *testing.T) {
 			}
 		}
 		srv.Close()
+	}
+}
+
+// TestDashboardNamesMetrics: every gpurun metric the Grafana dashboard
+// (deploy/grafana/gpurun-shm.json) queries is one the exporter serves.
+func TestDashboardNamesMetrics(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/grafana/gpurun-shm.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("gpurun-shm.json: %v", err)
+	}
+	reg := metrics.Registry()
+	metrics.NewCounters(reg)
+	s := metrics.NewSampler(reg, metrics.SamplerOptions{Collect: (&fake{samples: [][]shmstats.Container{{podCtr("a", "ml", "p", "c", 1<<30, 1<<30, 1<<30), dockerCtr("d", "web", 64<<20, 1<<20)}}}).collect})
+	if err := s.Sample(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		served[mf.GetName()] = true
+	}
+	name := regexp.MustCompile(`\b(gpurun_[a-z_]+|process_[a-z_]+)`)
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range name.FindAllString(tg.Expr, -1) {
+				n++
+				if !served[m] {
+					t.Errorf("panel %q queries %s, which is not served", p.Title, m)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the dashboard queries no gpurun metric")
 	}
 }
