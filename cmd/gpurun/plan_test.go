@@ -188,3 +188,39 @@ func TestPlanPod(t *testing.T) {
 		t.Errorf("both: exit %d, %s", code, stderr)
 	}
 }
+
+func TestPlanMeasuredPeak(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	pod := filepath.Join("..", "..", "podspec", "testdata", "pods", "kubeflow-pytorchjob-worker.yaml")
+	spec := filepath.Join("..", "..", "oci", "testdata", "fixtures", "docker-20.10-env-nvidia-all.json")
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"pod near its 32Gi emptyDir", []string{"plan", "--pod", pod, "--measured-peak", "31Gi"}, 0,
+			[]string{"measured: suggest 46.5GiB: near the ceiling: the peak 31GiB is 97% of the 32GiB /dev/shm", `pod annotation gpurun.io/shm-size: "47616Mi"`, `policy min = "46.5GiB"`}},
+		{"pod far below", []string{"plan", "--pod", pod, "--measured-peak", "1Gi"}, 0,
+			[]string{"measured: suggest 1.5GiB: far below the ceiling"}},
+		{"pod fits", []string{"plan", "--pod", pod, "--measured-peak", "20Gi"}, 0,
+			[]string{"measured: peak 20GiB fits the 32GiB /dev/shm", "no change"}},
+		{"spec as JSON", []string{"plan", "--spec", spec, "--host-memory", "64g", "--measured-peak", "31g", "--json"}, 0,
+			[]string{`"action":"set-size"`, `"suggestion":{"size_bytes":49928994816`}},
+		{"bad size", []string{"plan", "--pod", pod, "--measured-peak", "lots"}, 2,
+			[]string{`--measured-peak "lots"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := execute(t, tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s%s", code, tc.code, stdout, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout+stderr, w) {
+					t.Errorf("output lacks %q:\n%s%s", w, stdout, stderr)
+				}
+			}
+		})
+	}
+}

@@ -134,67 +134,24 @@ func (c *collector) collect(ctx context.Context) ([]Container, error) {
 	return out, errors.Join(errs...)
 }
 
+// measured is a container whose /dev/shm was read, and the owner of its
+// tmpfs for PeakKey ("" = the container).
+type measured struct {
+	c     Container
+	owner string
+}
+
 // measure reads each container's /dev/shm, groups them by tmpfs, decides,
 // records peaks, finds orphans and suggests.
 func (c *collector) measure(all []found) []Container {
-	out := make([]Container, 0, len(all))
-	owners := make([]string, 0, len(all))
+	ms := make([]measured, 0, len(all))
 	for _, f := range all {
 		ct := f.c
 		c.decide(&ct, f.spec)
 		c.readShm(&ct)
-		out = append(out, ct)
-		owners = append(owners, cmp.Or(f.owner, ct.ID))
+		ms = append(ms, measured{c: ct, owner: f.owner})
 	}
-	// Sharing: one tmpfs, one device number.
-	byDev := map[string][]int{}
-	for i, ct := range out {
-		if ct.Shm.Device != "" && !ct.Shm.HostIPC {
-			byDev[ct.Shm.Device] = append(byDev[ct.Shm.Device], i)
-		}
-	}
-	for _, idx := range byDev {
-		if len(idx) < 2 {
-			continue
-		}
-		for _, i := range idx {
-			for _, j := range idx {
-				if i != j {
-					out[i].SharedWith = append(out[i].SharedWith, out[j].ID)
-				}
-			}
-			slices.Sort(out[i].SharedWith)
-		}
-	}
-	// Peaks: one key per tmpfs; the owner of a group is the one the
-	// engine names (the pod's sandbox, the IPC donor), else the smallest id.
-	for dev, idx := range byDev {
-		owner := ""
-		for _, i := range idx {
-			if o := owners[i]; o != out[i].ID {
-				owner = o
-			}
-		}
-		if owner == "" {
-			owner = out[idx[0]].ID
-			for _, i := range idx {
-				owner = min(owner, out[i].ID)
-			}
-		}
-		var peak int64
-		if c.o.Peaks != nil {
-			used := out[idx[0]].Shm.Used
-			peak = c.o.Peaks.Observe(PeakKey(owner, dev), used)
-		}
-		for _, i := range idx {
-			out[i].Shm.Peak = max(peak, out[i].Shm.Used)
-		}
-	}
-	for i := range out {
-		if out[i].Shm.Peak == 0 {
-			out[i].Shm.Peak = out[i].Shm.Used
-		}
-	}
+	out := c.group(ms)
 	if c.o.Orphans {
 		c.orphans(out)
 	}
@@ -204,6 +161,52 @@ func (c *collector) measure(all []found) []Container {
 	slices.SortFunc(out, func(a, b Container) int {
 		return cmp.Or(cmp.Compare(a.Engine, b.Engine), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
 	})
+	return out
+}
+
+// group fills SharedWith (the containers on the same tmpfs: one device
+// number) and Peak (one peak a tmpfs, keyed by the owner the engine names
+// for it — the pod's sandbox, the IPC donor — else the smallest id of the
+// group).
+func (c *collector) group(ms []measured) []Container {
+	out := make([]Container, len(ms))
+	byDev := map[string][]int{}
+	for i, m := range ms {
+		out[i] = m.c
+		if m.c.Shm.Device != "" && !m.c.Shm.HostIPC {
+			byDev[m.c.Shm.Device] = append(byDev[m.c.Shm.Device], i)
+		}
+	}
+	for dev, idx := range byDev {
+		owner := ""
+		for _, i := range idx {
+			for _, j := range idx {
+				if i != j {
+					out[i].SharedWith = append(out[i].SharedWith, out[j].ID)
+				}
+			}
+			slices.Sort(out[i].SharedWith)
+			if o := ms[i].owner; o != "" && o != out[i].ID {
+				owner = o
+			}
+		}
+		if owner == "" {
+			owner = out[idx[0]].ID
+			for _, i := range idx {
+				owner = min(owner, out[i].ID)
+			}
+		}
+		peak := out[idx[0]].Shm.Used
+		if c.o.Peaks != nil {
+			peak = c.o.Peaks.Observe(PeakKey(owner, dev), peak)
+		}
+		for _, i := range idx {
+			out[i].Shm.Peak = max(peak, out[i].Shm.Used)
+		}
+	}
+	for i := range out {
+		out[i].Shm.Peak = max(out[i].Shm.Peak, out[i].Shm.Used)
+	}
 	return out
 }
 

@@ -40,12 +40,18 @@ type Measured struct {
 	// GPUs is the GPU count the plan went by.
 	Sized bool
 	GPUs  int
+	// Target is the size the policy gives the container (oci.Plan.Target),
+	// 0 unknown; Pending says gpurun's plan for it acts but was not carried
+	// out (no gpurun front door started it).
+	Target  int64
+	Pending bool
 }
 
 // Measure returns what Suggest needs from a collected container.
 func (c *Container) Measure() Measured {
 	return Measured{Peak: max(c.Shm.Peak, c.Shm.Used), Size: c.Shm.Size, Engine: c.Engine, Pod: c.Pod != nil,
-		Kind: c.Shm.Kind, Sized: c.GPU || c.Decision.Target > 0 && c.Decision.Action != string(oci.ActionNone), GPUs: c.Decision.GPUs}
+		Kind: c.Shm.Kind, Sized: c.GPU || c.Decision.Action != string(oci.ActionNone), GPUs: c.Decision.GPUs,
+		Target: c.Decision.Target, Pending: c.Decision.Action != "" && c.Decision.Action != string(oci.ActionNone)}
 }
 
 // Suggest returns the size a container's measured peak calls for and how
@@ -70,8 +76,9 @@ func SuggestFor(m Measured, pol *policy.Policy) *Suggestion {
 	fit := Fit(m.Peak)
 	pct := float64(m.Peak) * 100 / float64(m.Size)
 	var s Suggestion
+	near := m.Peak*100 >= NearCeilingPercent*m.Size
 	switch {
-	case m.Peak*100 >= NearCeilingPercent*m.Size:
+	case near:
 		s.Why = fmt.Sprintf("near the ceiling: the peak %s is %.0f%% of the %s /dev/shm; %s holds it with headroom",
 			policy.FormatSize(m.Peak), pct, policy.FormatSize(m.Size), policy.FormatSize(fit))
 	case fit*4 <= m.Size && m.Size-fit >= FarBelowSlack:
@@ -81,13 +88,14 @@ func SuggestFor(m Measured, pol *policy.Policy) *Suggestion {
 		return nil
 	}
 	s.Size = fit
-	s.Settings = settings(m, fit, pol)
+	s.Settings = settings(m, fit, pol, near)
 	return &s
 }
 
 // settings lists the ways to give a container size bytes of /dev/shm, the
-// one nearest the container first.
-func settings(m Measured, size int64, pol *policy.Policy) []string {
+// one nearest the container first; a policy setting only to grow (near),
+// since the policy sizes every container it matches.
+func settings(m Measured, size int64, pol *policy.Policy, near bool) []string {
 	var out []string
 	docker := policy.FormatDocker(size)
 	switch {
@@ -105,7 +113,16 @@ func settings(m Measured, size int64, pol *policy.Policy) []string {
 	case m.Engine == EngineContainerd:
 		out = append(out, fmt.Sprintf("nerdctl run --shm-size=%s", docker))
 	}
-	if m.Sized {
+	switch {
+	case !m.Sized || !near:
+		// The policy does not size it, or sizes every container: no
+		// policy setting to shrink one.
+	case m.Pending && m.Target >= size:
+		out = append(out, fmt.Sprintf("start it through a gpurun front door (gpurun run, gpurun-runtime, the hook, the NRI plugin): the policy already gives it %s", policy.FormatSize(m.Target)))
+	case m.Target >= size:
+		// The policy's size would do, but gpurun left this one alone (a
+		// user's own choice): the settings above are the way.
+	default:
 		if pol.PerGPU > 0 && m.GPUs > 0 {
 			per := (size + int64(m.GPUs) - 1) / int64(m.GPUs)
 			per = (per + policy.MiB - 1) / policy.MiB * policy.MiB
