@@ -60,10 +60,12 @@ type Exporter struct {
 	sampler  *metrics.Sampler
 	poster   *events.Poster
 	handler  http.Handler
+	tailer   *records.Tail
 }
 
 // New sets an Exporter up: it listens on Address now, so that a bad
-// address or a port in use is an error before anything runs.
+// address or a port in use is an error before anything runs, and marks the
+// end of RecordsLog, where Run starts reading.
 func New(o Options) (*Exporter, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -85,6 +87,11 @@ func New(o Options) (*Exporter, error) {
 			return nil, errors.New("events: the node's name is not known (set NODE_NAME from the pod's spec.nodeName)")
 		}
 		e.poster = &events.Poster{Kube: k, Node: o.Node, Log: o.Log}
+	}
+	if o.RecordsLog != "" {
+		// From the end as it is now: records written before are not
+		// counted again (the node agent restarts with its pod).
+		e.tailer = records.NewTail(o.RecordsLog, nil)
 	}
 	if o.Address != "" {
 		ln, err := net.Listen("tcp", o.Address)
@@ -125,7 +132,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 	defer cancel()
 	done := make(chan struct{})
 	go func() { defer close(done); e.sampler.Run(ctx) }()
-	if e.o.RecordsLog != "" {
+	if e.tailer != nil {
 		go e.tail(ctx)
 	}
 	var err error
@@ -151,9 +158,9 @@ func (e *Exporter) Run(ctx context.Context) error {
 	return err
 }
 
-// tail follows the records log from its end.
+// tail follows the records log from where New found its end.
 func (e *Exporter) tail(ctx context.Context) {
-	t := records.NewTail(e.o.RecordsLog, nil)
+	t := e.tailer
 	defer t.Close()
 	tick := time.NewTicker(TailInterval)
 	defer tick.Stop()
