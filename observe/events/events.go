@@ -34,8 +34,8 @@ import (
 
 	"github.com/gpurun/gpurun/kube"
 	"github.com/gpurun/gpurun/observe/records"
-	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
 )
 
 // The Events' reasons.
@@ -60,8 +60,8 @@ type Poster struct {
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 
-	mu    sync.Mutex
-	count map[string]int32 // by Event name: the count posted
+	mu      sync.Mutex
+	count   map[string]int32 // by Event name: the count posted
 	once    sync.Once
 	queue   chan records.Record
 	pending sync.WaitGroup
