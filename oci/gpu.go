@@ -33,6 +33,19 @@ const (
 	AnnotationCRIOContainerType = "io.kubernetes.cri-o.ContainerType"
 	// AnnotationCRIOSandboxID is CRI-O's pod sandbox id.
 	AnnotationCRIOSandboxID = "io.kubernetes.cri-o.SandboxID"
+	// AnnotationCRISandboxNamespace, AnnotationCRISandboxName and
+	// AnnotationCRISandboxUID name containerd CRI's pod; AnnotationCRIContainerName
+	// is the container's name in the pod spec.
+	AnnotationCRISandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
+	AnnotationCRISandboxName      = "io.kubernetes.cri.sandbox-name"
+	AnnotationCRISandboxUID       = "io.kubernetes.cri.sandbox-uid"
+	AnnotationCRIContainerName    = "io.kubernetes.cri.container-name"
+	// AnnotationCRIOPodNamespace, AnnotationCRIOPodName, AnnotationCRIOPodUID
+	// and AnnotationCRIOContainerName are CRI-O's (the kubelet's labels).
+	AnnotationCRIOPodNamespace  = "io.kubernetes.pod.namespace"
+	AnnotationCRIOPodName       = "io.kubernetes.pod.name"
+	AnnotationCRIOPodUID        = "io.kubernetes.pod.uid"
+	AnnotationCRIOContainerName = "io.kubernetes.container.name"
 	// CDIAnnotationPrefix starts the annotations that request CDI devices.
 	CDIAnnotationPrefix = "cdi.k8s.io/"
 	// nvidiaDevicesDir is where the NVIDIA device plugin's volume-mounts

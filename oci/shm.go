@@ -166,16 +166,22 @@ type Pod struct {
 	SandboxID string
 	// Engine is "containerd-cri", "cri-o" or "" when no CRI annotation says.
 	Engine string
+	// Namespace, Name and UID name the Kubernetes pod, and Container the
+	// container in its spec, where the engine's annotations say ("" where
+	// not).
+	Namespace, Name, UID, Container string
 }
 
 // CRIPod reads the CRI annotations containerd and CRI-O set.
 func CRIPod(s *specs.Spec) Pod {
 	a := s.Annotations
 	if t, ok := a[AnnotationCRIContainerType]; ok {
-		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRISandboxID], Engine: "containerd-cri"}
+		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRISandboxID], Engine: "containerd-cri",
+			Namespace: a[AnnotationCRISandboxNamespace], Name: a[AnnotationCRISandboxName], UID: a[AnnotationCRISandboxUID], Container: a[AnnotationCRIContainerName]}
 	}
 	if t, ok := a[AnnotationCRIOContainerType]; ok {
-		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRIOSandboxID], Engine: "cri-o"}
+		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRIOSandboxID], Engine: "cri-o",
+			Namespace: a[AnnotationCRIOPodNamespace], Name: a[AnnotationCRIOPodName], UID: a[AnnotationCRIOPodUID], Container: a[AnnotationCRIOContainerName]}
 	}
 	return Pod{}
 }

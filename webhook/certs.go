@@ -23,6 +23,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpurun/gpurun/kube"
 )
 
 // Validity of what SelfTLS makes, and when a serving certificate is
@@ -157,7 +159,7 @@ func goodFor(certPEM, keyPEM, caPEM []byte, dnsNames []string, now time.Time) bo
 // MutatingWebhookConfiguration's caBundle (an apply of the manifests
 // empties it again; Sync puts it back).
 type SelfTLS struct {
-	Kube                       *Kube
+	Kube                       *kube.Kube
 	Namespace, Secret, Service string
 	// WebhookConfig is the MutatingWebhookConfiguration whose webhooks
 	// that call Service get the CA.
@@ -189,7 +191,7 @@ func (s *SelfTLS) Ensure(ctx context.Context) error {
 		var sec corev1.Secret
 		err := s.Kube.Do(ctx, "GET", s.secretPath()+"/"+url.PathEscape(s.Secret), "", nil, &sec)
 		exists := err == nil
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, kube.ErrNotFound) {
 			return fmt.Errorf("read secret %s/%s: %w", s.Namespace, s.Secret, err)
 		}
 		d := sec.Data
@@ -215,7 +217,7 @@ func (s *SelfTLS) Ensure(ctx context.Context) error {
 			sec.ResourceVersion = ""
 			err = s.Kube.Do(ctx, "POST", s.secretPath(), "", &sec, nil)
 		}
-		if errors.Is(err, ErrConflict) {
+		if errors.Is(err, kube.ErrConflict) {
 			continue // another replica wrote it first: use theirs
 		}
 		if err != nil {

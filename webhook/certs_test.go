@@ -17,6 +17,8 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpurun/gpurun/kube"
 )
 
 // fakeAPI is an API server holding one Secret and one
@@ -87,7 +89,7 @@ func (f *fakeAPI) store(body []byte) {
 }
 
 func newSelf(srv *httptest.Server, now time.Time) *SelfTLS {
-	return &SelfTLS{Kube: &Kube{Base: srv.URL, Client: srv.Client()}, Namespace: "gpurun-system", Secret: "tls",
+	return &SelfTLS{Kube: &kube.Kube{Base: srv.URL, Client: srv.Client()}, Namespace: "gpurun-system", Secret: "tls",
 		Service: "gpurun-webhook", WebhookConfig: "gpurun", Now: func() time.Time { return now }}
 }
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/gpurun/gpurun/diagnose/doctor"
 	"github.com/gpurun/gpurun/dockercli"
+	"github.com/gpurun/gpurun/kube"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/criclient"
-	"github.com/gpurun/gpurun/webhook"
 )
 
 func newDoctorCmd(g *globals) *cobra.Command {
@@ -125,7 +125,7 @@ status (ok|warn|problem|error), detail, fix, data}]}; see docs/doctor.md.`,
 					return &exitError{2, fmt.Errorf("doctor: --probe allocates in a container's /dev/shm; here is a host (use --container if it is not)")}
 				}
 				if where.Container {
-					rep = doctor.Inside(ctx, sys, doctor.ContainerOptions{Policy: pol, Where: where, Probe: probeSize, Pod: webhook.OwnPod})
+					rep = doctor.Inside(ctx, sys, doctor.ContainerOptions{Policy: pol, Where: where, Probe: probeSize, Pod: kube.OwnPod})
 					break
 				}
 				opts := doctor.HostOptions{Policy: pol, Where: where, DockerConfig: dockerConfig, ContainerdConfig: containerdConfig}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/nodeagent"
@@ -159,6 +160,7 @@ func newNodeInstallCmd(g *globals) *cobra.Command {
 func newNodeRunCmd(g *globals) *cobra.Command {
 	var (
 		f        nodeFlags
+		obs      observeFlags
 		interval time.Duration
 		onExit   bool
 	)
@@ -168,10 +170,18 @@ func newNodeRunCmd(g *globals) *cobra.Command {
 		Example: `  gpurun node run --host-root /host --restart=systemd --uninstall-on-exit`,
 		Args:    cobra.NoArgs,
 		RunE: f.withAgent(g, func(ctx context.Context, a *nodeagent.Agent) error {
-			return a.Run(ctx, nodeagent.RunOptions{Interval: interval, UninstallOnExit: onExit})
+			pol := nodePolicy(a)
+			exp, err := obs.exporter(shmstats.Options{HostRoot: a.HostRoot, Policy: pol}, filepath.Join(a.HostRoot, pol.LogFile), a.Log)
+			if err != nil {
+				return err
+			}
+			return runBeside(ctx, exp, a.Log, func(ctx context.Context) error {
+				return a.Run(ctx, nodeagent.RunOptions{Interval: interval, UninstallOnExit: onExit})
+			})
 		}),
 	}
 	f.register(cmd, true)
+	obs.register(cmd)
 	cmd.Flags().DurationVar(&interval, "interval", nodeagent.DefaultInterval, "how often to check the node")
 	cmd.Flags().BoolVar(&onExit, "uninstall-on-exit", false, "uninstall when stopped (SIGTERM): deleting the DaemonSet takes gpurun off the nodes")
 	return cmd
@@ -234,4 +244,18 @@ func newNodeStatusCmd(g *globals) *cobra.Command {
 	f.register(cmd, false)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON")
 	return cmd
+}
+
+// nodePolicy is the policy the node's front doors go by: the DaemonSet's
+// source when given, else the node's file, else the defaults.
+func nodePolicy(a *nodeagent.Agent) *policy.Policy {
+	for _, path := range []string{a.PolicySource, filepath.Join(a.HostRoot, a.PolicyPath)} {
+		if path == "" {
+			continue
+		}
+		if pol, err := policy.Load(path, false); err == nil {
+			return pol
+		}
+	}
+	return policy.Default()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/nri"
 	"github.com/gpurun/gpurun/version"
@@ -18,6 +19,7 @@ import (
 // nriFlags are `gpurun nri`'s own options.
 type nriFlags struct {
 	socket, name, index string
+	obs                 observeFlags
 }
 
 func newNRICmd(g *globals) *cobra.Command {
@@ -59,6 +61,7 @@ arguments that way. Needs root (CAP_SYS_ADMIN) to remount the pods' tmpfs.`,
 	fl.StringVar(&f.socket, "socket", nri.DefaultSocket, "the runtime's NRI socket")
 	fl.StringVar(&f.name, "name", nri.DefaultName, "the plugin's name in the runtime")
 	fl.StringVar(&f.index, "index", nri.DefaultIndex, "the plugin's index (two digits): plugins run in index order")
+	f.obs.register(cmd)
 	return cmd
 }
 
@@ -111,8 +114,20 @@ func runNRI(cmd *cobra.Command, g *globals, f nriFlags) error {
 	}
 	log.Info("gpurun NRI plugin starting", "version", version.String(), "socket", f.socket,
 		"plugin", f.index+"-"+f.name, "launched_by_runtime", launched, "policy", source)
-	p := nri.New(nri.Config{Policy: pol, Logger: log, OnConfigure: func(pol *policy.Policy) { sink.Settle(pol.LogFile) }})
-	if err := nri.Run(ctx, p, nri.Options{Socket: f.socket, Name: f.name, Index: f.index, Logger: log}); err != nil {
+	exp, err := f.obs.exporter(shmstats.Options{Policy: pol}, "", log)
+	if err != nil {
+		log.Error("cannot start the NRI plugin", "err", err.Error())
+		return err
+	}
+	cfg := nri.Config{Policy: pol, Logger: log, OnConfigure: func(pol *policy.Policy) { sink.Settle(pol.LogFile) }}
+	if exp != nil {
+		cfg.Observe = exp.ObserveFor(nri.Component)
+	}
+	p := nri.New(cfg)
+	err = runBeside(ctx, exp, log, func(ctx context.Context) error {
+		return nri.Run(ctx, p, nri.Options{Socket: f.socket, Name: f.name, Index: f.index, Logger: log})
+	})
+	if err != nil {
 		log.Error("NRI plugin stopped", "err", err.Error())
 		return fmt.Errorf("nri: %w", err)
 	}

@@ -78,6 +78,9 @@ containers of the others are still shown, and the error names the engine);
 					fmt.Fprintf(cmd.ErrOrStderr(), "gpurun: stats: %v\n", perr)
 				}
 			}
+			if statsServing(cmd) {
+				return serveStats(cmd, o)
+			}
 			return runStats(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o, f)
 		},
 	}
@@ -94,6 +97,7 @@ containers of the others are still shown, and the error names the engine);
 	fl.StringVar(&f.hostRoot, "host-root", "", "where the node's root is mounted when run in a pod (with hostPID)")
 	fl.StringVar(&f.peaksFile, "peaks-file", shmstats.DefaultPeaksPath, `where the peaks seen are kept across runs ("" keeps none)`)
 	fl.BoolVar(&f.noOrphans, "no-orphans", false, "skip the orphaned-bytes walk of every tmpfs and /proc")
+	registerStatsServe(cmd)
 	return cmd
 }
 

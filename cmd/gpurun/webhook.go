@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/kube"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/version"
 	"github.com/gpurun/gpurun/webhook"
@@ -109,13 +110,13 @@ func runWebhook(cmd *cobra.Command, g *globals, f webhookFlags) error {
 	} else {
 		ns := f.namespace
 		if ns == "" {
-			b, err := os.ReadFile(webhook.ServiceAccountDir + "/namespace")
+			b, err := os.ReadFile(kube.ServiceAccountDir + "/namespace")
 			if err != nil {
 				return &exitError{2, fmt.Errorf("webhook: --namespace not given, and not in a pod: %w", err)}
 			}
 			ns = string(b)
 		}
-		kube, err := webhook.InCluster()
+		kube, err := kube.InCluster()
 		if err != nil {
 			return &exitError{2, fmt.Errorf("webhook: --self-signed: %w", err)}
 		}

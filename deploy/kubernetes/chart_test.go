@@ -68,6 +68,8 @@ func chartCases() []chartCase {
 			values:    `{image: {repository: registry.example/gpurun, tag: v9.9.9}, webhook: {replicas: 3}}`,
 			kustomize: `{images: [{name: ghcr.io/gpurun/gpurun, newName: registry.example/gpurun, newTag: v9.9.9}], replicas: [{name: gpurun-webhook, count: 3}]}`})
 	return append(cases, []chartCase{
+		{"serviceMonitor", modeRuntimeClass, "auto", `{metrics: {serviceMonitor: {enabled: true}}}`, `components: [$COMPONENTS/servicemonitor]`},
+		{"serviceMonitor nri", modeNRI, "k3s", `{metrics: {serviceMonitor: {enabled: true, interval: 30s}}}`, `components: [$COMPONENTS/servicemonitor]`},
 		{"restart systemd", modeRuntimeClass, "auto", `{nodeAgent: {restart: systemd, uninstallOnExit: false}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [restart=systemd, uninstall-on-exit=false]}]`},
 		{"node paths", modeDefaultRuntime, "containerd", `{nodeAgent: {binDir: /opt/bin, containerdConfig: /etc/containerd/gpu.toml}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [bin-dir=/opt/bin, containerd-config=/etc/containerd/gpu.toml]}]`},
 		{"policy", modeRuntimeClass, "k3s", `{policy: "size = \"25%\"\nmax = \"8g\"\n"}`, `configMapGenerator: [{name: gpurun-policy, behavior: replace, options: {disableNameSuffixHash: true}, literals: ["config.toml=size = \"25%\"\nmax = \"8g\"\n"]}]`},
@@ -166,7 +168,7 @@ func kustomizeCase(t *testing.T, tc chartCase) []runtime.Object {
 	}
 	switch tc.dist {
 	case "k3s", "rke2":
-		k["components"] = []string{rel(filepath.Join("components", tc.dist))}
+		k["components"] = []any{rel(filepath.Join("components", tc.dist))}
 	case "containerd":
 		if installs(tc.mode) {
 			k["configMapGenerator"] = []any{map[string]any{"name": "gpurun-node", "behavior": "merge", "literals": []string{"distribution=containerd"}}}
@@ -174,7 +176,10 @@ func kustomizeCase(t *testing.T, tc chartCase) []runtime.Object {
 	}
 	if tc.kustomize != "" {
 		var extra map[string]any
-		if err := yaml.Unmarshal([]byte(tc.kustomize), &extra); err != nil {
+		// $COMPONENTS is deploy/kubernetes/components, from the temporary
+		// directory (kustomize takes relative paths only).
+		text := strings.ReplaceAll(tc.kustomize, "$COMPONENTS", rel("components"))
+		if err := yaml.Unmarshal([]byte(text), &extra); err != nil {
 			t.Fatalf("case kustomize: %v", err)
 		}
 		for key, v := range extra {

@@ -25,6 +25,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -78,6 +79,14 @@ func decodeAll(name string, data []byte) ([]runtime.Object, error) {
 			continue
 		}
 		obj, _, err := decoder().Decode(doc, nil, nil)
+		if runtime.IsNotRegisteredError(err) {
+			// A custom resource (the Prometheus Operator's ServiceMonitor):
+			// decoded as it is, its kind checked by the tests that use it.
+			u := &unstructured.Unstructured{}
+			if uerr := yaml.Unmarshal(doc, &u.Object); uerr == nil && u.GetAPIVersion() == "monitoring.coreos.com/v1" {
+				obj, err = u, nil
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
 		}
@@ -304,9 +313,17 @@ func TestRenderedInvariants(t *testing.T) {
 				switch o := o.(type) {
 				case *corev1.Namespace:
 					ns = o
-				case *rbacv1.Role, *rbacv1.ClusterRole, *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding:
+				case *rbacv1.ClusterRole:
+					if mode != modeWebhook && !isEventsRole(o) {
+						t.Errorf("ClusterRole %s %+v: gpurun's node pods may create, patch and get events, nothing else", o.Name, o.Rules)
+					}
+				case *rbacv1.ClusterRoleBinding:
+					if mode != modeWebhook && (o.RoleRef.Name != "gpurun-events" || len(o.Subjects) != 1 || o.Subjects[0].Name != "gpurun") {
+						t.Errorf("ClusterRoleBinding %s: gpurun's node pods' account gets the events role only", o.Name)
+					}
+				case *rbacv1.Role, *rbacv1.RoleBinding:
 					if mode != modeWebhook {
-						t.Errorf("RBAC object %T: gpurun's node pods need no API access", o)
+						t.Errorf("RBAC object %T: gpurun's node pods need events only", o)
 					}
 				}
 			}
@@ -386,8 +403,23 @@ func (r *rendered) policyConfigMap(t *testing.T) *corev1.ConfigMap {
 func (r *rendered) checkPod(t *testing.T, ds *appsv1.DaemonSet, sa *corev1.ServiceAccount, pol *corev1.ConfigMap) {
 	t.Helper()
 	spec := ds.Spec.Template.Spec
-	if spec.ServiceAccountName != sa.Name || spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Errorf("%s: service account %q, automount %v", ds.Name, spec.ServiceAccountName, spec.AutomountServiceAccountToken)
+	// The token posts Events (ShmSized, ShmNotSized): the pod asks for it,
+	// the account itself stays without one.
+	if spec.ServiceAccountName != sa.Name || spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+		t.Errorf("%s: service account %q, automount %v: want the token for the events", ds.Name, spec.ServiceAccountName, spec.AutomountServiceAccountToken)
+	}
+	ctr := spec.Containers[0]
+	if !slices.Contains(ctr.Args, "--events") || !slices.Contains(ctr.Args, "--metrics-address=:9469") {
+		t.Errorf("%s: args %v: want --events and --metrics-address=:9469", ds.Name, ctr.Args)
+	}
+	if !slices.ContainsFunc(ctr.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+	}) {
+		t.Errorf("%s: no NODE_NAME from spec.nodeName (the events' source)", ds.Name)
+	}
+	ann := ds.Spec.Template.Annotations
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != "9469" || !slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9469 }) {
+		t.Errorf("%s: scrape annotations %v, ports %v: want port 9469 scraped", ds.Name, ann, ctr.Ports)
 	}
 	if spec.NodeSelector["kubernetes.io/os"] != "linux" {
 		t.Errorf("%s: nodeSelector %v: want the kubernetes.io/os=linux knob", ds.Name, spec.NodeSelector)
@@ -805,4 +837,16 @@ func parses(t *testing.T, args ...string) {
 	if err != nil || !strings.Contains(string(out), "Usage:\n  "+usage) {
 		t.Errorf("gpurun %q does not parse (%v): want the help of %q\n%s", args, err, usage, out)
 	}
+}
+
+// isEventsRole reports whether a ClusterRole grants create, patch and get
+// on core events and nothing else.
+func isEventsRole(r *rbacv1.ClusterRole) bool {
+	if r.Name != "gpurun-events" || len(r.Rules) != 1 {
+		return false
+	}
+	rule := r.Rules[0]
+	verbs := slices.Sorted(slices.Values(rule.Verbs))
+	return slices.Equal(rule.APIGroups, []string{""}) && slices.Equal(rule.Resources, []string{"events"}) &&
+		slices.Equal(verbs, []string{"create", "get", "patch"}) && len(rule.ResourceNames) == 0 && len(rule.NonResourceURLs) == 0
 }

@@ -20,7 +20,10 @@
 //     start as the engine made it) unless the policy sets fail_closed, and
 //     then returns the one fail-closed error type, *FailClosedError;
 //   - logs one record per container with the same fields for every front
-//     door (log/slog).
+//     door (log/slog), the Kubernetes pod's namespace, name, uid and
+//     container name among them where the spec's CRI annotations say, and
+//     hands the outcome to Config.Observe (a long-running front door's
+//     metrics and events; the per-start ones are read back from the log).
 package enforce
 
 import (
@@ -69,6 +72,11 @@ type Config struct {
 	Grow func(path string, size int64, scope remount.Scope) (remount.Result, error)
 	// Log receives the records (nil: discard).
 	Log *slog.Logger
+	// Observe, if set, is called once per container Run planned, after its
+	// record is logged, with the subject and the result (also when the
+	// container could not be read). It runs on the container's start path:
+	// it must be quick and must not block.
+	Observe func(Subject, Result)
 	// QuietNone logs a plan that leaves a container without GPU evidence
 	// alone at debug level instead of info (a long-running plugin's stderr,
 	// which sees every container of a node).
@@ -84,12 +92,13 @@ type Enforcer struct {
 	facts     func() (oci.Facts, error)
 	grow      func(string, int64, remount.Scope) (remount.Result, error)
 	log       *slog.Logger
+	observe   func(Subject, Result)
 	quietNone bool
 }
 
 // New returns an Enforcer.
 func New(c Config) *Enforcer {
-	e := &Enforcer{component: c.Component, pol: c.Policy, polErr: c.PolicyErr, facts: c.Facts, grow: c.Grow, log: c.Log, quietNone: c.QuietNone}
+	e := &Enforcer{component: c.Component, pol: c.Policy, polErr: c.PolicyErr, facts: c.Facts, grow: c.Grow, log: c.Log, observe: c.Observe, quietNone: c.QuietNone}
 	if e.pol == nil {
 		e.pol = policy.Default()
 	}
@@ -231,6 +240,52 @@ func (e *RefusedError) Error() string { return fmt.Sprintf("grow %s: %v", e.Path
 
 func (e *RefusedError) Unwrap() error { return e.Err }
 
+// Refused returns the *RefusedError in err's chain, if any, and whether it
+// is a refusal by the safety rules or the engine's named dirs (refused
+// true) rather than a tmpfs that could not be reached.
+func Refused(err error) (ref *RefusedError, refused bool) {
+	if !errors.As(err, &ref) {
+		return nil, false
+	}
+	return ref, errors.Is(ref.Err, remount.ErrUnsafe) || errors.Is(ref.Err, enginedirs.ErrNotNamed)
+}
+
+// The causes Cause names.
+const (
+	CauseNotNamed    = "not-named"    // a tmpfs the engine did not name for the container
+	CauseUnknownRoot = "unknown-root" // under no engine dir gpurun knows
+	CauseUnsafe      = "unsafe"       // refused by remount's safety rules
+	CauseError       = "error"        // anything else (a tmpfs not reachable, a failed remount)
+)
+
+// Cause is a short, stable name of why a plan failed (one of the Cause
+// constants), for counting failures by cause; "" for no error.
+func Cause(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, enginedirs.ErrNotNamed):
+		return CauseNotNamed
+	case errors.Is(err, enginedirs.ErrUnknownRoot):
+		return CauseUnknownRoot
+	case errors.Is(err, remount.ErrUnsafe):
+		return CauseUnsafe
+	}
+	return CauseError
+}
+
+// podAttrs are the record's fields that name the container's Kubernetes
+// pod, from the spec's CRI annotations (none outside a pod).
+func podAttrs(p oci.Pod) []any {
+	var out []any
+	for _, kv := range [][2]string{{"k8s_namespace", p.Namespace}, {"k8s_pod", p.Name}, {"k8s_uid", p.UID}, {"k8s_container", p.Container}} {
+		if kv[1] != "" {
+			out = append(out, kv[0], kv[1])
+		}
+	}
+	return out
+}
+
 // Run reads a container with prepare (the front door's own parsing), plans
 // it and carries the plan out, and logs one record. A panic anywhere
 // becomes an error. It returns a *FailClosedError when something went wrong
@@ -245,18 +300,23 @@ func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) 
 		return Result{Err: e.polErr}, nil
 	}
 	res, stack := e.run(base, prepare)
+	if e.observe != nil {
+		defer e.observe(s, res)
+	}
+	if pod := podAttrs(res.Plan.Pod); pod != nil {
+		base = func() []any { return slices.Clip(append(append(s.attrs(), pod...), attrs...)) }
+	}
 	if res.Err == nil {
 		e.logPlanned(res, base)
 		return res, nil
 	}
 	rec := base()
 	if res.Plan.Action != "" {
-		rec = append(rec, "action", string(res.Plan.Action), "size_bytes", res.Plan.Size, "reason", res.Plan.Reason)
+		rec = append(rec, "action", string(res.Plan.Action), "size_bytes", res.Plan.Size, "gpu", res.Plan.GPU, "reason", res.Plan.Reason)
 	}
-	rec = append(rec, "err", res.Err.Error(), "fail_closed", e.pol.FailClosed)
-	var ref *RefusedError
-	if errors.As(res.Err, &ref) {
-		rec = append(rec, "path", ref.Path, "refused", errors.Is(ref.Err, remount.ErrUnsafe) || errors.Is(ref.Err, enginedirs.ErrNotNamed), "fix", ref.Fix)
+	rec = append(rec, "err", res.Err.Error(), "cause", Cause(res.Err), "fail_closed", e.pol.FailClosed)
+	if ref, refused := Refused(res.Err); ref != nil {
+		rec = append(rec, "path", ref.Path, "refused", refused, "fix", ref.Fix)
 	}
 	if stack != "" {
 		rec = append(rec, "stack", stack)

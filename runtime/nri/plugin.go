@@ -64,6 +64,9 @@ type Config struct {
 	// OnConfigure, if set, is called with the policy in force each time the
 	// runtime has configured the plugin (Log.Settle moves the log there).
 	OnConfigure func(*policy.Policy)
+	// Observe, if set, gets every container's outcome (enforce.Config's
+	// Observe: the metrics' counters and the Kubernetes Events).
+	Observe func(enforce.Subject, enforce.Result)
 }
 
 // Plugin handles NRI's CreateContainer requests. Its methods are safe for
@@ -73,6 +76,7 @@ type Plugin struct {
 	facts    func() (oci.Facts, error)
 	grow     func(path string, size int64, scope remount.Scope) (remount.Result, error)
 	onConfig func(*policy.Policy)
+	observe  func(enforce.Subject, enforce.Result)
 
 	mu      sync.RWMutex
 	enf     *enforce.Enforcer // for the policy in force
@@ -81,7 +85,7 @@ type Plugin struct {
 
 // New returns a Plugin. It reads the host's facts once, here.
 func New(cfg Config) *Plugin {
-	p := &Plugin{log: cfg.Logger, grow: cfg.Grow, onConfig: cfg.OnConfigure}
+	p := &Plugin{log: cfg.Logger, grow: cfg.Grow, onConfig: cfg.OnConfigure, observe: cfg.Observe}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -100,7 +104,7 @@ func New(cfg Config) *Plugin {
 
 // enforcer returns the enforcer for pol.
 func (p *Plugin) enforcer(pol *policy.Policy) *enforce.Enforcer {
-	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, QuietNone: true})
+	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, Observe: p.observe, QuietNone: true})
 }
 
 // Policy returns the policy in force.

@@ -72,6 +72,17 @@ func ToSpec(runtime string, pod *api.PodSandbox, ctr *api.Container) *specs.Spec
 			s.Annotations[oci.AnnotationCRISandboxID] = sandbox
 		}
 	}
+	// The pod's identity (oci.CRIPod reads it back for records, metrics
+	// and events), where the container's annotations lack it.
+	keys := [4]string{oci.AnnotationCRISandboxNamespace, oci.AnnotationCRISandboxName, oci.AnnotationCRISandboxUID, oci.AnnotationCRIContainerName}
+	if _, ok := s.Annotations[oci.AnnotationCRIOContainerType]; ok {
+		keys = [4]string{oci.AnnotationCRIOPodNamespace, oci.AnnotationCRIOPodName, oci.AnnotationCRIOPodUID, oci.AnnotationCRIOContainerName}
+	}
+	for i, v := range [4]string{pod.GetNamespace(), pod.GetName(), pod.GetUid(), ctr.GetName()} {
+		if _, ok := s.Annotations[keys[i]]; !ok && v != "" {
+			s.Annotations[keys[i]] = v
+		}
+	}
 	if names := cdiNames(s.Annotations, ctr.GetCDIDevices()); names != "" {
 		s.Annotations[CDIAnnotation] = names
 	}

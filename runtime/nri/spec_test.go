@@ -44,7 +44,7 @@ func nriContainer(s *specs.Spec, podID string) *api.Container {
 func TestToSpec(t *testing.T) {
 	limit := int64(8 << 30)
 	pod := &api.PodSandbox{
-		Id: "pod1",
+		Id: "pod1", Namespace: "ml", Name: "job-0", Uid: "u1",
 		Annotations: map[string]string{
 			"io.kubernetes.cri.container-type":  "sandbox", // describes the sandbox: dropped
 			"io.kubernetes.cri.sandbox-id":      "pod1",
@@ -55,6 +55,7 @@ func TestToSpec(t *testing.T) {
 	}
 	ctr := &api.Container{
 		Id:           "c1",
+		Name:         "train",
 		PodSandboxId: "pod1",
 		Annotations:  map[string]string{"team": "container", "cdi.k8s.io/a": "nvidia.com/gpu=0"},
 		Args:         []string{"python", "train.py"},
@@ -88,6 +89,11 @@ func TestToSpec(t *testing.T) {
 					oci.AnnotationCRIContainerType: "container",
 					oci.AnnotationCRISandboxID:     "pod1",
 					CDIAnnotation:                  "nvidia.com/gpu=1", // gpu=0 is already in cdi.k8s.io/a
+					// The pod's identity, from NRI's pod and container.
+					oci.AnnotationCRISandboxNamespace: "ml",
+					oci.AnnotationCRISandboxName:      "job-0",
+					oci.AnnotationCRISandboxUID:       "u1",
+					oci.AnnotationCRIContainerName:    "train",
 				}
 				if !mapsEqual(s.Annotations, want) {
 					t.Errorf("annotations = %v, want %v", s.Annotations, want)
@@ -117,6 +123,9 @@ func TestToSpec(t *testing.T) {
 			name:    "cri-o without type annotations",
 			runtime: RuntimeCRIO,
 			check: func(t *testing.T, s *specs.Spec) {
+				if got := oci.CRIPod(s); got != (oci.Pod{SandboxID: "pod1", Engine: "cri-o", Namespace: "ml", Name: "job-0", UID: "u1", Container: "train"}) {
+					t.Errorf("CRIPod = %+v, want the pod's identity under CRI-O's keys", got)
+				}
 				if s.Annotations[oci.AnnotationCRIOContainerType] != "container" || s.Annotations[oci.AnnotationCRIOSandboxID] != "pod1" {
 					t.Errorf("annotations = %v, want CRI-O's container type and sandbox id", s.Annotations)
 				}

@@ -1,4 +1,8 @@
-package webhook
+// Package kube is the little of the Kubernetes API gpurun's node-side and
+// webhook commands use, over plain HTTPS with k8s.io/api's JSON shapes: the
+// binary is one for every command, and client-go's typed clients would
+// register every API group at the start of every gpurun command.
+package kube
 
 import (
 	"bytes"
@@ -29,10 +33,8 @@ var ErrNotFound = errors.New("not found")
 // exists, or changed since it was read).
 var ErrConflict = errors.New("conflict")
 
-// Kube is the little of the Kubernetes API the webhook uses (a Secret, a
-// MutatingWebhookConfiguration), over plain HTTPS: the webhook's binary is
-// gpurun's, and client-go's typed clients would register every API group
-// at the start of every gpurun command.
+// Kube is a client of one API server: requests with a bearer token, JSON
+// in and out, errors that wrap ErrNotFound and ErrConflict.
 type Kube struct {
 	// Base is the API server's URL.
 	Base string

@@ -1,0 +1,251 @@
+// Package events posts Kubernetes Events on the pods whose /dev/shm gpurun
+// sized or could not size, so that `kubectl describe pod` shows it to a
+// pod's user without node access:
+//
+//   - ReasonSized (Normal): gpurun grew the pod's /dev/shm or set a
+//     container's tmpfs size ("sized /dev/shm to 4 GiB: <reason>");
+//   - ReasonNotSized (Warning): the plan failed or was left undone: the
+//     cause and the fix from the enforce record.
+//
+// A container gpurun left alone (no GPU evidence, a user's own size large
+// enough, hostIPC) gets no Event: nothing happened to it, and the node
+// agent's metrics show its plan. Each pod gets one Event per reason: a
+// repeat (another container of the pod, a restart) raises its count and
+// last timestamp, as the kubelet's own events do. The Event's name is
+// derived from the pod's uid and the reason, so a restarted agent finds and
+// counts on the same Event instead of posting another.
+package events
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpurun/gpurun/kube"
+	"github.com/gpurun/gpurun/observe/records"
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+)
+
+// The Events' reasons.
+const (
+	ReasonSized    = "ShmSized"
+	ReasonNotSized = "ShmNotSized"
+)
+
+// Controller is the reportingController of gpurun's Events.
+const Controller = "gpurun.io/node-agent"
+
+// Poster posts Events through a Kubernetes API. Its methods are safe for
+// concurrent use.
+type Poster struct {
+	// Kube is the API (kube.InCluster in the node agent's pod).
+	Kube *kube.Kube
+	// Node is the node's name (the Events' source host and reporting
+	// instance).
+	Node string
+	// Log receives what could not be posted (nil: discard).
+	Log *slog.Logger
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+
+	mu      sync.Mutex
+	count   map[string]int32 // by Event name: the count posted
+	once    sync.Once
+	queue   chan records.Record
+	pending sync.WaitGroup
+}
+
+// queueLen bounds the records waiting to be posted; more are dropped (and
+// logged): a slow API server must not hold container starts or memory.
+const queueLen = 256
+
+// Event returns the reason, type and message of the Event a record calls
+// for; ok is false when it calls for none (no pod, nothing done).
+func Event(r records.Record) (reason, typ, msg string, ok bool) {
+	if r.Pod.UID == "" || r.Pod.Name == "" || r.Pod.Namespace == "" {
+		return "", "", "", false
+	}
+	who := ""
+	if r.Pod.Container != "" {
+		who = " (container " + r.Pod.Container + ")"
+	}
+	switch {
+	case r.Failed:
+		msg := "could not size /dev/shm" + who + ": " + r.Err
+		if r.Fix != "" {
+			msg += "; fix: " + r.Fix
+		}
+		return ReasonNotSized, corev1.EventTypeWarning, msg, true
+	case r.Skipped != "":
+		return ReasonNotSized, corev1.EventTypeWarning, fmt.Sprintf("/dev/shm left at its size%s: gpurun planned %s to %s (%s) but %s", who, r.Action, size(r.Size), r.Reason, r.Skipped), true
+	case r.Action == "" || r.Action == string(oci.ActionNone):
+		return "", "", "", false
+	}
+	return ReasonSized, corev1.EventTypeNormal, fmt.Sprintf("sized /dev/shm to %s%s: %s", size(r.Size), who, r.Reason), true
+}
+
+func size(n int64) string {
+	if n <= 0 {
+		return "(unknown)"
+	}
+	return policy.FormatSize(n)
+}
+
+// Post posts or counts the Event a record calls for; a record that calls
+// for none is ignored.
+func (p *Poster) Post(ctx context.Context, r records.Record) error {
+	reason, typ, msg, ok := Event(r)
+	if !ok {
+		return nil
+	}
+	name := eventName(r.Pod, reason)
+	now := metav1.NewTime(p.now())
+	path := "/api/v1/namespaces/" + url.PathEscape(r.Pod.Namespace) + "/events"
+	p.mu.Lock()
+	n, known := p.count[name]
+	p.mu.Unlock()
+	if !known {
+		ev := &corev1.Event{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Pod.Namespace},
+			InvolvedObject: corev1.ObjectReference{
+				APIVersion: "v1", Kind: "Pod", Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: types.UID(r.Pod.UID),
+			},
+			Reason: reason, Message: trim(msg), Type: typ,
+			Source:         corev1.EventSource{Component: "gpurun", Host: p.Node},
+			FirstTimestamp: now, LastTimestamp: now, Count: 1,
+			ReportingController: Controller, ReportingInstance: p.Node,
+		}
+		if r.Pod.Container != "" {
+			ev.InvolvedObject.FieldPath = "spec.containers{" + r.Pod.Container + "}"
+		}
+		err := p.Kube.Do(ctx, "POST", path, "", ev, nil)
+		if err == nil {
+			p.remember(name, 1)
+			return nil
+		}
+		if !errors.Is(err, kube.ErrConflict) {
+			return fmt.Errorf("post the %s event of pod %s/%s: %w", reason, r.Pod.Namespace, r.Pod.Name, err)
+		}
+		// Posted before (a restarted agent): count on from the API's.
+		var old corev1.Event
+		if err := p.Kube.Do(ctx, "GET", path+"/"+url.PathEscape(name), "", nil, &old); err != nil {
+			return fmt.Errorf("read the %s event of pod %s/%s: %w", reason, r.Pod.Namespace, r.Pod.Name, err)
+		}
+		n = old.Count
+	}
+	patch := map[string]any{"count": n + 1, "lastTimestamp": now, "message": trim(msg)}
+	if err := p.Kube.Do(ctx, "PATCH", path+"/"+url.PathEscape(name), "application/merge-patch+json", patch, nil); err != nil {
+		if errors.Is(err, kube.ErrNotFound) { // expired (the API server's event TTL): post anew
+			p.forget(name)
+			return p.Post(ctx, r)
+		}
+		return fmt.Errorf("count the %s event of pod %s/%s: %w", reason, r.Pod.Namespace, r.Pod.Name, err)
+	}
+	p.remember(name, n+1)
+	return nil
+}
+
+// Observe queues what a record calls for, to be posted in order by one
+// background worker, which logs what fails: for an Enforcer's Observe and
+// a log tail, which must not block.
+func (p *Poster) Observe(r records.Record) {
+	if _, _, _, ok := Event(r); !ok {
+		return
+	}
+	p.once.Do(func() {
+		p.queue = make(chan records.Record, queueLen)
+		go p.work()
+	})
+	p.pending.Add(1)
+	select {
+	case p.queue <- r:
+	default:
+		p.pending.Done()
+		p.log().Warn("too many Kubernetes events waiting; one dropped", "pod", r.Pod.Namespace+"/"+r.Pod.Name)
+	}
+}
+
+func (p *Poster) work() {
+	for r := range p.queue {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := p.Post(ctx, r); err != nil {
+			p.log().Warn("cannot post a Kubernetes event", "err", err.Error())
+		}
+		cancel()
+		p.pending.Done()
+	}
+}
+
+// Flush waits until what Observe queued is posted (or failed).
+func (p *Poster) Flush() { p.pending.Wait() }
+
+func (p *Poster) remember(name string, n int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.count == nil {
+		p.count = map[string]int32{}
+	}
+	p.count[name] = n
+}
+
+func (p *Poster) forget(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.count, name)
+}
+
+// Forget drops what the Poster remembers of a pod that is gone.
+func (p *Poster) Forget(pod records.Pod) {
+	for _, reason := range []string{ReasonSized, ReasonNotSized} {
+		p.forget(eventName(pod, reason))
+	}
+}
+
+func (p *Poster) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+func (p *Poster) log() *slog.Logger {
+	if p.Log != nil {
+		return p.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// eventName is the pod's name and a digest of its uid and the reason, as
+// the kubelet names events (<object>.<unique suffix>), within the 253
+// characters of a name.
+func eventName(pod records.Pod, reason string) string {
+	sum := sha256.Sum256([]byte(pod.UID + "/" + reason))
+	suffix := "." + strings.ToLower(reason) + "-" + hex.EncodeToString(sum[:5])
+	name := pod.Name
+	if len(name)+len(suffix) > 253 {
+		name = name[:253-len(suffix)]
+	}
+	return name + suffix
+}
+
+// trim bounds a message to the API's 1 KiB note limit.
+func trim(msg string) string {
+	const max = 1024
+	if len(msg) <= max {
+		return msg
+	}
+	return msg[:max-3] + "..."
+}

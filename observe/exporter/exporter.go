@@ -1,0 +1,180 @@
+// Package exporter runs what gpurun shows of /dev/shm from a node (the node
+// agent, the NRI plugin) or a Docker host (`gpurun stats --listen`): the
+// metrics sampler (observe/metrics) behind an HTTP server (/metrics,
+// /healthz), the remount counters and Kubernetes Events (observe/events)
+// fed with enforce records — in-process (Observe, from an Enforcer's
+// callback) or from the log_file the per-start front doors write (a Tail).
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gpurun/gpurun/kube"
+	"github.com/gpurun/gpurun/observe/events"
+	"github.com/gpurun/gpurun/observe/metrics"
+	"github.com/gpurun/gpurun/observe/records"
+	"github.com/gpurun/gpurun/observe/shmstats"
+	"github.com/gpurun/gpurun/runtime/enforce"
+)
+
+// DefaultAddress is where the metrics are served by default: every
+// interface, port 9469.
+const DefaultAddress = ":9469"
+
+// TailInterval is how often the records log is read.
+const TailInterval = 2 * time.Second
+
+// Options configure an Exporter.
+type Options struct {
+	// Address is where /metrics and /healthz are served ("" serves
+	// nothing: the records still make Events).
+	Address string
+	// Stats says where the sampler looks.
+	Stats shmstats.Options
+	// Interval between samples (0: metrics.DefaultInterval).
+	Interval time.Duration
+	// RecordsLog is a log_file (as this process sees it) to follow for
+	// enforce records; "" for none (an in-process Enforcer feeds Observe).
+	RecordsLog string
+	// Events posts Kubernetes Events through Kube (kube.InCluster when
+	// nil), as node Node.
+	Events bool
+	Kube   *kube.Kube
+	Node   string
+	// Log receives what goes wrong (nil: discard).
+	Log *slog.Logger
+}
+
+// Exporter is a running set of the above. Observe is safe for concurrent
+// use.
+type Exporter struct {
+	o        Options
+	ln       net.Listener
+	counters *metrics.Counters
+	sampler  *metrics.Sampler
+	poster   *events.Poster
+	handler  http.Handler
+	tailer   *records.Tail
+}
+
+// New sets an Exporter up: it listens on Address now, so that a bad
+// address or a port in use is an error before anything runs, and marks the
+// end of RecordsLog, where Run starts reading.
+func New(o Options) (*Exporter, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	e := &Exporter{o: o}
+	reg := metrics.Registry()
+	e.counters = metrics.NewCounters(reg)
+	e.sampler = metrics.NewSampler(reg, metrics.SamplerOptions{Stats: o.Stats, Interval: o.Interval, Log: o.Log})
+	e.handler = metrics.Handler(reg, e.sampler.Healthy)
+	if o.Events {
+		k := o.Kube
+		if k == nil {
+			var err error
+			if k, err = kube.InCluster(); err != nil {
+				return nil, fmt.Errorf("events: %w", err)
+			}
+		}
+		if o.Node == "" {
+			return nil, errors.New("events: the node's name is not known (set NODE_NAME from the pod's spec.nodeName)")
+		}
+		e.poster = &events.Poster{Kube: k, Node: o.Node, Log: o.Log}
+	}
+	if o.RecordsLog != "" {
+		// From the end as it is now: records written before are not
+		// counted again (the node agent restarts with its pod).
+		e.tailer = records.NewTail(o.RecordsLog, nil)
+	}
+	if o.Address != "" {
+		ln, err := net.Listen("tcp", o.Address)
+		if err != nil {
+			return nil, fmt.Errorf("metrics address %s: %w", o.Address, err)
+		}
+		e.ln = ln
+	}
+	return e, nil
+}
+
+// Addr is the address the metrics are served at (nil when none).
+func (e *Exporter) Addr() net.Addr {
+	if e.ln == nil {
+		return nil
+	}
+	return e.ln.Addr()
+}
+
+// Observe counts a record and posts the Event it calls for (queued: it
+// does not block).
+func (e *Exporter) Observe(r records.Record) {
+	e.counters.Observe(r)
+	if e.poster != nil {
+		e.poster.Observe(r)
+	}
+}
+
+// ObserveFor returns an enforce.Config.Observe that hands component's
+// records to Observe.
+func (e *Exporter) ObserveFor(component string) func(enforce.Subject, enforce.Result) {
+	return func(s enforce.Subject, r enforce.Result) { e.Observe(records.FromResult(component, s, r)) }
+}
+
+// Run samples, follows the records log and serves until ctx ends.
+func (e *Exporter) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); e.sampler.Run(ctx) }()
+	if e.tailer != nil {
+		go e.tail(ctx)
+	}
+	var err error
+	if e.ln != nil {
+		srv := &http.Server{Handler: e.handler, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			<-ctx.Done()
+			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+			defer c()
+			_ = srv.Shutdown(sctx)
+		}()
+		e.o.Log.Info("serving metrics", "address", e.ln.Addr().String())
+		if serr := srv.Serve(e.ln); !errors.Is(serr, http.ErrServerClosed) {
+			err = fmt.Errorf("serve metrics on %s: %w", e.ln.Addr(), serr)
+			cancel()
+		}
+	}
+	<-ctx.Done()
+	<-done
+	if e.poster != nil {
+		e.poster.Flush()
+	}
+	return err
+}
+
+// tail follows the records log from where New found its end.
+func (e *Exporter) tail(ctx context.Context) {
+	t := e.tailer
+	defer t.Close()
+	tick := time.NewTicker(TailInterval)
+	defer tick.Stop()
+	last := ""
+	for {
+		err := t.Read(e.Observe)
+		if msg := fmt.Sprint(err); err != nil && msg != last {
+			e.o.Log.Warn("reading the records log", "err", msg)
+			last = msg
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
