@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -24,7 +26,7 @@ func newNRICmd(g *globals) *cobra.Command {
 	f := nriFlags{}
 	cmd := &cobra.Command{
 		Use:   "nri [--socket PATH] [--name NAME] [--index IDX]",
-		Short: "Run as an NRI plugin: GPU containers of containerd 2.x and CRI-O get the policy's /dev/shm",
+		Short: nriShort,
 		Long: `nri runs gpurun as an NRI (Node Resource Interface) plugin of containerd 2.x
 (1.7 with NRI enabled) or CRI-O. On every container creation it plans the
 container's /dev/shm with the same planner as gpurun-runtime and gpurun plan:
