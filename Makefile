@@ -14,9 +14,17 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
 
 all: build
 
-build: bin/gpurun bin/gpurun-runtime
+build: bin/gpurun bin/gpurun-full bin/gpurun-runtime
 
+# gpurun is the lean build of cmd/gpurun (docs/performance.md): docker
+# run/create and the OCI hook start in ~3 ms; it hands compose, plan, doctor,
+# resize, node, nri and webhook to gpurun-full, the default build, installed
+# next to it.
+LEAN_TAGS = gpurun_lean
 bin/gpurun: FORCE
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -tags $(LEAN_TAGS) -o $@ ./cmd/gpurun
+
+bin/gpurun-full: FORCE
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpurun
 
 bin/gpurun-runtime: FORCE
@@ -26,7 +34,7 @@ FORCE:
 
 # The quick start: works on a fresh machine, no daemon and no root needed.
 FIXTURES = oci/testdata/fixtures
-demo: bin/gpurun
+demo: bin/gpurun bin/gpurun-full
 	@echo '$$ gpurun plan --spec $(FIXTURES)/docker-20.10-env-nvidia-all.json --host-memory 64g'
 	@bin/gpurun plan --spec $(FIXTURES)/docker-20.10-env-nvidia-all.json --host-memory 64g
 	@echo
@@ -141,13 +149,16 @@ HELM_LINT_MODES = runtime-class default-runtime nri webhook
 lint: $(HELM)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags $(LEAN_TAGS) ./cmd/gpurun
 	$(GO) vet -tags '$(E2E_TAGS)' ./integration/... ./hack/checkhost/
 	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags $(LEAN_TAGS) ./cmd/gpurun
 	$(STATICCHECK) -tags '$(E2E_TAGS)' ./integration/... ./hack/checkhost/
 	set -e; for mode in $(HELM_LINT_MODES); do $(HELM) lint --strict --quiet --set mode=$$mode deploy/helm/gpurun; done
 
 install: build
 	install -D -m 0755 bin/gpurun $(DESTDIR)$(BINDIR)/gpurun
+	install -D -m 0755 bin/gpurun-full $(DESTDIR)$(BINDIR)/gpurun-full
 	install -D -m 0755 bin/gpurun-runtime $(DESTDIR)$(BINDIR)/gpurun-runtime
 
 # Packages for workstations and Docker hosts (docs/packages.md): static
@@ -169,13 +180,18 @@ PKG_VERSION  ?= $(shell echo '$(VERSION)' | sed -E -e 's/^v//' \
 # Man pages carry the last commit's date, not the build's.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
+# The released binaries, as NAME:PACKAGE:TAGS; release_build gives go
+# build's arguments for one of them ($1, a shell word) into a directory ($2).
+RELEASE_BINARIES = gpurun:gpurun:$(LEAN_TAGS) gpurun-full:gpurun: gpurun-runtime:gpurun-runtime:
+release_build = -tags "$$(echo $1 | cut -d: -f3)" -o $2/$$(echo $1 | cut -d: -f1) ./cmd/$$(echo $1 | cut -d: -f2)
+
 $(NFPM):
 	GOBIN=$(@D) CGO_ENABLED=0 $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 dist: $(NFPM)
 	rm -rf $(DIST)
-	set -e; for arch in $(DIST_ARCHES); do for cmd in gpurun gpurun-runtime; do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o $(DIST)/gpurun_linux_$$arch/$$cmd ./cmd/$$cmd; \
+	set -e; for arch in $(DIST_ARCHES); do for b in $(RELEASE_BINARIES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) $(call release_build,$$b,$(DIST)/gpurun_linux_$$arch); \
 	done; done
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(DIST)/share/gendocs ./cmd/gpurun
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(DIST)/share/gendocs __gendocs --out $(DIST)/share
@@ -206,8 +222,8 @@ IMAGE_ARCH  ?= $(shell $(GO) env GOARCH)
 IMAGE_ARCHS ?= $(IMAGE_ARCH)
 image-context:
 	rm -rf bin/image
-	set -e; for arch in $(IMAGE_ARCHS); do for cmd in gpurun gpurun-runtime; do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o bin/image/linux-$$arch/$$cmd ./cmd/$$cmd; \
+	set -e; for arch in $(IMAGE_ARCHS); do for b in $(RELEASE_BINARIES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) $(call release_build,$$b,bin/image/linux-$$arch); \
 	done; done
 
 image: image-context

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -225,16 +226,15 @@ func (d *APIDaemon) ImageEnv(ctx context.Context, image string) ([]string, error
 // default-shm-size, but the daemon fills it into every container it creates
 // without one: create a throwaway container of the image (never started),
 // read its ShmSize, and remove it. The answer is kept in d.Cache, keyed by
-// the daemon's ID, version and (local daemons) socket, so later runs skip
-// the probe.
+// the daemon's identity (see identity), so later runs skip the probe while
+// the daemon's event log shows no reload since.
 func (d *APIDaemon) DefaultShmSize(ctx context.Context, image string) (int64, error) {
-	info, err := d.info.get(ctx, d)
+	key, now, err := d.identity(ctx)
 	if err != nil {
 		return d.probeShmSize(ctx, image)
 	}
-	key := daemonKey(info, d.host)
 	if n, at, ok := d.Cache.Get(key); ok {
-		reloaded, err := d.reloadedSince(ctx, at)
+		reloaded, err := d.reloadedSince(ctx, at, now)
 		if err == nil && !reloaded {
 			return n, nil
 		}
@@ -246,15 +246,39 @@ func (d *APIDaemon) DefaultShmSize(ctx context.Context, image string) (int64, er
 	return n, err
 }
 
+// identity names this run of the daemon for the shm cache, and returns the
+// daemon's clock now, for the end of its event log. A daemon on a unix
+// socket runs on this host (gpurun's rule, docs/docker-run.md): the socket's
+// path and change time (a daemon that starts makes a new socket) and the
+// API version name it, and the clocks are one; that costs no docker info,
+// the daemon's slowest call (~10 ms). Any other daemon: its ID and version,
+// and its clock, from docker info.
+func (d *APIDaemon) identity(ctx context.Context) (key, now string, err error) {
+	if path, ok := strings.CutPrefix(d.host, "unix://"); ok {
+		if fi, err := os.Stat(path); err == nil {
+			d.c.NegotiateAPIVersion(ctx)
+			t := time.Now()
+			key := d.host + "|" + fi.ModTime().UTC().Format(time.RFC3339Nano) + "|" + d.c.ClientVersion()
+			return key, fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()), nil
+		}
+	}
+	info, err := d.info.get(ctx, d)
+	if err != nil {
+		return "", "", err
+	}
+	return info.ID + "|" + info.ServerVersion, info.SystemTime, nil
+}
+
 // reloadedSince reports whether the daemon reloaded its configuration
-// (SIGHUP: default-shm-size is one of the options a reload changes) since
-// t, from its event log.
-func (d *APIDaemon) reloadedSince(ctx context.Context, t time.Time) (bool, error) {
+// (SIGHUP: default-shm-size is one of the options a reload changes) between
+// t and now (the daemon's clock: an end in its future would hold the event
+// stream open until then), from its event log.
+func (d *APIDaemon) reloadedSince(ctx context.Context, t time.Time, now string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	msgs, errs := d.c.Events(ctx, events.ListOptions{
 		Since:   strconv.FormatInt(t.Add(-time.Second).Unix(), 10),
-		Until:   strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10),
+		Until:   now,
 		Filters: filters.NewArgs(filters.Arg("type", string(events.DaemonEventType)), filters.Arg("event", string(events.ActionReload))),
 	})
 	for {

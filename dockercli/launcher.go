@@ -48,11 +48,13 @@ type Request struct {
 	// ReadFile reads --env-file files.
 	ReadFile func(string) ([]byte, error)
 	// LocalFacts are this host's (sysinfo.Facts): its memory stands in
-	// when the daemon cannot say its own, and its GPU count is the daemon
-	// host's when DaemonLocal says the daemon runs here. Nil: unknown.
+	// when the daemon cannot say its own, and its memory and GPU count are
+	// the daemon host's when DaemonLocal says the daemon runs here. Nil:
+	// unknown.
 	LocalFacts func() (oci.Facts, error)
 	// DaemonLocal is true when the daemon listens on this host (a unix
-	// socket).
+	// socket): then gpurun reads the host's memory from /proc/meminfo
+	// rather than asking the daemon (docker info is its slowest call).
 	DaemonLocal bool
 }
 
@@ -90,20 +92,6 @@ func Prepare(ctx context.Context, req Request) Result {
 		return res
 	}
 
-	// Ask the daemon only what the answer depends on: the image's env
-	// first (it can make a container a GPU one); the host's memory and the
-	// daemon's default-shm-size only for a container gpurun would size.
-	var imageEnv []string
-	daemonUp := req.Daemon != nil
-	if daemonUp {
-		if env, err := req.Daemon.ImageEnv(ctx, run.Image); err == nil {
-			imageEnv = env
-		} else {
-			res.Notes = append(res.Notes, fmt.Sprintf("image %s: environment unknown (%v); deciding from the arguments", run.Image, err))
-		}
-	} else {
-		res.Notes = append(res.Notes, "no docker daemon to ask; deciding from the arguments")
-	}
 	runEnv, err := run.Environment(req.LookupEnv, req.ReadFile)
 	if err != nil {
 		// docker will refuse the run with its own message.
@@ -111,9 +99,7 @@ func Prepare(ctx context.Context, req Request) Result {
 		res.Notes = append(res.Notes, fmt.Sprintf("not changing the command: %v", err))
 		return res
 	}
-	env := dockerargs.MergeEnv(imageEnv, runEnv)
-
-	decide := func(defaultShm int64, facts oci.Facts) (oci.Plan, error) {
+	decide := func(env []string, defaultShm int64, facts oci.Facts) (oci.Plan, error) {
 		c, why, err := Container(run, env, defaultShm)
 		if err != nil {
 			return oci.Plan{}, err
@@ -132,16 +118,46 @@ func Prepare(ctx context.Context, req Request) Result {
 	if req.DaemonLocal {
 		hostGPUs = local.HostGPUs
 	}
-	pl, err := decide(policy.EngineDefaultShm, oci.Facts{HostGPUs: hostGPUs})
+	sized := func(pl oci.Plan) bool { return pl.Action != oci.ActionNone || pl.GPU }
+
+	// Ask the daemon only what the answer depends on: the image's env (it
+	// can make a container a GPU one); the host's memory and the daemon's
+	// default-shm-size only for a container gpurun would size. When the
+	// arguments alone already make it one, the facts are asked at the same
+	// time as the image.
+	daemonUp := req.Daemon != nil
+	var hostFacts func() (int64, int64, []string)
+	if pl, err := decide(runEnv, policy.EngineDefaultShm, oci.Facts{HostGPUs: hostGPUs}); err == nil && sized(pl) {
+		hostFacts = startFacts(ctx, req, run, daemonUp, local.HostMemory)
+	}
+	var imageEnv []string
+	if daemonUp {
+		if env, err := req.Daemon.ImageEnv(ctx, run.Image); err == nil {
+			imageEnv = env
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("image %s: environment unknown (%v); deciding from the arguments", run.Image, err))
+		}
+	} else {
+		res.Notes = append(res.Notes, "no docker daemon to ask; deciding from the arguments")
+	}
+	env := dockerargs.MergeEnv(imageEnv, runEnv)
+
+	pl, err := decide(env, policy.EngineDefaultShm, oci.Facts{HostGPUs: hostGPUs})
+	if hostFacts != nil && (err != nil || !sized(pl)) {
+		hostFacts() // a probe container started for nothing is still removed
+	}
 	if err != nil {
 		res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
 		res.Notes = append(res.Notes, fmt.Sprintf("not changing the command: %v", err))
 		return res
 	}
-	if pl.Action != oci.ActionNone || pl.GPU {
-		mem, defaultShm, notes := facts(ctx, req, run, daemonUp, local.HostMemory)
+	if sized(pl) {
+		if hostFacts == nil {
+			hostFacts = startFacts(ctx, req, run, daemonUp, local.HostMemory)
+		}
+		mem, defaultShm, notes := hostFacts()
 		res.Notes = append(res.Notes, notes...)
-		if pl, err = decide(defaultShm, oci.Facts{HostMemory: mem, HostGPUs: hostGPUs}); err != nil {
+		if pl, err = decide(env, defaultShm, oci.Facts{HostMemory: mem, HostGPUs: hostGPUs}); err != nil {
 			res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
 			return res
 		}
@@ -161,33 +177,32 @@ func Prepare(ctx context.Context, req Request) Result {
 	return res
 }
 
-// facts asks the daemon, concurrently, for its host's memory and — unless
-// the user set --shm-size — its default-shm-size, which gpurun must never
-// undercut. What it cannot learn falls back to this host's memory and
-// Docker's 64 MiB, with a note.
-func facts(ctx context.Context, req Request, run *dockerargs.Run, daemonUp bool, localMem int64) (mem, defaultShm int64, notes []string) {
-	defaultShm = policy.EngineDefaultShm
-	if daemonUp {
-		var wg sync.WaitGroup
-		var factsErr, shmErr error
-		var f Facts
-		var shm int64
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f, factsErr = req.Daemon.Facts(ctx)
-		}()
-		if !run.ShmSizeSet {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				shm, shmErr = req.Daemon.DefaultShmSize(ctx, run.Image)
-			}()
-		}
+// startFacts starts asking for the daemon host's memory and — unless the
+// user set --shm-size — the daemon's default-shm-size, which gpurun must
+// never undercut, concurrently; the function it returns waits for the
+// answers. A daemon on this host (req.DaemonLocal) is not asked its
+// memory: this host's is read instead. What it cannot learn falls back to
+// this host's memory and Docker's 64 MiB, with a note.
+func startFacts(ctx context.Context, req Request, run *dockerargs.Run, daemonUp bool, localMem int64) func() (mem, defaultShm int64, notes []string) {
+	var wg sync.WaitGroup
+	var factsErr, shmErr error
+	var f Facts
+	var shm int64
+	askMem := daemonUp && !(req.DaemonLocal && localMem > 0)
+	if askMem {
+		wg.Go(func() { f, factsErr = req.Daemon.Facts(ctx) })
+	}
+	if daemonUp && !run.ShmSizeSet {
+		wg.Go(func() { shm, shmErr = req.Daemon.DefaultShmSize(ctx, run.Image) })
+	}
+	return func() (mem, defaultShm int64, notes []string) {
 		wg.Wait()
-		if factsErr == nil {
+		defaultShm = policy.EngineDefaultShm
+		switch {
+		case !askMem:
+		case factsErr == nil:
 			mem = f.MemTotal
-		} else {
+		default:
 			notes = append(notes, fmt.Sprintf("docker daemon unreachable (%v); deciding from the arguments", factsErr))
 		}
 		switch {
@@ -196,12 +211,14 @@ func facts(ctx context.Context, req Request, run *dockerargs.Run, daemonUp bool,
 		case shm > 0:
 			defaultShm = shm
 		}
+		if mem == 0 && localMem > 0 {
+			mem = localMem
+			if !req.DaemonLocal {
+				notes = append(notes, "using this host's memory for the daemon host's")
+			}
+		}
+		return mem, defaultShm, notes
 	}
-	if mem == 0 && localMem > 0 {
-		mem = localMem
-		notes = append(notes, "using this host's memory for the daemon host's")
-	}
-	return mem, defaultShm, notes
 }
 
 // insertFlag adds flag right after "run" — or, when the user gave the same

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpurun/gpurun/dockerargs"
 	"github.com/gpurun/gpurun/oci"
@@ -19,16 +20,28 @@ type fakeDaemon struct {
 	defaultShm int64
 	down       bool
 	probes     int
+	factsAsked int
+	// probed, when set, is closed by the first DefaultShmSize; ImageEnv
+	// then waits for it (see TestPrepareAsksConcurrently).
+	probed chan struct{}
 }
 
 func (f *fakeDaemon) Facts(context.Context) (Facts, error) {
+	f.factsAsked++
 	if f.down {
 		return Facts{}, errors.New("connection refused")
 	}
 	return Facts{MemTotal: f.mem}, nil
 }
 
-func (f *fakeDaemon) ImageEnv(_ context.Context, image string) ([]string, error) {
+func (f *fakeDaemon) ImageEnv(ctx context.Context, image string) ([]string, error) {
+	if f.probed != nil {
+		select {
+		case <-f.probed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if f.down {
 		return nil, errors.New("connection refused")
 	}
@@ -41,6 +54,9 @@ func (f *fakeDaemon) ImageEnv(_ context.Context, image string) ([]string, error)
 
 func (f *fakeDaemon) DefaultShmSize(context.Context, string) (int64, error) {
 	f.probes++
+	if f.probed != nil && f.probes == 1 {
+		close(f.probed)
+	}
 	if f.down {
 		return 0, errors.New("connection refused")
 	}
@@ -226,5 +242,70 @@ func TestDeviceFlags(t *testing.T) {
 		if g := oci.DetectGPU(c, 0); g.GPU {
 			t.Errorf("--device %s alone is GPU evidence: %q", single, g.Evidence)
 		}
+	}
+}
+
+// TestPrepareLocalDaemon: a daemon on this host is not asked its memory;
+// this host's counts, with no note. A remote one is asked.
+func TestPrepareLocalDaemon(t *testing.T) {
+	const localMem, daemonMem = 16 * policy.GiB, 64 * policy.GiB
+	for _, tc := range []struct {
+		name      string
+		local     bool
+		localMem  int64
+		wantSize  int64
+		wantAsked int
+	}{
+		{"local: /proc/meminfo", true, localMem, localMem / 2, 0},
+		{"local, own memory unknown: asks", true, 0, daemonMem / 2, 1},
+		{"remote: asks", false, localMem, daemonMem / 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &fakeDaemon{mem: daemonMem, defaultShm: policy.EngineDefaultShm, env: map[string][]string{"img": nil}}
+			res := Prepare(context.Background(), Request{
+				Args:        splitArgs("--gpus all img"),
+				Daemon:      d,
+				LookupEnv:   func(string) (string, bool) { return "", false },
+				LocalFacts:  func() (oci.Facts, error) { return oci.Facts{HostMemory: tc.localMem}, nil },
+				DaemonLocal: tc.local,
+			})
+			if res.Plan.Size != tc.wantSize || d.factsAsked != tc.wantAsked {
+				t.Errorf("size %d, daemon asked its memory %d times; want %d, %d (%s)", res.Plan.Size, d.factsAsked, tc.wantSize, tc.wantAsked, res.Plan.Reason)
+			}
+			if len(res.Notes) > 0 {
+				t.Errorf("notes %q", res.Notes)
+			}
+		})
+	}
+}
+
+// TestPrepareAsksConcurrently: when the arguments alone make a GPU
+// container, the daemon's default-shm-size is asked while the image is
+// inspected (the fake's ImageEnv waits for DefaultShmSize: asked one after
+// the other, the run times out); when only the image's env does, after.
+func TestPrepareAsksConcurrently(t *testing.T) {
+	for _, tc := range []struct {
+		args       string
+		concurrent bool
+		want       oci.Action
+	}{
+		{"--gpus all img", true, oci.ActionSetSize},
+		{"-e NVIDIA_VISIBLE_DEVICES=all img", true, oci.ActionSetSize},
+		{"-e NVIDIA_VISIBLE_DEVICES=none cuda", false, oci.ActionNone},
+		{"cuda", false, oci.ActionSetSize},
+	} {
+		t.Run(tc.args, func(t *testing.T) {
+			d := &fakeDaemon{mem: 64 * policy.GiB, defaultShm: policy.EngineDefaultShm, env: map[string][]string{
+				"img": nil, "cuda": {"NVIDIA_VISIBLE_DEVICES=all"}}}
+			if tc.concurrent {
+				d.probed = make(chan struct{})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			res := Prepare(ctx, Request{Args: splitArgs(tc.args), Daemon: d, LookupEnv: func(string) (string, bool) { return "", false }})
+			if res.Plan.Action != tc.want || len(res.Notes) > 0 {
+				t.Errorf("action %s, notes %q; want %s and no notes (%s)", res.Plan.Action, res.Notes, tc.want, res.Plan.Reason)
+			}
+		})
 	}
 }

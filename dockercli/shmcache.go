@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,9 +16,11 @@ import (
 
 // ShmCacheTTL is how long a daemon's default-shm-size, once learned, is
 // used without asking again. A daemon restart (a new socket, for a local
-// daemon) or a different daemon ID asks again at once; a SIGHUP reload that
-// changes default-shm-size is seen at once: a cached size is used only if
-// the daemon reports no reload since it was learned (its events).
+// daemon), an upgrade or a different daemon ID asks again at once; a SIGHUP
+// reload that changes default-shm-size is seen at once: a cached size is
+// used only if the daemon reports no reload since it was learned (its
+// events). A restart behind a socket that systemd holds (docker.socket) is
+// seen only after the TTL.
 const ShmCacheTTL = time.Hour
 
 // shmCacheEntry is one daemon's default-shm-size as learned at At.
@@ -103,18 +104,6 @@ func (c ShmCache) Put(key string, size int64) error {
 		return fmt.Errorf("shm cache: %w", err)
 	}
 	return nil
-}
-
-// daemonKey names one run of a daemon: its ID and version, and for a daemon
-// on a unix socket the socket's change time, which a restart renews.
-func daemonKey(info system.Info, host string) string {
-	key := info.ID + "|" + info.ServerVersion
-	if path, ok := strings.CutPrefix(host, "unix://"); ok {
-		if fi, err := os.Stat(path); err == nil {
-			key += "|" + fi.ModTime().UTC().Format(time.RFC3339Nano)
-		}
-	}
-	return key
 }
 
 // infoOnce asks the daemon's info once for all the methods of one APIDaemon.

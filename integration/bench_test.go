@@ -5,6 +5,7 @@ package integration
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -80,6 +81,80 @@ func BenchmarkCLIStart(b *testing.B) {
 			b.ReportMetric(ms(median(times)), "median-ms")
 		})
 	}
+}
+
+// BenchmarkRuntimeShim times what gpurun-runtime adds to a runtime call
+// (goal: at most one exec of a static Go binary + 1 ms): `gpurun-runtime
+// create` of a GPU container's bundle on a tmpfs (/dev/shm), as containerd
+// and dockerd keep bundles, whose low-level runtime is a trivial static Go
+// binary, against that binary alone. Each call plans, rewrites config.json
+// (the bundle is put back between calls, off the clock) and execs the
+// binary. It reports the medians of both (go-exec-ms, shim-ms), the
+// shim's added time, and that less one exec (over-exec-ms, goal ≤ 1).
+func BenchmarkRuntimeShim(b *testing.B) {
+	rt := os.Getenv("GPURUN_BENCH_RUNTIME") // an older build, for before/after
+	if rt == "" {
+		rt = bin(b, "gpurun-runtime")
+	}
+	dir := b.TempDir()
+	trivial := filepath.Join(dir, "trivial")
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module trivial\n\ngo 1.22\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", trivial, ".")
+	build.Dir, build.Env = dir, append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build a static Go binary: %v\n%s", err, out)
+	}
+	// The bundle on a tmpfs, as engines keep it.
+	bundle, err := os.MkdirTemp("/dev/shm", "gpurun-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(bundle) })
+	spec, err := os.ReadFile(filepath.Join("..", "oci", "testdata", "fixtures", "docker-20.10-env-nvidia-all.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(config, []byte("runtime = \""+trivial+"\"\nlog_file = \""+filepath.Join(dir, "gpurun.log")+"\"\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	env := append(os.Environ(), "GPURUN_CONFIG="+config)
+	timeIt := func(argv ...string) time.Duration {
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), spec, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%q: %v\n%s", argv, err, out)
+		}
+		return time.Since(start)
+	}
+	shimArgs := []string{rt, "--root", filepath.Join(dir, "root"), "--log", filepath.Join(bundle, "log.json"), "--log-format", "json",
+		"create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, "init.pid"), "bench"}
+	timeIt(shimArgs...)
+	if after, err := os.ReadFile(filepath.Join(bundle, "config.json")); err != nil || string(after) == string(spec) {
+		b.Fatalf("gpurun-runtime did not resize the GPU container's /dev/shm in %s (%v): not the create path", bundle, err)
+	}
+	var goTimes, shimTimes []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		goTimes = append(goTimes, timeIt(trivial))
+		shimTimes = append(shimTimes, timeIt(shimArgs...))
+	}
+	b.StopTimer()
+	reportAdded(b, "go-exec", goTimes, "shim", shimTimes)
+	over := make([]time.Duration, len(goTimes))
+	for i := range goTimes {
+		over[i] = shimTimes[i] - 2*goTimes[i]
+	}
+	b.ReportMetric(ms(median(over)), "over-exec-ms")
 }
 
 // benchGpurun is the gpurun binary to measure: $GPURUN_BENCH_GPURUN (an

@@ -84,7 +84,7 @@ func newClusterEnv(t *testing.T, c *harness.Cluster, containerd2 bool) *clusterE
 	if err := os.MkdirAll(arch, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"gpurun", "gpurun-runtime"} {
+	for _, name := range []string{"gpurun", "gpurun-full", "gpurun-runtime"} {
 		if err := os.Symlink(filepath.Join(bins, name), filepath.Join(arch, name)); err != nil {
 			t.Fatal(err)
 		}

@@ -101,6 +101,7 @@ func TestDistPackageVersion(t *testing.T) {
 // man pages and the per-family files.
 var distFiles = []string{
 	"/usr/bin/gpurun",
+	"/usr/bin/gpurun-full",
 	"/usr/bin/gpurun-runtime",
 	"/usr/libexec/docker/cli-plugins/docker-gpurun",
 	"/etc/gpurun/config.toml",
@@ -163,7 +164,7 @@ func TestDist(t *testing.T) {
 	for _, arch := range arches {
 		t.Run(arch, func(t *testing.T) {
 			// The static binaries, for this architecture.
-			for _, name := range []string{"gpurun", "gpurun-runtime"} {
+			for _, name := range []string{"gpurun", "gpurun-full", "gpurun-runtime"} {
 				p := filepath.Join(dist, "gpurun_linux_"+arch, name)
 				f, err := elf.Open(p)
 				if err != nil {
@@ -256,6 +257,7 @@ func checkDeb(t *testing.T, deb, arch, pkgVersion, dist string, manFiles []strin
 	}
 	for name, mode := range map[string]string{
 		"/usr/bin/gpurun":                               "-rwxr-xr-x root/root",
+		"/usr/bin/gpurun-full":                          "-rwxr-xr-x root/root",
 		"/usr/bin/gpurun-runtime":                       "-rwxr-xr-x root/root",
 		"/etc/gpurun/config.toml":                       "-rw-r--r-- root/root",
 		"/usr/libexec/docker/cli-plugins/docker-gpurun": "lrwxrwxrwx root/root",
@@ -267,7 +269,7 @@ func checkDeb(t *testing.T, deb, arch, pkgVersion, dist string, manFiles []strin
 	// The binaries in the package are the ones make dist built.
 	x := t.TempDir()
 	mustRun(t, env, "dpkg-deb", "-x", deb, x)
-	for _, name := range []string{"gpurun", "gpurun-runtime"} {
+	for _, name := range []string{"gpurun", "gpurun-full", "gpurun-runtime"} {
 		if a, b := sha256File(t, filepath.Join(x, "usr/bin", name)), sha256File(t, filepath.Join(dist, "gpurun_linux_"+arch, name)); a != b {
 			t.Errorf("%s in the .deb differs from %s's build", name, arch)
 		}
@@ -296,7 +298,7 @@ func checkRPM(t *testing.T, path, arch, pkgVersion string, manFiles []string) {
 		}
 		got = append(got, f[0])
 		switch f[0] {
-		case "/usr/bin/gpurun", "/usr/bin/gpurun-runtime":
+		case "/usr/bin/gpurun", "/usr/bin/gpurun-full", "/usr/bin/gpurun-runtime":
 			if f[1] != "-rwxr-xr-x" {
 				t.Errorf("%s: mode %s", f[0], f[1])
 			}
@@ -458,7 +460,7 @@ func testDpkg(t *testing.T, deb, share string) {
 
 	// dpkg -r removes the programs and keeps the conffile; dpkg -P purges it.
 	must(env, "dpkg", "-r", "gpurun")
-	for _, p := range []string{"/usr/bin/gpurun", "/usr/bin/gpurun-runtime", "/usr/libexec/docker/cli-plugins/docker-gpurun", "/usr/share/man/man1/gpurun.1.gz"} {
+	for _, p := range []string{"/usr/bin/gpurun", "/usr/bin/gpurun-full", "/usr/bin/gpurun-runtime", "/usr/libexec/docker/cli-plugins/docker-gpurun", "/usr/share/man/man1/gpurun.1.gz"} {
 		if _, err := os.Lstat(root.path(p)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("after dpkg -r, %s: %v", p, err)
 		}

@@ -16,10 +16,11 @@ import (
 )
 
 // doctorImage builds gpurun-test/doctor in the daemon: FROM scratch, the
-// static gpurun binary as its entrypoint, with the classic builder.
+// static gpurun-full binary (doctor is one of its commands) as its
+// entrypoint, with the classic builder.
 func doctorImage(t *testing.T, d *harness.Dockerd) string {
 	t.Helper()
-	return harness.StaticBinaryImage(t, d, "gpurun-test/doctor:latest", bin(t, "gpurun"))
+	return harness.StaticBinaryImage(t, d, "gpurun-test/doctor:latest", bin(t, "gpurun-full"))
 }
 
 // decodeReport reads doctor's --json output.

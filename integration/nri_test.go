@@ -279,7 +279,7 @@ func TestNRIPluginPreinstalled(t *testing.T) {
 		var logFile string
 		var text string
 		c2 := harness.StartContainerd2(t, harness.Containerd2Options{
-			Plugins: map[string]string{"10-gpurun": bin(t, "gpurun")},
+			Plugins: map[string]string{"10-gpurun": bin(t, "gpurun-full")},
 			PluginConfigs: map[string]func(string) string{"10-gpurun.conf": func(dir string) string {
 				text, logFile = nriPolicy(t, "")
 				return text

@@ -1,24 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
-
-	"github.com/gpurun/gpurun/atomicfile"
-	"github.com/gpurun/gpurun/docgen"
-	"github.com/gpurun/gpurun/version"
 )
-
-// addDocCmds adds `completion` and the hidden `__gendocs`, which writes the
-// man pages, completion scripts, default config file and docs/config.md the
-// packages ship. Call it after every other command is added.
-func addDocCmds(root *cobra.Command) {
-	root.AddCommand(newCompletionCmd(root), newGenDocsCmd(root))
-}
 
 // newCompletionCmd is `gpurun completion bash|zsh|fish|powershell`: cobra's
 // scripts, which ask `gpurun __complete` for the words. (Cobra's own default
@@ -76,45 +62,5 @@ the gpurun on PATH. The .deb and .rpm install the bash, zsh and fish scripts.`,
 		sub.Flags().BoolVar(&noDesc, "no-descriptions", false, "complete without the commands' descriptions")
 		cmd.AddCommand(sub)
 	}
-	return cmd
-}
-
-func newGenDocsCmd(root *cobra.Command) *cobra.Command {
-	var out, configMD string
-	cmd := &cobra.Command{
-		Use:    "__gendocs",
-		Short:  "Write man pages, completion scripts, config.toml and docs/config.md (for make dist and make docs)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if out == "" && configMD == "" {
-				return &exitError{2, fmt.Errorf("__gendocs: give --out DIR and/or --config-md FILE")}
-			}
-			if out != "" {
-				date, err := docgen.SourceDate(os.Getenv)
-				if err != nil {
-					return &exitError{2, err}
-				}
-				if err := docgen.Generate(root, out, docgen.ManOptions{Version: version.String(), Date: date}); err != nil {
-					return &exitError{1, err}
-				}
-			}
-			if configMD != "" {
-				md, err := docgen.ConfigMarkdown()
-				if err != nil {
-					return &exitError{1, err}
-				}
-				if err := os.MkdirAll(filepath.Dir(configMD), 0o755); err != nil {
-					return &exitError{1, err}
-				}
-				if err := atomicfile.Write(configMD, md, 0o644); err != nil {
-					return &exitError{1, err}
-				}
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&out, "out", "", "directory for man/man1/*.1.gz, completion/ and config.toml")
-	cmd.Flags().StringVar(&configMD, "config-md", "", "write the configuration reference (docs/config.md) here")
 	return cmd
 }

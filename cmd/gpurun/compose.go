@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -18,7 +20,7 @@ import (
 func newComposeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "compose",
-		Short: "Work on Docker Compose files: give their GPU services a right-sized /dev/shm",
+		Short: composeShort,
 		Long: `Compose holds the commands that work on Docker Compose projects. "gpurun
 compose migrate" adds shm_size to every GPU service that lacks one, and
 nothing else, so that the compose file itself carries the fix.`,

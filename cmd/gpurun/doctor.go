@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -27,7 +29,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor [CONTAINER]",
-		Short: "Say whether /dev/shm is right here, and how to fix it",
+		Short: doctorShort,
 		Long: `Doctor checks /dev/shm where it runs, and says what is wrong and how to fix it.
 
   - Inside a container: what /dev/shm is (the engine's tmpfs, the host's,

@@ -43,7 +43,11 @@ func run(g *globals, args []string) int {
 		if ok {
 			return runDocker(g, command, dockerArgs, os.Stdout, os.Stderr)
 		}
-		root.SetArgs(launchedNRI(args, rest, os.Getenv))
+		cobraArgs, handled, err := dispatch(args, rest)
+		if handled {
+			return err
+		}
+		root.SetArgs(cobraArgs)
 		return root.Execute()
 	}()
 	if err != nil {

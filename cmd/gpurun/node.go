@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -32,7 +34,7 @@ func (f *nodeFlags) register(cmd *cobra.Command, installing bool) {
 	fl := cmd.Flags()
 	a := &f.agent
 	fl.StringVar(&a.HostRoot, "host-root", "", `the node's root filesystem, where it is mounted (a DaemonSet: "/host"; default: this host)`)
-	fl.StringVar(&a.BinDir, "bin-dir", nodeagent.DefaultBinDir, "node directory for gpurun and gpurun-runtime")
+	fl.StringVar(&a.BinDir, "bin-dir", nodeagent.DefaultBinDir, "node directory for gpurun, gpurun-full and gpurun-runtime")
 	fl.StringVar(&a.PolicyPath, "policy", policy.DefaultConfigPath, "the node's policy file, which gpurun-runtime reads")
 	fl.StringVar(&a.ContainerdConfig, "containerd-config", install.DefaultContainerdConfig, "containerd's config.toml on the node (k3s, RKE2: left at this default, the config.toml they generate)")
 	fl.StringVar(&f.distribution, "distribution", string(install.DistAuto), "whose containerd the node runs: "+install.Distributions+"; k3s and rke2 get gpurun's runtime in their containerd template (config.toml.tmpl or config-v3.toml.tmpl under /var/lib/rancher/{k3s,rke2}/agent/etc/containerd) and are restarted through their own service; auto tells them by that directory")
@@ -41,7 +43,7 @@ func (f *nodeFlags) register(cmd *cobra.Command, installing bool) {
 	fl.StringVar(&a.StatePath, "state", nodeagent.DefaultStatePath, "where the agent records what it installed, on the node")
 	fl.StringVar(&f.restart, "restart", string(restart.None), "how containerd is made to read its config: "+restart.Modes+" (see gpurun node --help)")
 	if installing {
-		fl.StringVar(&a.SourceDir, "from", "", "directory holding the gpurun and gpurun-runtime to copy (default: this gpurun's directory)")
+		fl.StringVar(&a.SourceDir, "from", "", "directory holding the gpurun, gpurun-full and gpurun-runtime to copy (default: this gpurun's directory)")
 		fl.StringVar(&a.PolicySource, "policy-source", "", "keep the node's policy file equal to this file (the DaemonSet's ConfigMap)")
 		fl.BoolVar(&a.SetAsDefault, "set-as-default", false, "make gpurun containerd's default runtime handler, so every pod gets it without a RuntimeClass")
 		fl.StringSliceVar(&a.PodAnnotations, "pod-annotations", install.DefaultPodAnnotations, "pod annotations passed to gpurun-runtime")
@@ -85,11 +87,11 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 func newNodeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "Set gpurun up on the Kubernetes node this runs on (the DaemonSet's entrypoint)",
+		Short: nodeShort,
 		Long: `The node commands run in gpurun's DaemonSet pod (privileged, hostPID, the
 node's / mounted at /host; see deploy/kubernetes) or directly on a node.
 
-"node install" copies gpurun and gpurun-runtime from the image onto the node
+"node install" copies gpurun, gpurun-full and gpurun-runtime from the image onto the node
 (--bin-dir, atomically; a file it replaces is kept and put back on
 uninstall), keeps the node's policy file equal to --policy-source (except a
 runtime that "gpurun install" chained), registers gpurun-runtime as

@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -26,7 +28,7 @@ func newNRICmd(g *globals) *cobra.Command {
 	f := nriFlags{}
 	cmd := &cobra.Command{
 		Use:   "nri [--socket PATH] [--name NAME] [--index IDX]",
-		Short: "Run as an NRI plugin: GPU containers of containerd 2.x and CRI-O get the policy's /dev/shm",
+		Short: nriShort,
 		Long: `nri runs gpurun as an NRI (Node Resource Interface) plugin of containerd 2.x
 (1.7 with NRI enabled) or CRI-O. On every container creation it plans the
 container's /dev/shm with the same planner as gpurun-runtime and gpurun plan:
@@ -45,10 +47,10 @@ a configuration (containerd's plugin_config_path) replaces it with that.
 
 Long-running (systemd unit, DaemonSet): connects to --socket, registers as
 <index>-<name>, and reconnects whenever the runtime restarts. Pre-installed:
-copy the binary to the runtime's plugin directory as <index>-<name> (for
-example /opt/nri/plugins/10-gpurun); the runtime then launches it with a
-connected socket, and gpurun runs this command when started without
-arguments that way. Needs root (CAP_SYS_ADMIN) to remount the pods' tmpfs.`,
+copy gpurun-full (the build that holds this command) to the runtime's
+plugin directory as <index>-<name> (for example /opt/nri/plugins/10-gpurun);
+the runtime then launches it with a connected socket, and it runs this
+command when started without arguments that way. Needs root (CAP_SYS_ADMIN) to remount the pods' tmpfs.`,
 		Example: `  # containerd 2.x or CRI-O with NRI enabled
   sudo gpurun nri
   sudo gpurun --config /etc/gpurun/config.toml nri --socket /var/run/nri/nri.sock --index 10 --name gpurun`,

@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -7,8 +9,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
+
 	"github.com/gpurun/gpurun/runtime/nri"
 )
+
+// TestNRIPluginSocketEnv: gpurun (the lean build, which must not import
+// the NRI API) knows the variable a runtime sets for a launched plugin.
+func TestNRIPluginSocketEnv(t *testing.T) {
+	if nriPluginSocketEnv != api.PluginSocketEnvVar {
+		t.Errorf("nriPluginSocketEnv = %q, the NRI API says %q", nriPluginSocketEnv, api.PluginSocketEnvVar)
+	}
+}
 
 // TestNRIFlags: bad flags are refused with the flag's name, before anything
 // connects.

@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (

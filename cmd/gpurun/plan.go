@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -27,7 +29,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "plan --spec config.json | --pod pod.yaml",
-		Short: "Show what /dev/shm a container's OCI spec, or a Kubernetes pod, should get, and why",
+		Short: planShort,
 		Long: `Plan reads a bundle's config.json (the OCI spec an engine hands to runc) and
 prints what gpurun would do to its /dev/shm: the action (none, set-size,
 remount, inject, ipc-host), the size before and after, the GPU evidence, and

@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -22,7 +24,7 @@ func newResizeCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "resize CONTAINER SIZE",
-		Short: "Resize a running container's /dev/shm live, without a restart",
+		Short: resizeShort,
 		Long: `Resize changes the size of a running container's /dev/shm in place. The
 processes inside see the new size at once; nothing restarts.
 

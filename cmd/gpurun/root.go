@@ -55,16 +55,11 @@ at least 1 GiB, by default) and applies it through every front door.`,
 	pf.StringVar(&g.configPath, "policy", "", "policy file, as --config FILE")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "say why on stderr")
 	pf.BoolVar(&g.dryRun, "dry-run", false, "print what would be run or changed, and why; change nothing")
-	root.AddCommand(newRunCmd(g), newPlanCmd(g), newInstallCmd(g), newUninstallCmd(g), newVersionCmd())
-	root.AddCommand(newResizeCmd(g))
+	root.AddCommand(newRunCmd(g), newCreateCmd(g), newInstallCmd(g), newUninstallCmd(g), newVersionCmd())
 	root.AddCommand(newHookCmd(g))
-	root.AddCommand(newNodeCmd(g))
-	root.AddCommand(newNRICmd(g))
-	root.AddCommand(newWebhookCmd(g))
 	root.AddCommand(newExplainCmd(g), newShmProbeCmd())
-	root.AddCommand(newDoctorCmd(g), newStatsCmd(g))
-	root.AddCommand(newComposeCmd(g))
-	addDocCmds(root) // completion and the hidden __gendocs: keep it last
+	root.AddCommand(newCompletionCmd(root))
+	addFullCmds(root, g) // gpurun-full's commands, or gpurun's stubs for them (delegate.go)
 	return root
 }
 

@@ -50,6 +50,23 @@ environment: GPURUN_DRY_RUN=1, GPURUN_VERBOSE=1, GPURUN_CONFIG, GPURUN_DOCKER.`,
 	}
 }
 
+func newCreateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "create [DOCKER CREATE OPTIONS] IMAGE [COMMAND] [ARG...]",
+		Short: "docker create, with the /dev/shm gpurun's policy gives GPU containers",
+		Long: `Create is run's twin for "docker create": it takes exactly the arguments of
+"docker create", adds --shm-size=<bytes> (or --ipc=host) as run does, and
+replaces itself with the docker CLI. "gpurun container create" and
+"gpurun container run" are the same commands.`,
+		Example: `  gpurun create --name trainer --gpus all nvidia/cuda:12.4.1-runtime-ubuntu22.04 python train.py
+  gpurun --dry-run container create -e NVIDIA_VISIBLE_DEVICES=all busybox`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runDocker(g, []string{"create"}, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+}
+
 // runDocker is `gpurun run ARGS` (or create, container run, container
 // create: command holds those words as the user wrote them): decide, then
 // exec docker (or print, with --dry-run). It returns only on --dry-run or

@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -32,7 +34,7 @@ func newStatsCmd(g *globals) *cobra.Command {
 	var f statsFlags
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Show every running container's /dev/shm: size, use, peak, orphaned bytes, sharing, and gpurun's decision",
+		Short: statsShort,
 		Long: `Stats lists every running container of dockerd, containerd (every namespace,
 Kubernetes' k8s.io included) and Podman on this host with its /dev/shm, read
 from the host side (statfs of /proc/<pid>/root/dev/shm; nothing is run in a

@@ -1,3 +1,5 @@
+//go:build !gpurun_lean
+
 package main
 
 import (
@@ -33,7 +35,7 @@ func newWebhookCmd(g *globals) *cobra.Command {
 	f := webhookFlags{}
 	cmd := &cobra.Command{
 		Use:   "webhook [--tls-cert-file F --tls-key-file F | --self-signed]",
-		Short: "Serve the mutating admission webhook: GPU pods get a Memory emptyDir at /dev/shm, sized by the policy",
+		Short: webhookShort,
 		Long: `webhook serves a Kubernetes mutating admission webhook (AdmissionReview v1,
 over TLS, at ` + webhook.MutatePath + `). For each pod created, it asks the
 policy about every container, as the node modes do, and a GPU pod that

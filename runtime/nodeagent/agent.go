@@ -1,6 +1,6 @@
 // Package nodeagent sets gpurun up on the Kubernetes node it runs on, from a
 // privileged DaemonSet pod that mounts the node's root at a host root
-// ("/host"): it copies gpurun-runtime and gpurun from the image onto the
+// ("/host"): it copies gpurun-runtime, gpurun and gpurun-full from the image onto the
 // node (atomically, backing up files it replaces), keeps the node's policy
 // file in step with a source file (the DaemonSet's ConfigMap), registers
 // gpurun-runtime as containerd's runtime handler with runtime/install, and
@@ -42,11 +42,16 @@ const (
 )
 
 // The binaries the agent copies, by their names in the image and on the
-// node.
+// node. gpurun hands its heavier commands (doctor, plan, ...) to
+// gpurun-full, so the node gets both.
 const (
 	RuntimeBinary = "gpurun-runtime"
 	CLIBinary     = "gpurun"
+	FullCLIBinary = "gpurun-full"
 )
+
+// Binaries are the names of the binaries the agent copies, in order.
+func Binaries() []string { return []string{RuntimeBinary, CLIBinary, FullCLIBinary} }
 
 // backupSuffix is added to a file the agent replaces.
 const backupSuffix = ".gpurun-node.bak"
@@ -56,7 +61,7 @@ const backupSuffix = ".gpurun-node.bak"
 type Agent struct {
 	// HostRoot is where the node's root is mounted ("" or "/": this host).
 	HostRoot string
-	// SourceDir holds gpurun and gpurun-runtime to copy (a path here: the
+	// SourceDir holds the Binaries to copy (a path here: the
 	// image's directory).
 	SourceDir string
 	// BinDir is where they go ("" means DefaultBinDir).
@@ -264,7 +269,7 @@ func (a *Agent) Install(ctx context.Context) error {
 		}
 	}
 	save := func() error { return rec.save(statePath) }
-	for _, name := range []string{RuntimeBinary, CLIBinary} {
+	for _, name := range Binaries() {
 		if err := a.installBinary(rec, name); err != nil {
 			return errors.Join(err, save())
 		}

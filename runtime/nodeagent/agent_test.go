@@ -57,7 +57,7 @@ func newNode(t testing.TB, configFile string) *node {
 		t.Fatal(err)
 	}
 	n.write(t, install.DefaultContainerdConfig, string(cfg), 0o644)
-	for _, b := range []string{RuntimeBinary, CLIBinary} {
+	for _, b := range Binaries() {
 		if err := os.WriteFile(filepath.Join(n.image, b), []byte("#!/bin/true "+b+" v1\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func TestInstallUninstall(t *testing.T) {
 			if err := a.Install(context.Background()); err != nil {
 				t.Fatalf("install: %v\n%s", err, n.log.String())
 			}
-			for _, b := range []string{RuntimeBinary, CLIBinary} {
+			for _, b := range Binaries() {
 				want, _ := os.ReadFile(filepath.Join(n.image, b))
 				p := filepath.Join(DefaultBinDir, b)
 				if got := n.read(t, p); got != string(want) {
@@ -555,7 +555,7 @@ func TestRecordIsJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(n.read(t, DefaultStatePath)), &rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Containerd.RuntimePath != "/usr/local/bin/gpurun-runtime" || !rec.Containerd.SetAsDefault || len(rec.Binaries) != 2 || rec.Policy == nil || !rec.Policy.Created {
+	if rec.Containerd.RuntimePath != "/usr/local/bin/gpurun-runtime" || !rec.Containerd.SetAsDefault || len(rec.Binaries) != len(Binaries()) || rec.Policy == nil || !rec.Policy.Created {
 		t.Errorf("record %+v", rec)
 	}
 	for _, b := range rec.Binaries {

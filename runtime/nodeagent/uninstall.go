@@ -77,7 +77,7 @@ func (a *Agent) Uninstall(ctx context.Context) error {
 		}
 	}
 	if held != "" {
-		rec.Pending = fmt.Sprintf("%s and %s stay on the node: %s; run `gpurun node uninstall` again later", rec.Containerd.RuntimePath, CLIBinary, held)
+		rec.Pending = fmt.Sprintf("%s, %s and %s stay on the node: %s; run `gpurun node uninstall` again later", rec.Containerd.RuntimePath, CLIBinary, FullCLIBinary, held)
 		a.log().Warn("uninstalled, but gpurun-runtime stays on the node", "why", held, "record", a.statePath())
 		return rec.save(statePath)
 	}
