@@ -131,6 +131,10 @@ func sha256File(t *testing.T, path string) string {
 // then installs the .deb of this machine's architecture with dpkg, runs what
 // it installed, and removes and purges it again, in a private mount
 // namespace over the machine's /etc, /usr and /var (privateRoot).
+// distBinaries are the static binaries make dist builds for each
+// architecture.
+func distBinaries() []string { return []string{"gpurun", "gpurun-full", "gpurun-runtime"} }
+
 func TestDist(t *testing.T) {
 	requireTools(t, "make", "dpkg", "dpkg-deb", "dpkg-query", "rpm")
 	if out, _, code := cmdResult(t, os.Environ(), "dpkg-query", "-W", "-f", "${Status}", "gpurun"); code == 0 && !strings.Contains(out, "not-installed") {
@@ -164,7 +168,7 @@ func TestDist(t *testing.T) {
 	for _, arch := range arches {
 		t.Run(arch, func(t *testing.T) {
 			// The static binaries, for this architecture.
-			for _, name := range []string{"gpurun", "gpurun-full", "gpurun-runtime"} {
+			for _, name := range distBinaries() {
 				p := filepath.Join(dist, "gpurun_linux_"+arch, name)
 				f, err := elf.Open(p)
 				if err != nil {
@@ -197,8 +201,9 @@ func TestDist(t *testing.T) {
 	}
 
 	sums := mustRun(t, os.Environ(), "sh", "-c", "cd "+dist+" && sha256sum -c SHA256SUMS")
-	if n := strings.Count(sums, ": OK"); n != len(arches)*4 {
-		t.Errorf("SHA256SUMS checks %d files, want %d:\n%s", n, len(arches)*4, sums)
+	// Each architecture's binaries, its deb and its rpm.
+	if want := len(arches) * (len(distBinaries()) + 2); strings.Count(sums, ": OK") != want {
+		t.Errorf("SHA256SUMS checks %d files, want %d:\n%s", strings.Count(sums, ": OK"), want, sums)
 	}
 
 	t.Run("dpkg", func(t *testing.T) {
@@ -269,7 +274,7 @@ func checkDeb(t *testing.T, deb, arch, pkgVersion, dist string, manFiles []strin
 	// The binaries in the package are the ones make dist built.
 	x := t.TempDir()
 	mustRun(t, env, "dpkg-deb", "-x", deb, x)
-	for _, name := range []string{"gpurun", "gpurun-full", "gpurun-runtime"} {
+	for _, name := range distBinaries() {
 		if a, b := sha256File(t, filepath.Join(x, "usr/bin", name)), sha256File(t, filepath.Join(dist, "gpurun_linux_"+arch, name)); a != b {
 			t.Errorf("%s in the .deb differs from %s's build", name, arch)
 		}
