@@ -151,7 +151,7 @@ spec:
 	after := cg.read(t)
 	window := time.Since(start)
 	cpu := float64(after.cpuUsec-before.cpuUsec) / float64(window.Microseconds())
-	t.Logf("agent %s over %s: %.2f%% of a core (cpu.stat usage %d µs), memory %s now, %s at most, limit %s",
+	t.Logf("agent %s over %s: %.2f%% of a core (cgroup CPU time %d µs), memory %s now, %s at most, limit %s",
 		agent, window.Round(time.Second), 100*cpu, after.cpuUsec-before.cpuUsec,
 		policy.FormatSize(after.memCurrent), policy.FormatSize(after.memPeak), policy.FormatSize(after.memMax))
 	if after.memMax <= 0 {
