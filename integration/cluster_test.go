@@ -244,8 +244,10 @@ const gpuEnv = "NVIDIA_VISIBLE_DEVICES=GPU-6a8b1f4e-3c2d-4e5f-8a9b-0c1d2e3f4a5b"
 var cdiAnnotation = map[string]string{"cdi.k8s.io/gpurun-test": "nvidia.com/gpu=0"}
 
 // agentOverlay writes the test-local kustomization over a shipped overlay:
-// the image, and the node paths (containerd's config, the binaries'
-// directory, the policy and the agent's records) at the cluster's; nothing
+// the image, and the node paths (containerd's config and state, the
+// binaries' directory, the policy and the agent's records) at the
+// cluster's, and the API server at the node's address (the cluster runs no
+// kube-proxy: the service variables name an unreachable ClusterIP); nothing
 // else of the shipped overlay changes.
 func (e *clusterEnv) agentOverlay(t *testing.T, mode string) string {
 	t.Helper()
@@ -304,7 +306,10 @@ patches:
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--state=%s"}
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--install-state=%s"}
       - {op: add, path: /spec/template/spec/containers/0/readinessProbe/exec/command/-, value: "--state=%s"}
-`, c.BinDir, c.Containerd.ConfigPath, c.PolicyPath, c.AgentState, c.InstallState, c.AgentState)
+      - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--containerd-state=%s"}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: %q}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
+`, c.BinDir, c.Containerd.ConfigPath, c.PolicyPath, c.AgentState, c.InstallState, c.AgentState, c.Containerd.StateDir, harness.ClusterNodeIP)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
@@ -535,6 +540,7 @@ func (e *clusterEnv) testRuntimeClass(t *testing.T) {
 			t.Errorf("the host's /dev/shm changed from %d to %d bytes", hostBefore, after)
 		}
 	})
+	t.Run("observe", e.testObserve)
 	t.Run("kubectl delete daemonset", func(t *testing.T) {
 		e.testDeleteDaemonSet(t, ns, map[string]bool{"before": false, "gpu-env": true, "not-gpu": true}, podSpec{name: "after", containers: []containerSpec{
 			{name: "trainer", env: []string{gpuEnv}}}})

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -71,8 +72,15 @@ func (s *scraper) scrape(t *testing.T) map[string]*dto.MetricFamily {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	return parseExposition(t, resp.Body)
+}
+
+// parseExposition parses the text exposition format with the Prometheus
+// text parser.
+func parseExposition(t *testing.T, r io.Reader) map[string]*dto.MetricFamily {
+	t.Helper()
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
+	mfs, err := p.TextToMetricFamilies(r)
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,9 +20,10 @@ import (
 // observeFlags are the metrics and events flags of the long-running
 // node-side commands (node run, nri).
 type observeFlags struct {
-	address  string
-	events   bool
-	interval time.Duration
+	address    string
+	events     bool
+	interval   time.Duration
+	containerd []string
 }
 
 func (f *observeFlags) register(cmd *cobra.Command) {
@@ -29,6 +31,7 @@ func (f *observeFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.address, "metrics-address", "", `serve Prometheus metrics of every container's /dev/shm at ADDR/metrics ("" none; the DaemonSets use `+exporter.DefaultAddress+`)`)
 	fl.BoolVar(&f.events, "events", false, "post Kubernetes Events (ShmSized, ShmNotSized) on the pods whose /dev/shm gpurun sized or could not (needs the pod's service account and NODE_NAME)")
 	fl.DurationVar(&f.interval, "metrics-interval", metrics.DefaultInterval, "how often the metrics sample every container's /dev/shm")
+	fl.StringArrayVar(&f.containerd, "containerd-state", nil, "a containerd state dir the metrics read, on the node (repeatable; default "+strings.Join(shmstats.DefaultContainerdStates, ", ")+")")
 }
 
 // enabled says whether anything is to run.
@@ -42,6 +45,9 @@ func (f *observeFlags) exporter(stats shmstats.Options, recordsLog string, log *
 	}
 	if f.interval <= 0 {
 		return nil, &exitError{2, fmt.Errorf("--metrics-interval %s: want a positive duration", f.interval)}
+	}
+	if f.containerd != nil {
+		stats.Containerd = f.containerd
 	}
 	exp, err := exporter.New(exporter.Options{
 		Address: f.address, Stats: stats, Interval: f.interval, RecordsLog: recordsLog,

@@ -155,6 +155,40 @@ func TestGoneContainersLeave(t *testing.T) {
 	}
 }
 
+// TestGonePeaksForgotten: a sample without errors forgets the peaks of
+// tmpfs (by device) no container has any more; one that missed an engine
+// forgets none.
+func TestGonePeaksForgotten(t *testing.T) {
+	a := podCtr("a", "ml", "job-0", "trainer", 1<<30, 1, 1)
+	a.Shm.Device = "0:50"
+	for _, tc := range []struct {
+		name     string
+		err      error
+		wantGone bool
+	}{
+		{"clean sample", nil, true},
+		{"an engine missed", errors.New("dockerd: unreachable"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peaks := shmstats.NewPeaks()
+			kept, gone := shmstats.PeakKey("a", "0:50"), shmstats.PeakKey("b", "0:51")
+			peaks.Observe(kept, 1<<20)
+			peaks.Observe(gone, 2<<20)
+			s := metrics.NewSampler(prometheus.NewRegistry(), metrics.SamplerOptions{
+				Stats:   shmstats.Options{Peaks: peaks},
+				Collect: (&fake{samples: [][]shmstats.Container{{a}}, err: tc.err}).collect,
+			})
+			_ = s.Sample(context.Background())
+			if _, ok := peaks.Get(kept); !ok {
+				t.Errorf("the peak of a's tmpfs, still there, was forgotten")
+			}
+			if _, ok := peaks.Get(gone); ok == tc.wantGone {
+				t.Errorf("the peak of the gone tmpfs: kept %v, want kept %v", ok, !tc.wantGone)
+			}
+		})
+	}
+}
+
 // TestNearCeiling: a container is counted when it comes within 5 % of its
 // size, once while it stays there, again when it comes back.
 func TestNearCeiling(t *testing.T) {

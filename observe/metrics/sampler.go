@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,6 +89,18 @@ func (s *Sampler) Sample(ctx context.Context) error {
 	s.samples.Inc()
 	if err != nil {
 		s.errs.Inc()
+	}
+	if err == nil {
+		// The peaks of tmpfs that no container has any more are forgotten
+		// (a deleted pod's); after a sample that missed an engine none is.
+		devs := make(map[string]bool, len(cs))
+		for i := range cs {
+			devs[cs[i].Shm.Device] = true
+		}
+		s.opts.Peaks.Forget(func(key string) bool {
+			i := strings.LastIndexByte(key, '@')
+			return i < 0 || devs[key[i+1:]]
+		})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
