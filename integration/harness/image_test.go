@@ -11,7 +11,7 @@ import (
 
 // TestDockerfileImageTar builds gpurun's image from deploy/image/Dockerfile
 // over a context laid out as make image-context does, and checks the
-// archive: the two files at /usr/local/bin with their modes and bytes, and
+// archive: the three files at /usr/local/bin with their modes and bytes, and
 // the Dockerfile's entrypoint, command, user and labels.
 func TestDockerfileImageTar(t *testing.T) {
 	ctx := t.TempDir()
@@ -19,7 +19,7 @@ func TestDockerfileImageTar(t *testing.T) {
 	if err := os.MkdirAll(arch, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][]byte{"gpurun": []byte("cli"), "gpurun-runtime": []byte("shim")}
+	want := map[string][]byte{"gpurun": []byte("cli"), "gpurun-full": []byte("full"), "gpurun-runtime": []byte("shim")}
 	for name, data := range want {
 		if err := os.WriteFile(filepath.Join(arch, name), data, 0o755); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpurun/gpurun/internal/k3stest"
 )
 
 func TestK3sNodeRender(t *testing.T) {
@@ -20,7 +22,7 @@ func TestK3sNodeRender(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			n := K3sNode{HostRoot: t.TempDir(), DataDir: "/var/lib/rancher/k3s", Program: "k3s", Base: base, NVIDIA: true}
+			n := K3sNode{HostRoot: t.TempDir(), DataDir: "/var/lib/rancher/k3s", Program: "k3s", Release: k3stest.Release{Version: 2, NVIDIA: map[string]string{"nvidia": "nvidia-container-runtime"}}, Base: base, NVIDIA: true}
 			for name, text := range tc.templates {
 				p := n.Host(filepath.Join(n.ContainerdDir(), name))
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
