@@ -112,8 +112,14 @@ spec:
 			t.Errorf("%s of %s/%s: %v (present %v); wrote %d MiB, the policy's size %s", name, ns, pod, v, ok, fillMiB, policy.FormatSize(want))
 		}
 	}
-	if v, ok := seriesWith(mfs, "gpurun_shm_plan_info", labels); !ok || v != 1 {
-		t.Errorf("gpurun_shm_plan_info of %s/%s: %v (present %v)", ns, pod, v, ok)
+	// The plan is what gpurun-runtime did for the pod (grow the sandbox's
+	// 64 MiB tmpfs), and it is in effect — not "already 11.77GiB".
+	plan := map[string]string{"action": "remount", "gpu": "true", "in_effect": "true"}
+	for k, v := range labels {
+		plan[k] = v
+	}
+	if v, ok := seriesWith(mfs, "gpurun_shm_plan_info", plan); !ok || v != 1 {
+		t.Errorf("gpurun_shm_plan_info of %s/%s with %v: %v (present %v); served:\n%s", ns, pod, plan, v, ok, grepLines(raw, "gpurun_shm_plan_info"))
 	}
 
 	// The Event on the pod, as its owner sees it.

@@ -161,8 +161,8 @@ func TestStatsDocker(t *testing.T) {
 	}
 	t.Run("the GPU container's decision is gpurun's and suggests nothing below its peak", func(t *testing.T) {
 		c := get(gpu)
-		if c.Decision.Action != "set-size" || c.Decision.Target < 1<<30 {
-			t.Errorf("decision %+v: want set-size to at least the 1 GiB minimum (plain runc did not size it)", c.Decision)
+		if c.Decision.Action != "set-size" || c.Decision.Target < 1<<30 || c.Decision.InEffect {
+			t.Errorf("decision %+v: want set-size to at least the 1 GiB minimum, not in effect (plain runc did not size it)", c.Decision)
 		}
 	})
 	t.Run("an IPC pair shares one device", func(t *testing.T) {
