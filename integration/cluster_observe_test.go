@@ -123,7 +123,7 @@ spec:
 	}
 
 	// The Event on the pod, as its owner sees it.
-	ev := waitEvent(t, c, ns, uid, "ShmSized")
+	ev := waitEvent(t, c, "gpurun-node", ns, uid, "ShmSized")
 	if !strings.Contains(ev.Message, policy.FormatSize(want)) || ev.Type != "Normal" || ev.Source.Component != "gpurun" {
 		t.Errorf("ShmSized Event on %s: %+v; want type Normal, source gpurun, the size %s in the message", pod, ev, policy.FormatSize(want))
 	}
@@ -211,8 +211,9 @@ type event struct {
 	Source                struct{ Component, Host string }
 }
 
-// waitEvent waits for the Event reason on the pod of uid in ns.
-func waitEvent(t *testing.T, c *harness.Cluster, ns, uid, reason string) event {
+// waitEvent waits for the Event reason on the pod of uid in ns; when none
+// comes it fails the test with the log of DaemonSet ds (the poster).
+func waitEvent(t *testing.T, c *harness.Cluster, ds, ns, uid, reason string) event {
 	t.Helper()
 	var found *event
 	var last string
@@ -233,8 +234,8 @@ func waitEvent(t *testing.T, c *harness.Cluster, ns, uid, reason string) event {
 		}
 		return found != nil, fmt.Sprintf("%d events", len(list.Items))
 	}); err != nil {
-		logs, _ := c.Kubectl("logs", "-n", "gpurun-system", "daemonset/gpurun-node", "--tail=30")
-		t.Fatalf("%s Event on pod uid %s: %v\n%s\n--- agent log ---\n%s", reason, uid, err, last, logs)
+		logs, _ := c.Kubectl("logs", "-n", "gpurun-system", "daemonset/"+ds, "--tail=30")
+		t.Fatalf("%s Event on pod uid %s: %v\n%s\n--- %s log ---\n%s", reason, uid, err, last, ds, logs)
 	}
 	return *found
 }
