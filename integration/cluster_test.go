@@ -739,8 +739,9 @@ func (e *clusterEnv) testNRIRefused(t *testing.T, ns string) {
 	}
 	ev := waitEvent(t, c, "gpurun-nri", ns, uid, "ShmNotSized")
 	state := c.Containerd.StateDir
-	if ev.Type != "Warning" || ev.Source.Component != "gpurun" || !strings.Contains(ev.Message, "engine_roots") ||
-		!strings.Contains(ev.Message, "host's PID namespace") || !strings.Contains(ev.Message, state) {
+	_, fix, _ := strings.Cut(ev.Message, "; fix: ")
+	if ev.Type != "Warning" || ev.Source.Component != "gpurun" || !strings.Contains(fix, "engine_roots") ||
+		!strings.Contains(fix, "host's PID namespace") || !strings.Contains(fix, state) {
 		t.Errorf("ShmNotSized Event on %s: %+v; want type Warning, source gpurun, the fix (add a dir under %s to engine_roots, or run the plugin in the host's PID namespace)", sc.name, ev, state)
 	}
 	if out, err := c.Kubectl("describe", "pod", "-n", ns, sc.name); err == nil {
