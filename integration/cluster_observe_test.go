@@ -112,12 +112,18 @@ spec:
 			t.Errorf("%s of %s/%s: %v (present %v); wrote %d MiB, the policy's size %s", name, ns, pod, v, ok, fillMiB, policy.FormatSize(want))
 		}
 	}
-	if v, ok := seriesWith(mfs, "gpurun_shm_plan_info", labels); !ok || v != 1 {
-		t.Errorf("gpurun_shm_plan_info of %s/%s: %v (present %v)", ns, pod, v, ok)
+	// The plan is what gpurun-runtime did for the pod (grow the sandbox's
+	// 64 MiB tmpfs), and it is in effect — not "already 11.77GiB".
+	plan := map[string]string{"action": "remount", "gpu": "true", "in_effect": "true"}
+	for k, v := range labels {
+		plan[k] = v
+	}
+	if v, ok := seriesWith(mfs, "gpurun_shm_plan_info", plan); !ok || v != 1 {
+		t.Errorf("gpurun_shm_plan_info of %s/%s with %v: %v (present %v); served:\n%s", ns, pod, plan, v, ok, grepLines(raw, "gpurun_shm_plan_info"))
 	}
 
 	// The Event on the pod, as its owner sees it.
-	ev := waitEvent(t, c, ns, uid, "ShmSized")
+	ev := waitEvent(t, c, "gpurun-node", ns, uid, "ShmSized")
 	if !strings.Contains(ev.Message, policy.FormatSize(want)) || ev.Type != "Normal" || ev.Source.Component != "gpurun" {
 		t.Errorf("ShmSized Event on %s: %+v; want type Normal, source gpurun, the size %s in the message", pod, ev, policy.FormatSize(want))
 	}
@@ -205,8 +211,9 @@ type event struct {
 	Source                struct{ Component, Host string }
 }
 
-// waitEvent waits for the Event reason on the pod of uid in ns.
-func waitEvent(t *testing.T, c *harness.Cluster, ns, uid, reason string) event {
+// waitEvent waits for the Event reason on the pod of uid in ns; when none
+// comes it fails the test with the log of DaemonSet ds (the poster).
+func waitEvent(t *testing.T, c *harness.Cluster, ds, ns, uid, reason string) event {
 	t.Helper()
 	var found *event
 	var last string
@@ -227,8 +234,8 @@ func waitEvent(t *testing.T, c *harness.Cluster, ns, uid, reason string) event {
 		}
 		return found != nil, fmt.Sprintf("%d events", len(list.Items))
 	}); err != nil {
-		logs, _ := c.Kubectl("logs", "-n", "gpurun-system", "daemonset/gpurun-node", "--tail=30")
-		t.Fatalf("%s Event on pod uid %s: %v\n%s\n--- agent log ---\n%s", reason, uid, err, last, logs)
+		logs, _ := c.Kubectl("logs", "-n", "gpurun-system", "daemonset/"+ds, "--tail=30")
+		t.Fatalf("%s Event on pod uid %s: %v\n%s\n--- %s log ---\n%s", reason, uid, err, last, ds, logs)
 	}
 	return *found
 }

@@ -291,7 +291,9 @@ images:
       - {op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: %q}
       - {op: replace, path: /spec/template/spec/volumes/1/hostPath/path, value: %q}
       - {op: replace, path: /spec/template/spec/containers/0/volumeMounts/1/mountPath, value: %q}
-`, filepath.Dir(c.NRISocket), state, state)
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: %q}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
+`, filepath.Dir(c.NRISocket), state, state, harness.ClusterNodeIP)
 	default:
 		k += fmt.Sprintf(`configMapGenerator:
   - name: gpurun-node
@@ -691,5 +693,61 @@ func (e *clusterEnv) testNRI(t *testing.T) {
 	})
 	if now, _ := os.ReadFile(c.Containerd.ConfigPath); !bytes.Equal(now, e.original) {
 		t.Error("the NRI mode changed containerd's config")
+	}
+	t.Run("refused without hostPID", func(t *testing.T) { e.testNRIRefused(t, ns) })
+}
+
+// testNRIRefused: an admin's Pod Security admission forbids hostPID, so the
+// NRI DaemonSet runs without it, on a node whose containerd state dir (the
+// test cluster's, under /tmp) is not in the policy's engine_roots: the
+// plugin cannot prove a GPU pod's tmpfs is the pod's, refuses the remount
+// (cause unknown-root), and the pod's owner sees a ShmNotSized Event with
+// the fix. hostPID is put back at the end.
+func (e *clusterEnv) testNRIRefused(t *testing.T, ns string) {
+	c := e.c.For(t)
+	setHostPID := func(on bool) {
+		t.Helper()
+		patch := fmt.Sprintf(`[{"op": "replace", "path": "/spec/template/spec/hostPID", "value": %v}]`, on)
+		if out, err := c.Kubectl("patch", "daemonset", "-n", "gpurun-system", "gpurun-nri", "--type=json", "-p", patch); err != nil {
+			t.Fatalf("patch hostPID %v: %v\n%s", on, err, out)
+		}
+		c.WaitRollout("gpurun-system", "gpurun-nri", agentTimeout)
+		if err := waitUntil(agentTimeout, func() (bool, string) {
+			pod := agentPod(t, c, "gpurun-nri")
+			got, err := c.Get(harness.Object{Kind: "pod", Namespace: "gpurun-system", Name: pod}, "{.spec.hostPID}")
+			if err != nil || (got == "true") != on {
+				return false, fmt.Sprintf("pod %s hostPID %q %v", pod, got, err)
+			}
+			out, err := c.Kubectl("logs", "-n", "gpurun-system", pod)
+			return err == nil && strings.Contains(out, "registered with the runtime"), out
+		}); err != nil {
+			t.Fatalf("NRI plugin with hostPID %v: %v", on, err)
+		}
+	}
+	setHostPID(false)
+	defer setHostPID(true)
+
+	sc := podSpec{name: "gpu-refused", containers: []containerSpec{{name: "trainer", env: []string{gpuEnv}}}}
+	c.Apply(podManifest(ns, sc))
+	c.WaitPodReady(ns, sc.name, podTimeout)
+	if got := c.ShmOf(ns, sc.name, "trainer"); got.Bytes != policy.EngineDefaultShm {
+		t.Errorf("/dev/shm %s, want containerd's 64MiB left as it was (the remount refused)\n%s", policy.FormatSize(got.Bytes), e.gpurunLogs())
+	}
+	uid, err := c.Get(harness.Pod(ns, sc.name), "{.metadata.uid}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := waitEvent(t, c, "gpurun-nri", ns, uid, "ShmNotSized")
+	state := c.Containerd.StateDir
+	_, fix, _ := strings.Cut(ev.Message, "; fix: ")
+	if ev.Type != "Warning" || ev.Source.Component != "gpurun" || !strings.Contains(fix, "engine_roots") ||
+		!strings.Contains(fix, "host's PID namespace") || !strings.Contains(fix, state) {
+		t.Errorf("ShmNotSized Event on %s: %+v; want type Warning, source gpurun, the fix (add a dir under %s to engine_roots, or run the plugin in the host's PID namespace)", sc.name, ev, state)
+	}
+	if out, err := c.Kubectl("describe", "pod", "-n", ns, sc.name); err == nil {
+		t.Logf("kubectl describe pod %s (Events):\n%s", sc.name, out[strings.LastIndex(out, "Events:"):])
+	}
+	if out, err := c.Kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name="+sc.name); err == nil {
+		t.Logf("kubectl get events:\n%s", out)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/gpurun/gpurun/integration/harness"
 )
 
 // scraper runs `gpurun stats --listen` and scrapes it.
@@ -126,16 +128,7 @@ func TestMetricsDocker(t *testing.T) {
 	e := newRunEnv(t)
 	s := startListen(t, e.config, "--docker-host", e.d.Host, "--containerd-state", filepath.Join(e.d.Dir, "ctd", "state"),
 		"--podman-root", filepath.Join(t.TempDir(), "no-podman"))
-	run := func(name string, args ...string) string {
-		t.Helper()
-		full := append([]string{"run", "-d", "--name", name, "--network", "none"}, args...)
-		out, stderr, err := e.d.Docker(full...)
-		if err != nil {
-			t.Fatalf("docker run %s: %v\n%s", name, err, stderr)
-		}
-		t.Cleanup(func() { _, _, _ = e.d.Docker("rm", "-f", name) })
-		return strings.TrimSpace(out)
-	}
+	run := func(name string, args ...string) string { return dockerRun(t, e.d, name, args...) }
 	sh := func(cmd string) []string { return []string{e.img, "sh", "-c", cmd + " && exec sleep 3600"} }
 	writer := run("writer", append([]string{"-e", "NVIDIA_VISIBLE_DEVICES=all"}, sh(writeMiB("w", 3))...)...)
 	donor := run("donor", append([]string{"--ipc", "shareable"}, sh(writeMiB("d", 2))...)...)
@@ -193,5 +186,100 @@ func TestMetricsDocker(t *testing.T) {
 		}
 		_, _, donorThere := seriesByID(mfs, "gpurun_shm_used_bytes", donor)
 		return donorThere
+	})
+}
+
+func TestMetricsCRI(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) *harness.Containerd
+	}{
+		{"containerd 1.6", func(t *testing.T) *harness.Containerd { return harness.StartContainerd(t, harness.ContainerdOptions{}) }},
+		{"containerd 2.x", func(t *testing.T) *harness.Containerd {
+			return harness.StartContainerd2(t, harness.Containerd2Options{}).Containerd
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testMetricsCRI(t, tc.start(t)) })
+	}
+}
+
+// testMetricsCRI scrapes `gpurun stats --listen` pointed at containerd c's
+// state dir while a CRI pod of two containers writes known bytes to its
+// one /dev/shm.
+func testMetricsCRI(t *testing.T, c *harness.Containerd) {
+	s := startListen(t, noLogConfig(t), "--docker-host", "none", "--containerd-state", c.StateDir,
+		"--podman-root", filepath.Join(t.TempDir(), "no-podman"))
+	pod := c.RunPod(harness.PodOptions{Name: "job", Namespace: "ml"})
+	trainer := c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
+	c.StartContainer(trainer)
+	side := c.CreateContainer(pod, harness.ContainerOptions{Name: "sidecar"})
+	c.StartContainer(side)
+	for id, cmd := range map[string]string{trainer: writeMiB("t", 6), side: writeMiB("s", 2)} {
+		if out, err := c.Exec(id, "sh", "-c", cmd); err != nil {
+			t.Fatalf("write in %s: %v\n%s", id, err, out)
+		}
+	}
+	ids := map[string]string{trainer: "trainer", side: "sidecar"}
+	// both waits until every container of the pod has a series of name
+	// that cond accepts.
+	both := func(name string, cond func(float64) bool) func(map[string]*dto.MetricFamily) bool {
+		return func(mfs map[string]*dto.MetricFamily) bool {
+			for id := range ids {
+				if v, _, ok := seriesByID(mfs, name, id); !ok || !cond(v) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	mfs := s.waitMetric(t, "the pod's 8 MiB", both("gpurun_shm_used_bytes", func(v float64) bool { return near(int64(v), 8<<20) }))
+	for id, name := range ids {
+		t.Run(name, func(t *testing.T) {
+			used, l, _ := seriesByID(mfs, "gpurun_shm_used_bytes", id)
+			size, _, _ := seriesByID(mfs, "gpurun_shm_size_bytes", id)
+			peak, _, _ := seriesByID(mfs, "gpurun_shm_peak_bytes", id)
+			if l["engine"] != "containerd" || l["namespace"] != "ml" || l["pod"] != "job" || l["uid"] == "" || l["container"] != name {
+				t.Errorf("labels %v: want engine containerd, namespace ml, pod job, a uid, container %s", l, name)
+			}
+			// One tmpfs for the pod: the same bytes for both containers.
+			if size != 64<<20 || !near(int64(used), 8<<20) || peak != used {
+				t.Errorf("size %v used %v peak %v: want the pod's 64 MiB tmpfs holding 8 MiB, the peak at the use", size, used, peak)
+			}
+			if _, _, ok := seriesByID(mfs, "gpurun_shm_plan_info", id); !ok {
+				t.Errorf("no plan_info for %s", name)
+			}
+		})
+	}
+	var uids []string
+	for id := range ids {
+		_, l, _ := seriesByID(mfs, "gpurun_shm_used_bytes", id)
+		uids = append(uids, l["uid"])
+	}
+	if uids[0] != uids[1] {
+		t.Errorf("uids %v: want the pod's one uid", uids)
+	}
+
+	// The peak survives the data being deleted, for both containers.
+	if out, err := c.Exec(trainer, "rm", "/dev/shm/t"); err != nil {
+		t.Fatalf("rm: %v\n%s", err, out)
+	}
+	mfs = s.waitMetric(t, "the trainer's file deleted", both("gpurun_shm_used_bytes", func(v float64) bool { return near(int64(v), 2<<20) }))
+	for id, name := range ids {
+		if peak, _, _ := seriesByID(mfs, "gpurun_shm_peak_bytes", id); !near(int64(peak), 8<<20) {
+			t.Errorf("%s's peak after the deletion: %v, want 8 MiB ± a page", name, peak)
+		}
+	}
+
+	// Removing the pod removes its series.
+	c.RemovePod(pod)
+	s.waitMetric(t, "the pod gone", func(mfs map[string]*dto.MetricFamily) bool {
+		for _, name := range []string{"gpurun_shm_used_bytes", "gpurun_shm_size_bytes", "gpurun_shm_peak_bytes", "gpurun_shm_plan_info"} {
+			for id := range ids {
+				if _, _, ok := seriesByID(mfs, name, id); ok {
+					return false
+				}
+			}
+		}
+		return true
 	})
 }

@@ -31,11 +31,31 @@ type statsRun struct {
 
 func newStatsRun(t *testing.T, engineArgs ...string) *statsRun {
 	dir := t.TempDir()
-	config := filepath.Join(dir, "config.toml")
+	return &statsRun{args: engineArgs, peaks: filepath.Join(dir, "peaks.json"), config: noLogConfig(t)}
+}
+
+// noLogConfig writes a policy file of the defaults that logs nowhere, and
+// returns its path.
+func noLogConfig(t *testing.T) string {
+	t.Helper()
+	config := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(config, []byte("log_file = \"\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &statsRun{args: engineArgs, peaks: filepath.Join(dir, "peaks.json"), config: config}
+	return config
+}
+
+// dockerRun starts a detached container name (without a network) on d and
+// removes it at the end of the test; it returns its id.
+func dockerRun(t *testing.T, d *harness.Dockerd, name string, args ...string) string {
+	t.Helper()
+	full := append([]string{"run", "-d", "--name", name, "--network", "none"}, args...)
+	out, stderr, err := d.Docker(full...)
+	if err != nil {
+		t.Fatalf("docker run %s: %v\n%s", name, err, stderr)
+	}
+	t.Cleanup(func() { _, _, _ = d.Docker("rm", "-f", name) })
+	return strings.TrimSpace(out)
 }
 
 func (s *statsRun) collect(t *testing.T) []shmstats.Container {
@@ -79,16 +99,7 @@ func TestStatsDocker(t *testing.T) {
 	e := newRunEnv(t)
 	s := newStatsRun(t, "--docker-host", e.d.Host, "--containerd-state", filepath.Join(e.d.Dir, "ctd", "state"),
 		"--podman-root", filepath.Join(t.TempDir(), "no-podman"))
-	run := func(t *testing.T, name string, args ...string) string {
-		t.Helper()
-		full := append([]string{"run", "-d", "--name", name, "--network", "none"}, args...)
-		out, stderr, err := e.d.Docker(full...)
-		if err != nil {
-			t.Fatalf("docker run %s: %v\n%s", name, err, stderr)
-		}
-		t.Cleanup(func() { _, _, _ = e.d.Docker("rm", "-f", name) })
-		return strings.TrimSpace(out)
-	}
+	run := func(t *testing.T, name string, args ...string) string { return dockerRun(t, e.d, name, args...) }
 	sh := func(cmd string) []string { return []string{e.img, "sh", "-c", cmd + " && exec sleep 3600"} }
 	// Each container writes first, then sleeps; a docker exec true after
 	// the start makes sure the write is done: the shell runs it before sleep.
@@ -161,8 +172,8 @@ func TestStatsDocker(t *testing.T) {
 	}
 	t.Run("the GPU container's decision is gpurun's and suggests nothing below its peak", func(t *testing.T) {
 		c := get(gpu)
-		if c.Decision.Action != "set-size" || c.Decision.Target < 1<<30 {
-			t.Errorf("decision %+v: want set-size to at least the 1 GiB minimum (plain runc did not size it)", c.Decision)
+		if c.Decision.Action != "set-size" || c.Decision.Target < 1<<30 || c.Decision.InEffect {
+			t.Errorf("decision %+v: want set-size to at least the 1 GiB minimum, not in effect (plain runc did not size it)", c.Decision)
 		}
 	})
 	t.Run("an IPC pair shares one device", func(t *testing.T) {

@@ -152,13 +152,7 @@ func (c *Config) setSize(sh Shm, size int64) error {
 	if err != nil {
 		return fmt.Errorf("apply set-size: mount %d: %w", sh.Index, err)
 	}
-	opts := slices.Clone(c.Spec.Mounts[sh.Index].Options)
-	opt := policy.MountSizeOption(size, sh.SizeInKiB)
-	if _, i := SizeOption(opts); i >= 0 {
-		opts[i] = opt
-	} else {
-		opts = append(opts, opt)
-	}
+	opts := WithSizeOption(c.Spec.Mounts[sh.Index].Options, size, sh.SizeInKiB)
 	raw, err := marshal(opts)
 	if err != nil {
 		return err

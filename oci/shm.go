@@ -88,6 +88,22 @@ func SizeOption(options []string) (string, int) {
 	return "", -1
 }
 
+// EngineContainerdCRI is Shm.Engine's and Pod.Engine's name for
+// containerd's CRI plugin.
+const EngineContainerdCRI = "containerd-cri"
+
+// WithSizeOption returns a copy of a mount's options with its last "size="
+// option replaced by n bytes (policy.MountSizeOption's form), or one added.
+func WithSizeOption(options []string, n int64, inKiB bool) []string {
+	opts := slices.Clone(options)
+	opt := policy.MountSizeOption(n, inKiB)
+	if _, i := SizeOption(opts); i >= 0 {
+		opts[i] = opt
+		return opts
+	}
+	return append(opts, opt)
+}
+
 // EngineHostShm reports whether a host path is a tmpfs an engine made for
 // a container's or pod's /dev/shm, and which engine and owner id.
 func EngineHostShm(source string) (engine, owner string, ok bool) {
@@ -97,7 +113,7 @@ func EngineHostShm(source string) (engine, owner string, ok bool) {
 		return "docker", m[1], true
 	}
 	if m := pat.cri.FindStringSubmatch(src); m != nil {
-		return "containerd-cri", m[1], true
+		return EngineContainerdCRI, m[1], true
 	}
 	if m := pat.crio.FindStringSubmatch(src); m != nil {
 		return "cri-o", m[1], true
@@ -176,7 +192,7 @@ type Pod struct {
 func CRIPod(s *specs.Spec) Pod {
 	a := s.Annotations
 	if t, ok := a[AnnotationCRIContainerType]; ok {
-		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRISandboxID], Engine: "containerd-cri",
+		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRISandboxID], Engine: EngineContainerdCRI,
 			Namespace: a[AnnotationCRISandboxNamespace], Name: a[AnnotationCRISandboxName], UID: a[AnnotationCRISandboxUID], Container: a[AnnotationCRIContainerName]}
 	}
 	if t, ok := a[AnnotationCRIOContainerType]; ok {

@@ -139,7 +139,7 @@ func newDescs() descs {
 		peak:      desc("peak_bytes", "Highest use of the container's /dev/shm tmpfs seen since the sampler started."),
 		orphaned:  desc("orphaned_bytes", "Bytes of files in the container's /dev/shm that no live process has open or mapped."),
 		suggested: desc("suggested_size_bytes", "The /dev/shm size that holds the measured peak with headroom, where the size does not fit it."),
-		plan:      desc("plan_info", "What gpurun decides for the container's /dev/shm: the action and why (always 1).", "action", "gpu", "reason"),
+		plan:      desc("plan_info", "What gpurun decides for the container's /dev/shm as its engine made it: the action, why, and whether its /dev/shm now is what the plan gives (in_effect) (always 1).", "action", "gpu", "reason", "in_effect"),
 	}
 }
 
@@ -166,7 +166,7 @@ func (d descs) collect(cs []shmstats.Container, ch chan<- prometheus.Metric) {
 	for i := range cs {
 		c := &cs[i]
 		l := labels(c)
-		ch <- prometheus.MustNewConstMetric(d.plan, prometheus.GaugeValue, 1, append(l, c.Decision.Action, strconv.FormatBool(c.GPU), c.Decision.Reason)...)
+		ch <- prometheus.MustNewConstMetric(d.plan, prometheus.GaugeValue, 1, append(l, c.Decision.Action, strconv.FormatBool(c.GPU), c.Decision.Reason, strconv.FormatBool(c.Decision.InEffect))...)
 		if !c.Shm.Tmpfs || c.Err != "" && c.Shm.Size == 0 {
 			continue // no tmpfs read: no sizes to report
 		}

@@ -38,7 +38,7 @@ func (f *fake) collect(context.Context, shmstats.Options) ([]shmstats.Container,
 func podCtr(id, ns, pod, name string, size, used, peak int64) shmstats.Container {
 	return shmstats.Container{Engine: shmstats.EngineContainerd, Namespace: "k8s.io", ID: id, Name: name, GPU: true,
 		Pod:      &shmstats.Pod{Namespace: ns, Name: pod, UID: pod + "-uid", Container: name},
-		Decision: shmstats.Decision{Action: "remount", Size: size, Reason: "GPU container"},
+		Decision: shmstats.Decision{Action: "remount", Size: size, Reason: "GPU container", InEffect: true},
 		Shm:      shmstats.Shm{Kind: "engine-host-tmpfs", Tmpfs: true, Size: size, Used: used, Peak: peak, Orphaned: -1}}
 }
 
@@ -114,7 +114,7 @@ func TestSamplerMetrics(t *testing.T) {
 		{"orphaned only where computed", []shmstats.Container{a, d}, "gpurun_shm_orphaned_bytes", map[string]float64{"id=d,container=web": float64(d.Shm.Orphaned)}},
 		{"suggested only where suggested", []shmstats.Container{a, d}, "gpurun_shm_suggested_size_bytes", map[string]float64{"id=d,container=web": float64(d.Suggestion.Size)}},
 		{"plan", []shmstats.Container{a, d}, "gpurun_shm_plan_info", map[string]float64{
-			"id=a,namespace=ml,pod=job-0,container=trainer,action=remount,gpu=true": 1, "id=d,container=web,action=none,gpu=false": 1}},
+			"id=a,namespace=ml,pod=job-0,container=trainer,action=remount,gpu=true,in_effect=true": 1, "id=d,container=web,action=none,gpu=false,in_effect=false": 1}},
 		{"no tmpfs: the plan only", []shmstats.Container{{Engine: "docker", ID: "h", Name: "hostipc", Decision: shmstats.Decision{Action: "none"}, Shm: shmstats.Shm{HostIPC: true}}},
 			"gpurun_shm_size_bytes", map[string]float64{}},
 	}

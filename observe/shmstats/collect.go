@@ -66,6 +66,10 @@ type found struct {
 	spec *specs.Spec
 	// owner is the id of the tmpfs's owner for PeakKey ("" = the container).
 	owner string
+	// made is the size the engine made the container's /dev/shm at, as the
+	// engine records it (Docker's HostConfig.ShmSize, of the IPC donor for
+	// a peer); 0 when the engine records none (see engineMade).
+	made int64
 }
 
 func newCollector(o Options) *collector {
@@ -147,8 +151,9 @@ func (c *collector) measure(all []found) []Container {
 	ms := make([]measured, 0, len(all))
 	for _, f := range all {
 		ct := f.c
-		c.decide(&ct, f.spec)
+		c.decide(&ct, f)
 		c.readShm(&ct)
+		ct.Decision.InEffect = inEffect(ct)
 		ms = append(ms, measured{c: ct, owner: f.owner})
 	}
 	out := c.group(ms)
@@ -210,18 +215,69 @@ func (c *collector) group(ms []measured) []Container {
 	return out
 }
 
-// decide fills the decision, GPU and the spec's view of /dev/shm.
-func (c *collector) decide(ct *Container, s *specs.Spec) {
-	if s == nil {
+// decide fills the decision, GPU and the spec's view of /dev/shm. It
+// decides for the container as its engine made it (asMade), not as gpurun
+// left it: a tmpfs gpurun grew is not taken for a user's explicit size.
+func (c *collector) decide(ct *Container, f found) {
+	if f.spec == nil {
 		return
 	}
-	pl := oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: c.pol, Facts: c.facts})
+	s, facts := asMade(f.spec, f.made, c.facts)
+	pl := oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: c.pol, Facts: facts})
 	ct.GPU = pl.GPU
 	ct.Decision = Decision{Action: string(pl.Action), Size: pl.Size, Target: pl.Target, Why: pl.Why, Reason: pl.Reason, GPUs: pl.GPUs}
 	ct.Shm.Kind = string(pl.Shm.Kind)
 	if pl.Shm.Kind == oci.ShmEngine {
 		ct.Shm.Source = pl.Shm.Source
 	}
+}
+
+// asMade returns the spec and facts to decide a container as its engine
+// made it, before any gpurun front door acted on it: gpurun-runtime
+// rewrites a private tmpfs's size in the bundle's config.json, and
+// gpurun-runtime, the hook and the NRI plugin grow an engine-made host tmpfs
+// in place, so the size found now may be gpurun's own. The size the engine
+// made is made when the engine records it (Docker), else the one the engine
+// always uses: containerd's CRI makes every pod sandbox's /dev/shm 64 MiB.
+// Elsewhere (a private tmpfs of nerdctl, ctr or Podman, Podman's and
+// CRI-O's pod shm) the size found now is taken as made.
+func asMade(s *specs.Spec, made int64, facts oci.Facts) (*specs.Spec, oci.Facts) {
+	sh := oci.ClassifyShm(s, 0)
+	if made <= 0 && sh.Kind == oci.ShmEngine && sh.Engine == oci.EngineContainerdCRI {
+		made = policy.EngineDefaultShm
+	}
+	if made <= 0 {
+		return s, facts
+	}
+	switch sh.Kind {
+	case oci.ShmEngine:
+		facts.TmpfsSize = func(string) (int64, error) { return made, nil }
+	case oci.ShmPrivate:
+		if sh.Size != made {
+			c := *s
+			c.Mounts = slices.Clone(s.Mounts)
+			c.Mounts[sh.Index].Options = oci.WithSizeOption(s.Mounts[sh.Index].Options, made, sh.SizeInKiB)
+			s = &c
+		}
+	}
+	return s, facts
+}
+
+// inEffect reports whether a container's /dev/shm, as read, is what its
+// plan gives: at least the plan's size, or the host's for ipc-host.
+func inEffect(ct Container) bool {
+	d := ct.Decision
+	switch {
+	case d.Action == "":
+		return false
+	case d.Action == string(oci.ActionIPCHost):
+		return ct.Shm.HostIPC
+	case ct.Shm.Device == "":
+		return false // not read
+	case d.Size <= 0:
+		return true // none on a size not known (the host's)
+	}
+	return ct.Shm.Size >= d.Size
 }
 
 // readShm reads the container's /dev/shm through its init process's root.

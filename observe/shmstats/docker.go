@@ -1,6 +1,7 @@
 package shmstats
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,6 +88,7 @@ func (c *collector) docker(ctx context.Context, all []found) ([]found, error) {
 	}
 	var errs []error
 	var info *system.Info
+	made := map[string]int64{} // HostConfig.ShmSize by id
 	for _, s := range list {
 		ins, err := api.ContainerInspect(ctx, s.ID)
 		if err != nil {
@@ -99,6 +101,9 @@ func (c *collector) docker(ctx context.Context, all []found) ([]found, error) {
 			continue
 		}
 		name := strings.TrimPrefix(ins.Name, "/")
+		if ins.HostConfig != nil {
+			made[ins.ID] = ins.HostConfig.ShmSize
+		}
 		if i, ok := byID[ins.ID]; ok {
 			all[i].c.Engine, all[i].c.Namespace, all[i].c.Name = EngineDocker, "", name
 			continue
@@ -125,5 +130,18 @@ func (c *collector) docker(ctx context.Context, all []found) ([]found, error) {
 		f.c.Engine, f.c.ID, f.c.Name, f.c.PID = EngineDocker, ins.ID, name, ins.State.Pid
 		all = append(all, f)
 	}
+	setMade(all, made)
 	return all, errors.Join(errs...)
+}
+
+// setMade gives each Docker container the /dev/shm size dockerd made for
+// it (HostConfig.ShmSize): its own, or its IPC donor's for an --ipc
+// container: peer, whose /dev/shm is the donor's.
+func setMade(all []found, made map[string]int64) {
+	for i, f := range all {
+		if f.c.Engine != EngineDocker {
+			continue
+		}
+		all[i].made = made[cmp.Or(f.owner, f.c.ID)]
+	}
 }

@@ -1,11 +1,13 @@
 package shmstats
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -103,7 +105,7 @@ func WriteTable(w io.Writer, cs []Container) error {
 		if c.GPU {
 			gpu = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ShortID(c.ID), c.Engine, c.Label(), size, used, peak, pct, orph, shared, gpu, c.Decision.Action)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ShortID(c.ID), c.Engine, c.Label(), size, used, peak, pct, orph, shared, gpu, c.Decision.Words())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -123,6 +125,19 @@ func WriteTable(w io.Writer, cs []Container) error {
 		}
 	}
 	return nil
+}
+
+// Words is the decision as the table's DECISION column shows it: the
+// action, and for one that acts whether it is in effect ("remount
+// (applied)", "set-size (not applied)").
+func (d Decision) Words() string {
+	switch {
+	case d.Action == "" || d.Action == string(oci.ActionNone):
+		return cmp.Or(d.Action, "-")
+	case d.InEffect:
+		return d.Action + " (applied)"
+	}
+	return d.Action + " (not applied)"
 }
 
 // human writes a byte count as the table shows it.

@@ -121,7 +121,8 @@ type Pod struct {
 	SandboxID string `json:"sandbox_id,omitempty"`
 }
 
-// Decision is oci.Decide's plan for the container, in a JSON-friendly form.
+// Decision is oci.Decide's plan for the container as its engine made it
+// (before any gpurun front door acted on it), in a JSON-friendly form.
 type Decision struct {
 	// Action is oci.Action's value: none, set-size, remount, inject,
 	// ipc-host.
@@ -136,6 +137,12 @@ type Decision struct {
 	Reason string `json:"reason"`
 	// GPUs is the GPU count the plan went by, 0 when unknown.
 	GPUs int `json:"gpus"`
+	// InEffect says the container's /dev/shm, as read now, is what the plan
+	// gives: at least Size (for none: the size it has), or the host's for
+	// ipc-host. An acting plan in effect is one a gpurun front door carried
+	// out; one not in effect was not (the container was not started through
+	// gpurun, or the remount was refused).
+	InEffect bool `json:"in_effect"`
 }
 
 // The values of Shm.Kind other than oci.ShmKind's.

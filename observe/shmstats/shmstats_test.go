@@ -460,3 +460,82 @@ func statOf(t *testing.T, p string) unix.Stat_t {
 	}
 	return st
 }
+
+// TestDecisionAsMade checks that the decision is gpurun's plan for the
+// container as its engine made it, whatever a gpurun front door did to it
+// since (a grown pod tmpfs, a rewritten size option), and that InEffect
+// says whether the /dev/shm read now carries it out. The expected plan is
+// oci.Decide's over the captured spec before any front door acted, with the
+// engine's tmpfs at the size the engine made it.
+func TestDecisionAsMade(t *testing.T) {
+	pol := policy.Default()
+	const hostMemory = 16 << 30
+	before := func(t *testing.T, fixture string, made int64) oci.Plan {
+		cfg, err := oci.LoadConfig(filepath.Join(fixtures, fixture))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return oci.Decide(oci.Input{Container: oci.FromSpec(cfg.Spec), Policy: pol,
+			Facts: oci.Facts{HostMemory: hostMemory, TmpfsSize: func(string) (int64, error) { return made, nil }}})
+	}
+	tests := []struct {
+		name    string
+		fixture string
+		// made is what the engine records (Docker's HostConfig.ShmSize),
+		// 0 none; engineSize the size the engine made the tmpfs at.
+		made, engineSize int64
+		// acted: a gpurun front door carried the plan out before the read.
+		acted    bool
+		action   oci.Action
+		inEffect bool
+	}{
+		{"cri 2.x gpu pod, grown by gpurun", "containerd-2.4-cri-container-env-nvidia-all.json", 0, policy.EngineDefaultShm, true, oci.ActionRemount, true},
+		{"cri 2.x gpu pod, not grown", "containerd-2.4-cri-container-env-nvidia-all.json", 0, policy.EngineDefaultShm, false, oci.ActionRemount, false},
+		{"cri 1.6 gpu pod, grown by gpurun", "containerd-1.6-cri-container-env-nvidia-all.json", 0, policy.EngineDefaultShm, true, oci.ActionRemount, true},
+		{"cri pod without gpu", "containerd-2.4-cri-container.json", 0, policy.EngineDefaultShm, false, oci.ActionNone, true},
+		{"docker gpu, size rewritten by gpurun-runtime", "docker-20.10-env-nvidia-all.json", policy.EngineDefaultShm, policy.EngineDefaultShm, true, oci.ActionSetSize, true},
+		{"docker gpu under plain runc", "docker-20.10-env-nvidia-all.json", policy.EngineDefaultShm, policy.EngineDefaultShm, false, oci.ActionSetSize, false},
+		{"docker gpu --shm-size 64m", "docker-20.10-gpu-shm-size-64m.json", policy.EngineDefaultShm, policy.EngineDefaultShm, true, oci.ActionSetSize, true},
+		{"docker shareable gpu --shm-size 2g", "docker-20.10-gpu-ipc-shareable-shm-size-2g.json", 2 << 30, 2 << 30, false, oci.ActionNone, true},
+		{"docker ipc peer of a donor grown by gpurun", "docker-20.10-gpu-ipc-container.json", policy.EngineDefaultShm, policy.EngineDefaultShm, true, oci.ActionRemount, true},
+		{"podman gpu, not grown (the size found is taken as made)", "podman-4.3-env-nvidia-all.json", 0, policy.PodmanDefaultShm, false, oci.ActionRemount, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want := before(t, tc.fixture, tc.engineSize)
+			if want.Action != tc.action {
+				t.Fatalf("fixture's plan %s (%s), want %s", want.Action, want.Reason, tc.action)
+			}
+			cfg, err := oci.LoadConfig(filepath.Join(fixtures, tc.fixture))
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := tc.engineSize // the size read from /dev/shm
+			if sh := oci.ClassifyShm(cfg.Spec, hostMemory); sh.Kind == oci.ShmPrivate {
+				now = sh.Size
+			}
+			if tc.acted {
+				// What the front door did: rewrite the spec (set-size), or
+				// grow the host tmpfs (remount).
+				if _, err := cfg.Apply(want); err != nil {
+					t.Fatal(err)
+				}
+				now = want.Size
+			}
+			c := &collector{pol: pol, facts: oci.Facts{HostMemory: hostMemory, TmpfsSize: func(string) (int64, error) { return now, nil }}}
+			f := fromSpec(cfg.Spec)
+			f.made = tc.made
+			ct := f.c
+			c.decide(&ct, f)
+			ct.Shm.Size, ct.Shm.Device = now, "0:99"
+			ct.Decision.InEffect = inEffect(ct)
+			d := ct.Decision
+			if d.Action != string(want.Action) || d.Size != want.Size || d.Reason != want.Reason || d.Target != want.Target {
+				t.Errorf("decision %+v\nwant the plan before gpurun acted: %s %d %q", d, want.Action, want.Size, want.Reason)
+			}
+			if d.InEffect != tc.inEffect {
+				t.Errorf("in effect %v with /dev/shm at %d, want %v (plan size %d)", d.InEffect, now, tc.inEffect, d.Size)
+			}
+		})
+	}
+}

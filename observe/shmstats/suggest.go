@@ -51,7 +51,7 @@ type Measured struct {
 func (c *Container) Measure() Measured {
 	return Measured{Peak: max(c.Shm.Peak, c.Shm.Used), Size: c.Shm.Size, Engine: c.Engine, Pod: c.Pod != nil,
 		Kind: c.Shm.Kind, Sized: c.GPU || c.Decision.Action != string(oci.ActionNone), GPUs: c.Decision.GPUs,
-		Target: c.Decision.Target, Pending: c.Decision.Action != "" && c.Decision.Action != string(oci.ActionNone)}
+		Target: c.Decision.Target, Pending: c.Decision.Action != "" && c.Decision.Action != string(oci.ActionNone) && !c.Decision.InEffect}
 }
 
 // Suggest returns the size a container's measured peak calls for and how

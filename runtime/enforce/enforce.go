@@ -266,7 +266,7 @@ func Cause(err error) string {
 		return ""
 	case errors.Is(err, enginedirs.ErrNotNamed):
 		return CauseNotNamed
-	case errors.Is(err, enginedirs.ErrUnknownRoot):
+	case errors.Is(err, enginedirs.ErrUnknownRoot), errors.Is(err, remount.ErrUnproven):
 		return CauseUnknownRoot
 	case errors.Is(err, remount.ErrUnsafe):
 		return CauseUnsafe
@@ -403,6 +403,8 @@ func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
 	switch {
 	case errors.Is(err, enginedirs.ErrUnknownRoot):
 		return fmt.Sprintf("if %s is the runtime's state dir, add %q to engine_roots in %s (a runtime that gives NRI plugins the pod's pid, containerd 1.7 and later, needs no entry when the plugin runs in the host's PID namespace)", where, where, pol)
+	case errors.Is(err, remount.ErrUnproven):
+		return fmt.Sprintf("add %q to engine_roots in %s, or run gpurun in the host's PID namespace (a DaemonSet needs hostPID: true) so that it reads the pod's own /dev/shm to prove the tmpfs is the pod's", where, pol)
 	case errors.Is(err, enginedirs.ErrNotNamed):
 		return "none to make: /dev/shm binds a tmpfs its engine did not make for this container (another pod's, or another engine's), and gpurun grows only that one; check the container's mounts"
 	case strings.Contains(msg, "symbolic link"):

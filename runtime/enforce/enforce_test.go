@@ -380,3 +380,36 @@ func TestQuietNone(t *testing.T) {
 		}
 	}
 }
+
+// TestCauseAndFix: each kind of refusal gets its cause and a fix that says
+// what makes it work; the tmpfs's state dir is named.
+func TestCauseAndFix(t *testing.T) {
+	sh := oci.ClassifyShm(&specs.Spec{Mounts: []specs.Mount{sandboxBind("/data/ctd", podID)}}, 0)
+	unproven := fmt.Errorf("%w: %s is not under an engine root, and the pod's own /dev/shm cannot be read (%w): %w", remount.ErrUnsafe, sh.Source, remount.ErrUnproven, os.ErrNotExist)
+	tests := []struct {
+		name  string
+		err   error
+		cause string
+		fix   []string
+	}{
+		{"unproven: the plugin outside the host's PID namespace", unproven, CauseUnknownRoot, []string{"engine_roots", "host's PID namespace", "hostPID: true", "/data/ctd"}},
+		{"an unknown root", fmt.Errorf("grow: %w", enginedirs.ErrUnknownRoot), CauseUnknownRoot, []string{"engine_roots", "/data/ctd"}},
+		{"not the engine's", fmt.Errorf("grow: %w", enginedirs.ErrNotNamed), CauseNotNamed, []string{"none to make"}},
+		{"another refusal", fmt.Errorf("%w: %s is not under an engine root", remount.ErrUnsafe, sh.Source), CauseUnsafe, []string{"engine_roots"}},
+		{"an error", errors.New("remount: permission denied"), CauseError, []string{"findmnt"}},
+	}
+	e := New(Config{Component: "gpurun-nri", Policy: policy.Default()})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Cause(tt.err); got != tt.cause {
+				t.Errorf("Cause = %q, want %q", got, tt.cause)
+			}
+			fix := e.fix(sh, false, tt.err)
+			for _, w := range tt.fix {
+				if !strings.Contains(fix, w) {
+					t.Errorf("fix %q does not say %q", fix, w)
+				}
+			}
+		})
+	}
+}

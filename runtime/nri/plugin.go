@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 
 	"github.com/containerd/nri/pkg/api"
@@ -243,13 +242,7 @@ func Adjustment(s *specs.Spec, pl oci.Plan) (*api.ContainerAdjustment, error) {
 		return nil, fmt.Errorf("adjust /dev/shm: planned size %d is not positive", pl.Size)
 	}
 	m := s.Mounts[i]
-	opts := slices.Clone(m.Options)
-	opt := policy.MountSizeOption(pl.Size, pl.Shm.SizeInKiB)
-	if _, j := oci.SizeOption(opts); j >= 0 {
-		opts[j] = opt
-	} else {
-		opts = append(opts, opt)
-	}
+	opts := oci.WithSizeOption(m.Options, pl.Size, pl.Shm.SizeInKiB)
 	adj := &api.ContainerAdjustment{}
 	adj.RemoveMount(m.Destination)
 	adj.AddMount(&api.Mount{Destination: m.Destination, Type: m.Type, Source: m.Source, Options: opts})

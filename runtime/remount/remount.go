@@ -22,6 +22,11 @@ var hostShm = []string{"/dev/shm", "/run/shm"}
 // ErrUnsafe is wrapped by every refusal of a path the rules do not allow.
 var ErrUnsafe = errors.New("refused")
 
+// ErrUnproven is wrapped, with ErrUnsafe, by the refusal of a tmpfs under
+// no engine root whose owner's /dev/shm could not be read to prove it (a
+// pid that gpurun, outside the host's PID namespace, cannot see).
+var ErrUnproven = errors.New("not proven to be the pod's tmpfs")
+
 // Result says what Grow found and did.
 type Result struct {
 	Before, After int64
@@ -172,7 +177,7 @@ func sameAs(path string, m *mountinfo.Info, proof string) error {
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(proof, &st); err != nil {
-		return fmt.Errorf("%w: %s is not under an engine root, and the pod's own /dev/shm (%s) cannot be read to prove it is the pod's tmpfs (run gpurun in the host's PID namespace, or add the root to engine_roots): %w", ErrUnsafe, path, proof, err)
+		return fmt.Errorf("%w: %s is not under an engine root, and the pod's own /dev/shm (%s) cannot be read to prove it is the pod's tmpfs (%w): %w", ErrUnsafe, path, proof, ErrUnproven, err)
 	}
 	if major, minor := unix.Major(st.Dev), unix.Minor(st.Dev); int(major) != m.Major || int(minor) != m.Minor {
 		return fmt.Errorf("%w: %s (device %d:%d) is not the pod's own /dev/shm (%s, device %d:%d)", ErrUnsafe, path, m.Major, m.Minor, proof, major, minor)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,5 +79,34 @@ func TestTmpfsMountRefusesNonMounts(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := TmpfsMount(dir); !errors.Is(err, ErrUnsafe) {
 		t.Errorf("TmpfsMount(plain dir) = %v, want a refusal", err)
+	}
+}
+
+// TestSameAsUnproven: a proof path that cannot be read (the pod's pid not
+// in this PID namespace) is a refusal that says it is unproven.
+func TestSameAsUnproven(t *testing.T) {
+	dir := t.TempDir()
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		proof    string
+		unproven bool
+		unsafe   bool
+	}{
+		{"no proof asked", "", false, false},
+		{"the proof's pid is not visible", filepath.Join(dir, "proc", "4242", "root", "dev", "shm"), true, true},
+		{"the same filesystem", dir, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &mountinfo.Info{Major: int(unix.Major(st.Dev)), Minor: int(unix.Minor(st.Dev))}
+			err := sameAs(dir, m, tt.proof)
+			if errors.Is(err, ErrUnproven) != tt.unproven || errors.Is(err, ErrUnsafe) != tt.unsafe || errors.Is(err, os.ErrNotExist) != tt.unproven {
+				t.Errorf("sameAs = %v; want unproven %v, unsafe %v", err, tt.unproven, tt.unsafe)
+			}
+		})
 	}
 }
