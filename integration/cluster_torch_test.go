@@ -313,8 +313,8 @@ func TestClusterTorchJob(t *testing.T) {
 			if m.size != e.target(0) {
 				t.Errorf("gpurun_shm_size_bytes %d, want the policy's %d", m.size, e.target(0))
 			}
-			t.Logf("measured: peak %s (%d bytes) of %s; in flight %s; suggested %s", policy.FormatSize(m.peak), m.peak,
-				policy.FormatSize(m.size), policy.FormatSize(held.InFlight), policy.FormatSize(m.suggested))
+			t.Logf("measured: peak %s (%d bytes) of %s; at the hold %d bytes in use, %d in the prefetched batches; suggested %s",
+				policy.FormatSize(m.peak), m.peak, policy.FormatSize(m.size), held.ShmUsed, held.InFlight, policy.FormatSize(m.suggested))
 			if len(e.pol.AllowedAnnotations) == 0 {
 				t.Fatal("the shipped policy allows no annotation: a pod cannot ask for the measured size")
 			}
