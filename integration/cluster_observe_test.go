@@ -62,17 +62,7 @@ spec:
         env: [{name: %s, value: %q}]
 `, ns, harness.BusyboxRef, writeMiB("fill", fillMiB)+" && touch /tmp/written && exec sleep 2147483647",
 		strings.Split(gpuEnv, "=")[0], strings.SplitN(gpuEnv, "=", 2)[1]))
-	var pod string
-	if err := waitUntil(podTimeout, func() (bool, string) {
-		out, err := c.Kubectl("get", "pods", "-n", ns, "-l", "job-name=fill", "-o", "jsonpath={.items[*].metadata.name}")
-		f := strings.Fields(out)
-		if err == nil && len(f) == 1 {
-			pod = f[0]
-		}
-		return pod != "", out
-	}); err != nil {
-		t.Fatalf("the Job's pod: %v", err)
-	}
+	pod := jobPod(t, c, ns, "fill")
 	c.WaitPodReady(ns, pod, podTimeout)
 	if err := waitUntil(podTimeout, func() (bool, string) {
 		out, err := c.Exec(ns, pod, "trainer", "ls", "/tmp/written")
@@ -91,11 +81,9 @@ spec:
 	var raw string
 	var mfs map[string]*dto.MetricFamily
 	if err := waitUntil(observeTimeout, func() (bool, string) {
-		raw, err = c.Kubectl("get", "--raw", "/api/v1/namespaces/gpurun-system/pods/"+agent+":9469/proxy/metrics")
-		if err != nil {
+		if raw, mfs, err = scrapeAgent(t, c, agent); err != nil {
 			return false, raw
 		}
-		mfs = parseExposition(t, strings.NewReader(raw))
 		used, ok := seriesWith(mfs, "gpurun_shm_used_bytes", labels)
 		return ok && int64(used) >= fillMiB*policy.MiB-page, fmt.Sprintf("used %v (seen %v)", used, ok)
 	}); err != nil {
@@ -145,11 +133,11 @@ spec:
 	}
 	first := samples(mfs)
 	if err := waitUntil(observeTimeout, func() (bool, string) {
-		raw, err = c.Kubectl("get", "--raw", "/api/v1/namespaces/gpurun-system/pods/"+agent+":9469/proxy/metrics")
+		raw, mfs, err := scrapeAgent(t, c, agent)
 		if err != nil {
 			return false, raw
 		}
-		n := samples(parseExposition(t, strings.NewReader(raw)))
+		n := samples(mfs)
 		return n >= first+2, fmt.Sprintf("%v samples, %v at first", n, first)
 	}); err != nil {
 		t.Fatalf("the agent's samples: %v", err)
@@ -171,6 +159,35 @@ spec:
 	if cpu > 0.05 {
 		t.Errorf("the agent used %.2f%% of a core over %s", 100*cpu, window.Round(time.Second))
 	}
+}
+
+// jobPod waits for the one pod of Job ns/job and returns its name.
+func jobPod(t *testing.T, c *harness.Cluster, ns, job string) string {
+	t.Helper()
+	var pod string
+	if err := waitUntil(podTimeout, func() (bool, string) {
+		out, err := c.Kubectl("get", "pods", "-n", ns, "-l", "job-name="+job, "-o", "jsonpath={.items[*].metadata.name}")
+		f := strings.Fields(out)
+		if err == nil && len(f) == 1 {
+			pod = f[0]
+		}
+		return pod != "", out
+	}); err != nil {
+		t.Fatalf("the pod of Job %s/%s: %v", ns, job, err)
+	}
+	return pod
+}
+
+// scrapeAgent gets the node agent's metrics as Prometheus would, from the
+// agent pod's port through the API server's pod proxy, and parses them; it
+// returns the exposition text too.
+func scrapeAgent(t *testing.T, c *harness.Cluster, agent string) (string, map[string]*dto.MetricFamily, error) {
+	t.Helper()
+	raw, err := c.Kubectl("get", "--raw", "/api/v1/namespaces/gpurun-system/pods/"+agent+":9469/proxy/metrics")
+	if err != nil {
+		return raw, nil, err
+	}
+	return raw, parseExposition(t, strings.NewReader(raw)), nil
 }
 
 // seriesWith returns the value of name's series whose labels include all

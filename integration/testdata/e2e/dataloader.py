@@ -12,9 +12,18 @@ hack/build-torch-image.sh builds (Debian's PyTorch 1.13). See docs/e2e.md.
   dataloader.py images  image-sized samples (3x224x224 float32) through a
                         CPU-bound numpy transform, for throughput.
 
+With --hold FILE (blocks), the main process takes no batch until FILE
+exists: the workers fill their prefetch queues (prefetch x workers batches,
+the most this DataLoader ever has in /dev/shm) and stay there, as behind a
+slow first training step. Once /dev/shm holds them (or after 60 s) it prints
+"HOLDING " and a JSON object: shm_used (the bytes in use in /dev/shm) and
+in_flight (the bytes of the prefetched batches). integration/
+cluster_torch_test.go holds the Job there until the node agent has sampled
+that peak, then creates FILE.
+
 The last line of a successful run is "RESULT " and a JSON object: shm_bytes
 (the size of /dev/shm), samples, batches, seconds (from creating the
-DataLoader's iterator to the last batch, worker start included),
+DataLoader's iterator to the last batch, worker start and any hold included),
 samples_per_s and cpu_seconds (user and system time of this process and of
 its workers, which the DataLoader has joined by then: cpu_seconds / seconds
 is how many cores the run kept busy).
@@ -78,6 +87,26 @@ def shm_bytes():
     return st.f_blocks * st.f_frsize
 
 
+def shm_used():
+    st = os.statvfs("/dev/shm")
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def hold(path, in_flight, fill_timeout=60, release_timeout=600):
+    """Waits until /dev/shm holds in_flight bytes (or fill_timeout passes),
+    says so, and waits for path to exist. A worker that dies meanwhile ends
+    the run through the DataLoader's SIGCHLD handler."""
+    deadline = time.monotonic() + fill_timeout
+    while shm_used() < in_flight and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print("HOLDING " + json.dumps({"shm_used": shm_used(), "in_flight": in_flight}), flush=True)
+    deadline = time.monotonic() + release_timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit(f"{path} did not appear within {release_timeout} s")
+        time.sleep(0.1)
+
+
 def cpu_seconds():
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
@@ -95,7 +124,13 @@ def loader(dataset, args):
 
 def run_blocks(args):
     n = args.sample_mib * 1024 * 1024 // 4
-    data = loader(Blocks(args.samples, n), args)
+    data = iter(loader(Blocks(args.samples, n), args))
+    if args.hold:
+        # The batches the workers prefetch before the first is taken: the
+        # first prefetch x workers of them (each at most --batch samples;
+        # none without workers).
+        first = range(0, args.samples, args.batch)[:args.prefetch * args.workers]
+        hold(args.hold, sum(min(args.batch, args.samples - i) for i in first) * n * 4)
     seen = batches = 0
     for batch in data:
         want = torch.arange(seen, seen + batch.shape[0], dtype=torch.float32)
@@ -126,6 +161,7 @@ def main():
     p.add_argument("--samples", type=int, default=72)
     p.add_argument("--sample-mib", type=int, default=8, help="blocks: MiB per sample")
     p.add_argument("--rounds", type=int, default=4, help="images: transform rounds per sample")
+    p.add_argument("--hold", metavar="FILE", help="blocks: hold the prefetched batches in /dev/shm until FILE exists")
     args = p.parse_args()
 
     print(f"/dev/shm {shm_bytes()} bytes; torch {torch.__version__}; {args.mode} workers={args.workers} "
