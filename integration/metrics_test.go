@@ -189,19 +189,7 @@ func TestMetricsDocker(t *testing.T) {
 	})
 }
 
-func TestMetricsCRI(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		start func(t *testing.T) *harness.Containerd
-	}{
-		{"containerd 1.6", func(t *testing.T) *harness.Containerd { return harness.StartContainerd(t, harness.ContainerdOptions{}) }},
-		{"containerd 2.x", func(t *testing.T) *harness.Containerd {
-			return harness.StartContainerd2(t, harness.Containerd2Options{}).Containerd
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) { testMetricsCRI(t, tc.start(t)) })
-	}
-}
+func TestMetricsCRI(t *testing.T) { onEachContainerd(t, testMetricsCRI) }
 
 // testMetricsCRI scrapes `gpurun stats --listen` pointed at containerd c's
 // state dir while a CRI pod of two containers writes known bytes to its

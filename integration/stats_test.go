@@ -244,7 +244,11 @@ func waitWritten(t *testing.T, d *harness.Dockerd, files map[string]string) {
 	}
 }
 
-func TestStatsCRI(t *testing.T) {
+func TestStatsCRI(t *testing.T) { onEachContainerd(t, testStatsCRI) }
+
+// onEachContainerd runs test on a private containerd 1.6 (Debian's) and
+// 2.x, each with its CRI plugin.
+func onEachContainerd(t *testing.T, test func(*testing.T, *harness.Containerd)) {
 	for _, tc := range []struct {
 		name  string
 		start func(t *testing.T) *harness.Containerd
@@ -254,7 +258,7 @@ func TestStatsCRI(t *testing.T) {
 			return harness.StartContainerd2(t, harness.Containerd2Options{}).Containerd
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testStatsCRI(t, tc.start(t)) })
+		t.Run(tc.name, func(t *testing.T) { test(t, tc.start(t)) })
 	}
 }
 
