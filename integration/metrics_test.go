@@ -77,6 +77,28 @@ func (s *scraper) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	return parseExposition(t, resp.Body)
 }
 
+// text returns the lines of /metrics that start with prefix, for the log
+// (docs/observe.md quotes it).
+func (s *scraper) text(t *testing.T, prefix string) string {
+	t.Helper()
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
 // parseExposition parses the text exposition format with the Prometheus
 // text parser.
 func parseExposition(t *testing.T, r io.Reader) map[string]*dto.MetricFamily {
@@ -161,6 +183,8 @@ func TestMetricsDocker(t *testing.T) {
 			}
 		})
 	}
+
+	t.Logf("the scrape (gpurun_shm_*):\n%s", s.text(t, "gpurun_shm_"))
 
 	// The peak survives the data being deleted.
 	if _, stderr, err := e.d.Docker("exec", "writer", "rm", "/dev/shm/w"); err != nil {

@@ -78,6 +78,27 @@ func (s *statsRun) collect(t *testing.T) []shmstats.Container {
 	return cs
 }
 
+// withArgs returns the run with more arguments (a filter).
+func (s *statsRun) withArgs(args ...string) *statsRun {
+	c := *s
+	c.args = append(slices.Clip(s.args), args...)
+	return &c
+}
+
+// output runs `gpurun stats` (the table, unless the run's arguments say
+// --json) and returns its output, for the log (docs/observe.md quotes it).
+func (s *statsRun) output(t *testing.T) string {
+	t.Helper()
+	args := append([]string{"stats", "--peaks-file", s.peaks}, s.args...)
+	cmd := exec.Command(bin(t, "gpurun"), args...)
+	cmd.Env = append(cmd.Environ(), "GPURUN_CONFIG="+s.config)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gpurun %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 // find returns the container with id, or nil.
 func find(cs []shmstats.Container, id string) *shmstats.Container {
 	for i := range cs {
@@ -115,6 +136,8 @@ func TestStatsDocker(t *testing.T) {
 	waitWritten(t, e.d, map[string]string{"plain": "a", "gpu": "g", "donor": "d", "peer": "p", "owntmpfs": "o", "held": "left"})
 
 	cs := s.collect(t)
+	t.Logf("gpurun stats:\n%s", s.output(t))
+	t.Logf("gpurun stats --json --container gpu:\n%s", s.withArgs("--json", "--container", "gpu").output(t))
 	get := func(id string) *shmstats.Container {
 		t.Helper()
 		c := find(cs, id)
@@ -218,6 +241,7 @@ func TestStatsDocker(t *testing.T) {
 		if c.Suggestion.Size < c.Shm.Peak || !strings.Contains(strings.Join(c.Suggestion.Settings, "\n"), "--shm-size=") {
 			t.Errorf("suggestion %+v for peak %d", c.Suggestion, c.Shm.Peak)
 		}
+		t.Logf("gpurun stats --container full:\n%s", s.withArgs("--container", "full").output(t))
 	})
 }
 
