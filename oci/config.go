@@ -20,26 +20,80 @@ import (
 // raw document it edits, so that a rewrite keeps every field — also those
 // newer than the runtime-spec module gpurun was built with.
 type Config struct {
+	// Spec holds the fields of the spec gpurun reads (those of specFields);
+	// the others are left zero, and kept as they were in the raw document.
 	Spec *specs.Spec
 	raw  map[string]json.RawMessage
+}
+
+// specFields are the parts of a runtime spec that gpurun reads. Decoding
+// only these, not the whole specs.Spec, keeps a cold start of the shim and
+// the hook cheap: encoding/json builds a decoder for each type it meets on
+// first use, and specs.Spec reaches well over a hundred types (seccomp,
+// rlimits, every cgroup controller, Windows, VMs), which took ~1 ms of
+// each container start. runc decodes and checks the whole spec itself.
+type specFields struct {
+	Process *struct {
+		Args []string `json:"args,omitempty"`
+		Env  []string `json:"env,omitempty"`
+	} `json:"process,omitempty"`
+	Root   *specs.Root   `json:"root,omitempty"`
+	Mounts []specs.Mount `json:"mounts,omitempty"`
+	Hooks  *struct {
+		Prestart []specs.Hook `json:"prestart,omitempty"`
+	} `json:"hooks,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Linux       *struct {
+		Devices    []specs.LinuxDevice    `json:"devices,omitempty"`
+		Namespaces []specs.LinuxNamespace `json:"namespaces,omitempty"`
+		Resources  *struct {
+			Memory *struct {
+				Limit *int64 `json:"limit,omitempty"`
+			} `json:"memory,omitempty"`
+		} `json:"resources,omitempty"`
+	} `json:"linux,omitempty"`
+}
+
+// spec returns the fields as a specs.Spec.
+func (f *specFields) spec() *specs.Spec {
+	s := &specs.Spec{Root: f.Root, Mounts: f.Mounts, Annotations: f.Annotations}
+	if f.Process != nil {
+		s.Process = &specs.Process{Args: f.Process.Args, Env: f.Process.Env}
+	}
+	if f.Hooks != nil {
+		//lint:ignore SA1019 Prestart is deprecated, but it is where dockerd (--gpus) and the NVIDIA runtime put the NVIDIA hook.
+		s.Hooks = &specs.Hooks{Prestart: f.Hooks.Prestart}
+	}
+	if l := f.Linux; l != nil {
+		s.Linux = &specs.Linux{Devices: l.Devices, Namespaces: l.Namespaces}
+		if r := l.Resources; r != nil {
+			s.Linux.Resources = &specs.LinuxResources{}
+			if r.Memory != nil {
+				s.Linux.Resources.Memory = &specs.LinuxMemory{Limit: r.Memory.Limit}
+			}
+		}
+	}
+	return s
 }
 
 // ParseConfig decodes config.json text; name is used in errors, which give
 // the line and column of malformed JSON.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	c := &Config{Spec: new(specs.Spec)}
+	c := &Config{}
 	if err := json.Unmarshal(data, &c.raw); err != nil {
 		return nil, fmt.Errorf("parse %s: %s", name, describeJSONError(data, err))
 	}
 	if c.raw == nil {
 		return nil, fmt.Errorf("parse %s: not a JSON object", name)
 	}
-	if err := json.Unmarshal(data, c.Spec); err != nil {
+	var f specFields
+	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("parse %s: %s", name, describeJSONError(data, err))
 	}
 	if err := checkKeys(data); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", name, err)
 	}
+	c.Spec = f.spec()
 	return c, nil
 }
 

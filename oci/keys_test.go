@@ -17,6 +17,14 @@ func TestCheckKeys(t *testing.T) {
 		{"dup in a map", `{"annotations": {"io.kubernetes.cri.sandbox-id": "a", "io.kubernetes.cri.sandbox-id": "b"}}`, `twice`},
 		{"dup in a mount", `{"mounts": [{"source": "/a", "Source": "/b"}]}`, `ambiguous keys`},
 		{"a key equal to a value", `{"a": "b", "b": "a"}`, ""},
+		{"dup in the memory limit gpurun reads", `{"linux": {"resources": {"memory": {"limit": 1, "Limit": 2}}}}`, `ambiguous keys`},
+		{"dup in a device", `{"linux": {"devices": [{"path": "/dev/nvidia0", "Path": "/dev/nvidia1"}]}}`, `ambiguous keys`},
+		{"two linux objects", `{"linux": {}, "Linux": {}}`, `ambiguous keys`},
+		{"dup in a hook", `{"hooks": {"prestart": [{"path": "/a", "path": "/b"}]}}`, `twice`},
+		// Parts gpurun does not read are runc's to check.
+		{"dup in seccomp, not read", `{"linux": {"seccomp": {"defaultAction": "a", "DefaultAction": "b"}}, "mounts": []}`, ""},
+		{"dup in cpu resources, not read", `{"linux": {"resources": {"cpu": {"shares": 1, "Shares": 2}, "memory": {"limit": 1}}}}`, ""},
+		{"dup at the top is checked whatever the key", `{"hostname": "a", "Hostname": "b"}`, `ambiguous keys`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkKeys([]byte(tc.doc))
