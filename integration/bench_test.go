@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,6 +156,55 @@ func BenchmarkRuntimeShim(b *testing.B) {
 		over[i] = shimTimes[i] - 2*goTimes[i]
 	}
 	b.ReportMetric(ms(median(over)), "over-exec-ms")
+}
+
+// BenchmarkRuntimeShimRuncRun times a whole container life through
+// gpurun-runtime against runc alone: `run` of a GPU container (busybox
+// `true`, NVIDIA_VISIBLE_DEVICES=all) whose /dev/shm gpurun sizes, runc
+// creating, starting, waiting for and deleting it. The bundle's config.json
+// is put back between calls, off the clock. It reports both medians
+// (runc-ms, shim-ms), the added time and the ratio.
+func BenchmarkRuntimeShimRuncRun(b *testing.B) {
+	e := newRuncEnv(b, "")
+	if p := os.Getenv("GPURUN_BENCH_RUNTIME"); p != "" {
+		e.rt = p // an older build, for before/after
+	}
+	// The bundle on a tmpfs, as engines keep it (under /run).
+	shm, err := os.MkdirTemp("/dev/shm", "gpurun-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(shm) })
+	bundle := harness.RuncBundle(b, shm, e.rootfs, []string{"true"}, []string{"NVIDIA_VISIBLE_DEVICES=all"}, nil)
+	config := filepath.Join(bundle, "config.json")
+	spec, err := os.ReadFile(config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	timeIt := func(runtime string) time.Duration {
+		if err := os.WriteFile(config, spec, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		n++
+		start := time.Now()
+		if _, stderr, err := e.run(runtime, "run", "--bundle", bundle, fmt.Sprintf("bench-%d", n)); err != nil {
+			b.Fatalf("%s run: %v\n%s", runtime, err, stderr)
+		}
+		return time.Since(start)
+	}
+	timeIt(e.rt)
+	if after, err := os.ReadFile(config); err != nil || string(after) == string(spec) {
+		b.Fatalf("gpurun-runtime did not size the GPU container's /dev/shm (%v): not the sizing path", err)
+	}
+	var runcTimes, shimTimes []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		runcTimes = append(runcTimes, timeIt("runc"))
+		shimTimes = append(shimTimes, timeIt(e.rt))
+	}
+	b.StopTimer()
+	reportAdded(b, "runc", runcTimes, "shim", shimTimes)
 }
 
 // benchGpurun is the gpurun binary to measure: $GPURUN_BENCH_GPURUN (an
