@@ -219,18 +219,8 @@ func TestMetricsCRI(t *testing.T) { onEachContainerd(t, testMetricsCRI) }
 // state dir while a CRI pod of two containers writes known bytes to its
 // one /dev/shm.
 func testMetricsCRI(t *testing.T, c *harness.Containerd) {
-	s := startListen(t, noLogConfig(t), "--docker-host", "none", "--containerd-state", c.StateDir,
-		"--podman-root", filepath.Join(t.TempDir(), "no-podman"))
-	pod := c.RunPod(harness.PodOptions{Name: "job", Namespace: "ml"})
-	trainer := c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
-	c.StartContainer(trainer)
-	side := c.CreateContainer(pod, harness.ContainerOptions{Name: "sidecar"})
-	c.StartContainer(side)
-	for id, cmd := range map[string]string{trainer: writeMiB("t", 6), side: writeMiB("s", 2)} {
-		if out, err := c.Exec(id, "sh", "-c", cmd); err != nil {
-			t.Fatalf("write in %s: %v\n%s", id, err, out)
-		}
-	}
+	s := startListen(t, noLogConfig(t), criOnly(t, c)...)
+	pod, trainer, side := writingPod(t, c)
 	ids := map[string]string{trainer: "trainer", side: "sidecar"}
 	// both waits until every container of the pod has a series of name
 	// that cond accepts.

@@ -286,20 +286,33 @@ func onEachContainerd(t *testing.T, test func(*testing.T, *harness.Containerd)) 
 	}
 }
 
-// testStatsCRI checks a CRI pod of two containers on containerd c.
-func testStatsCRI(t *testing.T, c *harness.Containerd) {
-	s := newStatsRun(t, "--docker-host", "none", "--containerd-state", c.StateDir,
-		"--podman-root", filepath.Join(t.TempDir(), "no-podman"))
-	pod := c.RunPod(harness.PodOptions{Name: "job", Namespace: "ml"})
-	trainer := c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
+// criOnly are gpurun stats' engine arguments for containerd c alone.
+func criOnly(t *testing.T, c *harness.Containerd) []string {
+	return []string{"--docker-host", "none", "--containerd-state", c.StateDir, "--podman-root", filepath.Join(t.TempDir(), "no-podman")}
+}
+
+// writingPod runs the CRI pod ml/job on c: a GPU container trainer that
+// writes 6 MiB to the pod's /dev/shm and a sidecar that writes 2 MiB. It
+// returns the pod's and their ids once both wrote.
+func writingPod(t *testing.T, c *harness.Containerd) (pod, trainer, side string) {
+	t.Helper()
+	pod = c.RunPod(harness.PodOptions{Name: "job", Namespace: "ml"})
+	trainer = c.CreateContainer(pod, harness.ContainerOptions{Name: "trainer", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}})
 	c.StartContainer(trainer)
-	side := c.CreateContainer(pod, harness.ContainerOptions{Name: "sidecar"})
+	side = c.CreateContainer(pod, harness.ContainerOptions{Name: "sidecar"})
 	c.StartContainer(side)
 	for id, cmd := range map[string]string{trainer: writeMiB("t", 6), side: writeMiB("s", 2)} {
 		if out, err := c.Exec(id, "sh", "-c", cmd); err != nil {
 			t.Fatalf("write in %s: %v\n%s", id, err, out)
 		}
 	}
+	return pod, trainer, side
+}
+
+// testStatsCRI checks a CRI pod of two containers on containerd c.
+func testStatsCRI(t *testing.T, c *harness.Containerd) {
+	s := newStatsRun(t, criOnly(t, c)...)
+	pod, trainer, side := writingPod(t, c)
 	cs := s.collect(t)
 	for _, tc := range []struct {
 		id, name string
@@ -339,14 +352,11 @@ func testStatsCRI(t *testing.T, c *harness.Containerd) {
 		}
 	})
 	t.Run("--pod and --namespace filter", func(t *testing.T) {
-		s2 := *s
-		s2.args = append(slices.Clone(s.args), "--namespace", "ml", "--container", "sidecar")
-		cs := s2.collect(t)
+		cs := s.withArgs("--namespace", "ml", "--container", "sidecar").collect(t)
 		if len(cs) != 1 || cs[0].ID != side {
 			t.Errorf("filtered: %+v", cs)
 		}
-		s2.args = append(slices.Clone(s.args), "--pod", "other")
-		if cs := s2.collect(t); len(cs) != 0 {
+		if cs := s.withArgs("--pod", "other").collect(t); len(cs) != 0 {
 			t.Errorf("--pod other: %+v", cs)
 		}
 	})
