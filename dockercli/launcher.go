@@ -53,7 +53,7 @@ type Request struct {
 	// unknown.
 	LocalFacts func() (oci.Facts, error)
 	// DaemonLocal is true when the daemon listens on this host (a unix
-	// socket): then gpurun reads the host's memory from /proc/meminfo
+	// socket): then gpurun reads the host's memory itself (sysinfo(2))
 	// rather than asking the daemon (docker info is its slowest call).
 	DaemonLocal bool
 }

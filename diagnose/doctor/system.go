@@ -26,7 +26,7 @@ type System struct {
 	// Statfs returns what statfs(2) says about the filesystem at path
 	// (a path already under Root).
 	Statfs func(path string) (FS, error)
-	// MemTotal is the machine's memory in bytes (/proc/meminfo).
+	// MemTotal is the machine's memory in bytes (sysinfo.MemTotal).
 	MemTotal func() (int64, error)
 	// NumCPU is the number of CPUs this process may run on.
 	NumCPU func() int

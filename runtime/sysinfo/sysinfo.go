@@ -5,14 +5,10 @@
 package sysinfo
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -68,33 +64,17 @@ func GPUCount(dev string) (int, error) {
 	return n, nil
 }
 
-// MemTotal returns the host's total memory in bytes from /proc/meminfo.
+// MemTotal returns the host's total memory in bytes: the kernel's
+// totalram from sysinfo(2), the number /proc/meminfo prints as MemTotal,
+// read with one system call instead of rendering and parsing that file (a
+// cold gpurun-runtime spent ~50 µs on it). Unlike /proc/meminfo, which
+// LXCFS rewrites inside a container, it is the machine's.
 func MemTotal() (int64, error) {
-	return memTotal("/proc/meminfo")
-}
-
-func memTotal(path string) (int64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("read host memory: %w", err)
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0, fmt.Errorf("read host memory: sysinfo: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			break
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("read host memory: %s: MemTotal %q: %w", path, f[0], err)
-		}
-		return kb * 1024, nil
-	}
-	return 0, fmt.Errorf("read host memory: %s has no MemTotal line", path)
+	return int64(si.Totalram) * int64(si.Unit), nil
 }
 
 // TmpfsSize returns the size of the tmpfs mounted at path, or an error when
