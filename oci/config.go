@@ -17,13 +17,27 @@ import (
 )
 
 // Config is a bundle's config.json: the typed spec gpurun reads, and the
-// raw document it edits, so that a rewrite keeps every field — also those
-// newer than the runtime-spec module gpurun was built with.
+// document itself, which a plan rewrites only where it changes it: every
+// other byte — fields newer than the runtime-spec module gpurun was built
+// with, the engine's key order and spacing — is written back as it was.
 type Config struct {
 	// Spec holds the fields of the spec gpurun reads (those of specFields);
-	// the others are left zero, and kept as they were in the raw document.
+	// the others are left zero, and kept as they were in the document.
 	Spec *specs.Spec
-	raw  map[string]json.RawMessage
+	doc  []byte
+	// members are the document's top-level members in order, and close
+	// the offset of its closing brace.
+	members []member
+	close   int
+}
+
+// member is a top-level member of the document: its key, and its value,
+// doc[start:end] until a plan sets another. A member a plan added has no
+// place in doc (start < 0).
+type member struct {
+	key        string
+	start, end int
+	value      []byte
 }
 
 // specFields are the parts of a runtime spec that gpurun reads. Decoding
@@ -79,22 +93,20 @@ func (f *specFields) spec() *specs.Spec {
 // ParseConfig decodes config.json text; name is used in errors, which give
 // the line and column of malformed JSON.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	c := &Config{}
-	if err := json.Unmarshal(data, &c.raw); err != nil {
-		return nil, fmt.Errorf("parse %s: %s", name, describeJSONError(data, err))
-	}
-	if c.raw == nil {
-		return nil, fmt.Errorf("parse %s: not a JSON object", name)
-	}
 	var f specFields
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("parse %s: %s", name, describeJSONError(data, err))
+	w, err := walk(data)
+	if err == nil {
+		err = json.Unmarshal(w.proj, &f)
 	}
-	if err := checkKeys(data); err != nil {
+	if err != nil {
+		// The decoder's offsets are the projection's, or its messages
+		// lack one: decoding the whole document says where it is wrong.
+		if uerr := json.Unmarshal(data, &specFields{}); uerr != nil {
+			return nil, fmt.Errorf("parse %s: %s", name, describeJSONError(data, uerr))
+		}
 		return nil, fmt.Errorf("parse %s: %w", name, err)
 	}
-	c.Spec = f.spec()
-	return c, nil
+	return &Config{Spec: f.spec(), doc: data, members: w.members, close: w.close}, nil
 }
 
 // LoadConfig reads and decodes a config.json file.
@@ -169,12 +181,9 @@ func fieldKey(obj map[string]json.RawMessage, name string) (string, error) {
 // mounts decodes the raw mounts list, keeping each mount's unknown fields,
 // and returns it with the key it lives under.
 func (c *Config) mounts() ([]map[string]json.RawMessage, string, error) {
-	key, err := fieldKey(c.raw, "mounts")
-	if err != nil {
-		return nil, "", fmt.Errorf("apply: %w", err)
-	}
+	key := c.key("mounts")
 	var ms []map[string]json.RawMessage
-	if raw, ok := c.raw[key]; ok && string(raw) != "null" {
+	if raw, ok := c.value(key); ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &ms); err != nil {
 			return nil, "", fmt.Errorf("apply: mounts: %w", err)
 		}
@@ -190,7 +199,7 @@ func (c *Config) setMounts(key string, ms []map[string]json.RawMessage) error {
 	if err != nil {
 		return fmt.Errorf("apply: mounts: %w", err)
 	}
-	c.raw[key] = raw
+	c.set(key, raw)
 	return nil
 }
 
@@ -262,12 +271,10 @@ func (c *Config) ipcHost(sh Shm) error {
 		return err
 	}
 	// Drop the IPC namespace from linux.namespaces, keeping the rest of linux.
-	lkey, err := fieldKey(c.raw, "linux")
-	if err != nil {
-		return fmt.Errorf("apply ipc-host: %w", err)
-	}
+	lkey := c.key("linux")
 	var linux map[string]json.RawMessage
-	if err := json.Unmarshal(c.raw[lkey], &linux); err != nil || linux == nil || c.Spec.Linux == nil {
+	raw, _ := c.value(lkey)
+	if err := json.Unmarshal(raw, &linux); err != nil || linux == nil || c.Spec.Linux == nil {
 		return fmt.Errorf("apply ipc-host: linux: no namespaces to change")
 	}
 	nkey, err := fieldKey(linux, "namespaces")
@@ -311,16 +318,80 @@ func (c *Config) ipcHost(sh Shm) error {
 	if err := c.setMounts(mkey, ms); err != nil {
 		return err
 	}
-	c.raw[lkey] = linuxRaw
+	c.set(lkey, linuxRaw)
 	c.Spec.Linux.Namespaces = slices.DeleteFunc(c.Spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
 		return ns.Type == specs.IPCNamespace
 	})
 	return nil
 }
 
-// Marshal encodes the config, with every field it was read with.
+// key returns the top-level key that encoding/json (and so runc) decodes
+// into the field named name, else name. walk refused a document with two.
+func (c *Config) key(name string) string {
+	for _, m := range c.members {
+		if strings.EqualFold(m.key, name) {
+			return m.key
+		}
+	}
+	return name
+}
+
+// value returns the value of the top-level member key.
+func (c *Config) value(key string) ([]byte, bool) {
+	for _, m := range c.members {
+		if m.key != key {
+			continue
+		}
+		if m.value != nil {
+			return m.value, true
+		}
+		return c.doc[m.start:m.end], true
+	}
+	return nil, false
+}
+
+// set gives the top-level member key a new value, adding the member when
+// the document has none.
+func (c *Config) set(key string, value []byte) {
+	for i := range c.members {
+		if c.members[i].key == key {
+			c.members[i].value = value
+			return
+		}
+	}
+	c.members = append(c.members, member{key: key, start: -1, value: value})
+}
+
+// Marshal returns the document with the values plans set: every other
+// byte as it was read, and members a plan added before the closing brace.
 func (c *Config) Marshal() ([]byte, error) {
-	return marshal(c.raw)
+	out := make([]byte, 0, len(c.doc)+512)
+	prev, kept := 0, 0
+	for _, m := range c.members {
+		if m.start < 0 {
+			continue
+		}
+		kept++
+		out = append(out, c.doc[prev:m.start]...)
+		if m.value != nil {
+			out = append(out, m.value...)
+		} else {
+			out = append(out, c.doc[m.start:m.end]...)
+		}
+		prev = m.end
+	}
+	out = append(out, c.doc[prev:c.close]...)
+	for _, m := range c.members {
+		if m.start >= 0 {
+			continue
+		}
+		if kept > 0 {
+			out = append(out, ',')
+		}
+		kept++
+		out = append(append(appendJSONString(out, m.key), ':'), m.value...)
+	}
+	return append(out, c.doc[c.close:]...), nil
 }
 
 // marshal encodes JSON without HTML escaping, so strings keep their bytes.

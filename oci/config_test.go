@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -58,7 +59,23 @@ func TestApplyKeepsUnknownFields(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// What a plan does not change keeps its bytes, spacing included.
+			if (action == ActionNone || action == ActionRemount) && string(out) != futureSpec {
+				t.Errorf("%s changed the document:\n%s", action, out)
+			}
+			for _, line := range strings.Split(futureSpec, "\n") {
+				if strings.Contains(line, `"process"`) || strings.Contains(line, `"futureTopLevel"`) || action != ActionIPCHost && strings.Contains(line, `"linux"`) {
+					if !strings.Contains(string(out), strings.TrimSpace(line)) {
+						t.Errorf("%s: line %s not kept as it was:\n%s", action, strings.TrimSpace(line), out)
+					}
+				}
+			}
 			got := generic(t, out)
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, out); err != nil {
+				t.Fatal(err)
+			}
+			out = compact.Bytes()
 			if got["futureTopLevel"] == nil || got["ociVersion"] != "1.9.0" {
 				t.Errorf("top-level fields lost: %s", out)
 			}

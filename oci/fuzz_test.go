@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"unicode/utf8"
 
@@ -124,17 +125,21 @@ func FuzzApply(f *testing.F) {
 	fuzzSeeds(f, func(data []byte) { f.Add(data, uint8(0), "x") })
 	f.Fuzz(func(t *testing.T, data []byte, action uint8, extra string) {
 		c, err := ParseConfig("fuzz.json", data)
-		if err != nil || !utf8.ValidString(extra) {
+		if err != nil {
+			return
+		}
+		assertProjection(t, data, c)
+		if !utf8.ValidString(extra) {
 			return // JSON strings are UTF-8
 		}
 		key := "gpurunFuzzUnknown"
-		c.raw[key] = mustMarshal(t, extra)
+		c.set(key, mustMarshal(t, extra))
 		a := []Action{ActionSetSize, ActionInject, ActionIPCHost, ActionNone, ActionRemount}[action%5]
 		sh := ClassifyShm(c.Spec, 0)
 		if a == ActionSetSize && sh.Index < 0 {
 			return
 		}
-		before := topLevel(t, mustMarshal(t, c.raw))
+		before := topLevel(t, mustConfigJSON(t, c))
 		if _, err := c.Apply(Plan{Action: a, Size: policy.GiB, Shm: sh}); err != nil {
 			return // a failed apply is reported; the document is checked below
 		}
@@ -167,6 +172,16 @@ func topLevel(t *testing.T, data []byte) map[string]json.RawMessage {
 	return m
 }
 
+// mustConfigJSON is c's document as Marshal writes it.
+func mustConfigJSON(t *testing.T, c *Config) []byte {
+	t.Helper()
+	b, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func mustMarshal(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := marshal(v)
@@ -179,4 +194,17 @@ func mustMarshal(t *testing.T, v any) []byte {
 func itoa(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// assertProjection checks that the spec ParseConfig decoded from the parts
+// walk copied out is the one decoding the whole document gives.
+func assertProjection(t *testing.T, data []byte, c *Config) {
+	t.Helper()
+	var whole specFields
+	if err := json.Unmarshal(data, &whole); err != nil {
+		t.Fatalf("ParseConfig accepted what json.Unmarshal refuses (%v): %s", err, data)
+	}
+	if want := whole.spec(); !reflect.DeepEqual(c.Spec, want) {
+		t.Fatalf("spec from the projection\n%+v\ndiffers from the document's\n%+v\n%s", c.Spec, want, data)
+	}
 }

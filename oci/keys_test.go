@@ -1,11 +1,13 @@
 package oci
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
-func TestCheckKeys(t *testing.T) {
+func TestWalkKeys(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc, err string
 	}{
@@ -27,9 +29,49 @@ func TestCheckKeys(t *testing.T) {
 		{"dup at the top is checked whatever the key", `{"hostname": "a", "Hostname": "b"}`, `ambiguous keys`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkKeys([]byte(tc.doc))
+			_, err := walk([]byte(tc.doc))
 			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
-				t.Errorf("checkKeys(%s) = %v, want %q", tc.doc, err, tc.err)
+				t.Errorf("walk(%s) = %v, want %q", tc.doc, err, tc.err)
+			}
+		})
+	}
+}
+
+// ParseConfig decodes only the parts walk copies out: for every captured
+// config.json and for documents that spell, nest or leave out those parts
+// oddly, the spec is the one decoding the whole document gives, and the
+// document is written back byte for byte.
+func TestProjectionMatchesDocument(t *testing.T) {
+	docs := map[string]string{
+		"future spec":           futureSpec,
+		"keys spelt otherwise":  `{"Mounts": [{"Destination": "/dev/shm", "TYPE": "tmpfs"}], "LINUX": {"Resources": {"Memory": {"Limit": 5}, "cpu": {"shares": 2}}, "seccomp": {"x": [1, {"y": 2}]}}, "Process": {"Env": ["A=1"]}}`,
+		"nulls":                 `{"linux": null, "mounts": null, "process": null, "hooks": null, "root": null, "annotations": null}`,
+		"linux parts null":      `{"linux": {"resources": null, "devices": null, "namespaces": null}}`,
+		"memory null":           `{"linux": {"resources": {"memory": null}}}`,
+		"escaped keys":          `{"mo\u0075nts": [{"destination": "/dev/shm"}], "a\"b": 1, "linu\u0078": {"devi\u0063es": [{"path": "/dev/nvidia0"}]}}`,
+		"white space and order": "{\n\t\"annotations\" :\t{\"a\": \"1\"} ,\r\n \"ociVersion\":\"1.2.0\"  , \"hooks\" : {\"prestart\": [{\"path\": \"/h\"}], \"poststart\": []}\n}\n",
+		"empty":                 `{}`,
+	}
+	files, err := filepath.Glob(filepath.Join(fixtureDir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures in %s: %v", fixtureDir, err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[filepath.Base(f)] = string(data)
+	}
+	for name, doc := range docs {
+		t.Run(name, func(t *testing.T) {
+			c, err := ParseConfig(name, []byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertProjection(t, []byte(doc), c)
+			if out := mustConfigJSON(t, c); string(out) != doc {
+				t.Errorf("unchanged document written back as\n%s", out)
 			}
 		})
 	}
