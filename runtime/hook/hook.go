@@ -42,6 +42,7 @@ import (
 	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/runtime/logfile"
 	"github.com/gpurun/gpurun/runtime/remount"
+	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // Component names the hook in its log records and fail-closed errors.
@@ -86,24 +87,33 @@ func New(stdin io.Reader) *Hook {
 // but the policy fails open (the error is logged); an
 // *enforce.FailClosedError when the container start must fail.
 func (h *Hook) Run() error {
-	path, explicit := policy.ResolvePath(h.ConfigPath, h.Getenv)
-	pol, polErr := enforce.LoadPolicy(path, explicit, h.Fallback)
-	log, closeLog := logfile.Open(pol.LogFile, Component)
-	defer closeLog()
-
 	data, readErr := io.ReadAll(io.LimitReader(h.Stdin, maxState))
 	st, stErr := ParseState(data)
 	if readErr != nil {
 		stErr = fmt.Errorf("read container state from stdin: %w", readErr)
 	}
-	e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: h.Facts, Grow: h.Grow, Log: log})
-	attrs := []any{"stage", h.Stage, "status", st.Status, "container_pid", st.Pid}
-	_, err := e.Run(enforce.Subject{ID: st.ID, Bundle: st.Bundle}, attrs, func() (enforce.Request, error) {
+	// The bundle and the host are read while the policy loads, as
+	// gpurun-runtime does: they are most of the hook's time.
+	prep := enforce.Early(func() (enforce.Request, error) {
 		if stErr != nil {
 			return enforce.Request{}, stErr
 		}
 		return h.prepare(st)
 	})
+	facts := h.Facts
+	if facts == nil {
+		facts = sysinfo.Facts
+	}
+	facts = enforce.Early(facts)
+
+	path, explicit := policy.ResolvePath(h.ConfigPath, h.Getenv)
+	pol, polErr := enforce.LoadPolicy(path, explicit, h.Fallback)
+	log, closeLog := logfile.Open(pol.LogFile, Component)
+	defer closeLog()
+
+	e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: facts, Grow: h.Grow, Log: log})
+	attrs := []any{"stage", h.Stage, "status", st.Status, "container_pid", st.Pid}
+	_, err := e.Run(enforce.Subject{ID: st.ID, Bundle: st.Bundle}, attrs, prep)
 	return err
 }
 

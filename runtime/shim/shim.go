@@ -15,6 +15,7 @@ import (
 	"github.com/gpurun/gpurun/runtime/enforce"
 	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/runtime/logfile"
+	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // Component names the shim in its log records and fail-closed errors.
@@ -60,6 +61,19 @@ func New() *Shim {
 // runtime then gets the command line without gpurun-runtime's own flags.
 func (s *Shim) Main() int {
 	inv := ParseArgs(s.Args, s.Cwd)
+	sizing := inv.Command == "create" || inv.Command == "run"
+	var prep func() (enforce.Request, error)
+	facts := s.Facts
+	if sizing {
+		// The bundle and the host are read while the policy loads: on
+		// the path of every container start, they are most of the
+		// shim's time, and independent of each other.
+		prep = enforce.Early(func() (enforce.Request, error) { return prepare(inv) })
+		if facts == nil {
+			facts = sysinfo.Facts
+		}
+		facts = enforce.Early(facts)
+	}
 	path, explicit := policy.ResolvePath("", s.Getenv)
 	pol, polErr := enforce.LoadPolicy(path, explicit, s.Fallback)
 	log, closeLog := logfile.Open(pol.LogFile, Component)
@@ -72,11 +86,9 @@ func (s *Shim) Main() int {
 		return 1
 	}
 
-	if inv.Command == "create" || inv.Command == "run" {
-		e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: s.Facts, Log: log})
-		if _, err := e.Run(enforce.Subject{ID: inv.ID, Bundle: inv.Bundle}, []any{"command", inv.Command}, func() (enforce.Request, error) {
-			return prepare(inv)
-		}); err != nil {
+	if sizing {
+		e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: facts, Log: log})
+		if _, err := e.Run(enforce.Subject{ID: inv.ID, Bundle: inv.Bundle}, []any{"command", inv.Command}, prep); err != nil {
 			fmt.Fprintln(s.Stderr, err)
 			reportToEngine(inv, err.Error())
 			return 1
