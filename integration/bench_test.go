@@ -98,18 +98,7 @@ func BenchmarkRuntimeShim(b *testing.B) {
 		rt = bin(b, "gpurun-runtime")
 	}
 	dir := b.TempDir()
-	trivial := filepath.Join(dir, "trivial")
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module trivial\n\ngo 1.22\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", trivial, ".")
-	build.Dir, build.Env = dir, append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build a static Go binary: %v\n%s", err, out)
-	}
+	trivial := buildStaticGo(b, "package main\n\nfunc main() {}\n")
 	// The bundle on a tmpfs, as engines keep it.
 	bundle, err := os.MkdirTemp("/dev/shm", "gpurun-bench-")
 	if err != nil {
@@ -163,7 +152,10 @@ func BenchmarkRuntimeShim(b *testing.B) {
 // `true`, NVIDIA_VISIBLE_DEVICES=all) whose /dev/shm gpurun sizes, runc
 // creating, starting, waiting for and deleting it. The bundle's config.json
 // is put back between calls, off the clock. It reports both medians
-// (runc-ms, shim-ms), the added time and the ratio.
+// (runc-ms, shim-ms), the added time and the ratio, and the same run through
+// a static Go binary that only execs runc (go-exec-runc-ms: what any
+// wrapper written in Go costs) with the shim's time beyond it
+// (over-go-exec-ms).
 func BenchmarkRuntimeShimRuncRun(b *testing.B) {
 	e := newRuncEnv(b, "")
 	if p := os.Getenv("GPURUN_BENCH_RUNTIME"); p != "" {
@@ -197,14 +189,58 @@ func BenchmarkRuntimeShimRuncRun(b *testing.B) {
 	if after, err := os.ReadFile(config); err != nil || string(after) == string(spec) {
 		b.Fatalf("gpurun-runtime did not size the GPU container's /dev/shm (%v): not the sizing path", err)
 	}
-	var runcTimes, shimTimes []time.Duration
+	// The floor of any runtime wrapper written in Go: a static Go binary
+	// that only execs runc with its command line.
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	wrapper := buildStaticGo(b, fmt.Sprintf(`package main
+
+import (
+	"os"
+	"syscall"
+)
+
+func main() {
+	panic(syscall.Exec(%q, append([]string{%q}, os.Args[1:]...), os.Environ()))
+}
+`, runc, runc))
+	var runcTimes, wrapTimes, shimTimes []time.Duration
 	b.ResetTimer()
 	for b.Loop() {
 		runcTimes = append(runcTimes, timeIt("runc"))
+		wrapTimes = append(wrapTimes, timeIt(wrapper))
 		shimTimes = append(shimTimes, timeIt(e.rt))
 	}
 	b.StopTimer()
 	reportAdded(b, "runc", runcTimes, "shim", shimTimes)
+	b.ReportMetric(ms(median(wrapTimes)), "go-exec-runc-ms")
+	over := make([]time.Duration, len(shimTimes))
+	for i := range shimTimes {
+		over[i] = shimTimes[i] - wrapTimes[i]
+	}
+	b.ReportMetric(ms(median(over)), "over-go-exec-ms")
+}
+
+// buildStaticGo builds a static Go program of one file, src, as the
+// release binaries are built, and returns its path.
+func buildStaticGo(b *testing.B, src string) string {
+	b.Helper()
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module trivial\n\ngo 1.22\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	out := filepath.Join(dir, "prog")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, ".")
+	build.Dir, build.Env = dir, append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if msg, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build a static Go binary: %v\n%s", err, msg)
+	}
+	return out
 }
 
 // benchGpurun is the gpurun binary to measure: $GPURUN_BENCH_GPURUN (an
