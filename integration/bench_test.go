@@ -20,7 +20,9 @@ import (
 // two so drift hits both. It reports the medians of each and gpurun's added
 // time (goal: at most 15 ms) and ratio. The GPU variant includes gpurun's
 // work: asking the daemon for the image env, memory and default-shm-size,
-// and planning.
+// and planning. docker run itself varies by ±10 ms from run to run here, so
+// it also reports the launcher's own time, `gpurun --dry-run run ...`
+// (launcher-ms): everything gpurun does before it would exec docker.
 func BenchmarkRunOverhead(b *testing.B) {
 	d := harness.StartDockerd(b, harness.DockerdOptions{Bridge: true})
 	img := harness.BusyboxImage(b, d)
@@ -46,14 +48,19 @@ func BenchmarkRunOverhead(b *testing.B) {
 			// One of each first, so images and caches are warm for both.
 			timeIt("docker", args...)
 			timeIt(gpurun, args...)
-			var dockerTimes, gpurunTimes []time.Duration
+			// The launcher's own work, without docker run's: what it
+			// does before it execs docker, shown by --dry-run.
+			dry := append([]string{"--dry-run"}, args...)
+			var dockerTimes, gpurunTimes, dryTimes []time.Duration
 			b.ResetTimer()
 			for b.Loop() {
 				dockerTimes = append(dockerTimes, timeIt("docker", args...))
 				gpurunTimes = append(gpurunTimes, timeIt(gpurun, args...))
+				dryTimes = append(dryTimes, timeIt(gpurun, dry...))
 			}
 			b.StopTimer()
 			reportAdded(b, "docker", dockerTimes, "gpurun", gpurunTimes)
+			b.ReportMetric(ms(median(dryTimes)), "launcher-ms")
 		})
 	}
 }
