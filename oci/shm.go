@@ -2,10 +2,8 @@ package oci
 
 import (
 	"path"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -58,14 +56,47 @@ type Shm struct {
 	OwnerID string
 }
 
-// engineShmPatterns match the host paths where engines mount a pod's or a
-// shareable container's /dev/shm; compiled on first use (see gpuDevicePatterns).
-var engineShmPatterns = sync.OnceValue(func() (p struct{ docker, cri, crio *regexp.Regexp }) {
-	p.docker = regexp.MustCompile(`/containers/([0-9a-f]{12,64})/mounts/shm$`)
-	p.cri = regexp.MustCompile(`/sandboxes/([0-9a-zA-Z_.-]+)/shm$`)
-	p.crio = regexp.MustCompile(`/overlay-containers/([0-9a-f]{12,64})/userdata/shm$`)
-	return p
-})
+// engineShmLayout is a host path where an engine mounts a pod's or a
+// shareable container's /dev/shm: <anything>/<dir>/<owner id>/<suffix>.
+type engineShmLayout struct {
+	engine, dir, suffix string
+	owner               func(string) bool
+}
+
+// engineShmLayouts are the engines' layouts, in the order they are tried.
+func engineShmLayouts() [3]engineShmLayout {
+	return [...]engineShmLayout{
+		{"docker", "containers", "mounts/shm", isContainerID},
+		{EngineContainerdCRI, "sandboxes", "shm", isSandboxID},
+		{"cri-o", "overlay-containers", "userdata/shm", isContainerID},
+	}
+}
+
+// isContainerID reports whether s is a Docker, CRI-O or Podman container id
+// as they name dirs: 12 to 64 lower-case hex digits.
+func isContainerID(s string) bool {
+	if len(s) < 12 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if (s[i] < '0' || s[i] > '9') && (s[i] < 'a' || s[i] > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// isSandboxID reports whether s can be a containerd sandbox dir's name:
+// letters, digits, '_', '.' and '-'.
+func isSandboxID(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // hostShmPaths are the host's own POSIX shared memory directories.
 var hostShmPaths = []string{"/dev/shm", "/run/shm"}
@@ -108,15 +139,16 @@ func WithSizeOption(options []string, n int64, inKiB bool) []string {
 // a container's or pod's /dev/shm, and which engine and owner id.
 func EngineHostShm(source string) (engine, owner string, ok bool) {
 	src := path.Clean(source)
-	pat := engineShmPatterns()
-	if m := pat.docker.FindStringSubmatch(src); m != nil {
-		return "docker", m[1], true
-	}
-	if m := pat.cri.FindStringSubmatch(src); m != nil {
-		return EngineContainerdCRI, m[1], true
-	}
-	if m := pat.crio.FindStringSubmatch(src); m != nil {
-		return "cri-o", m[1], true
+	for _, l := range engineShmLayouts() {
+		rest, ok := strings.CutSuffix(src, "/"+l.suffix)
+		if !ok {
+			continue
+		}
+		i := strings.LastIndexByte(rest, '/')
+		if i < 0 || !l.owner(rest[i+1:]) || !strings.HasSuffix(rest[:i], "/"+l.dir) {
+			continue
+		}
+		return l.engine, rest[i+1:], true
 	}
 	return "", "", false
 }
