@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 
@@ -61,49 +60,87 @@ func ParseSize(s string) (int64, error) {
 // bytes: an integer or decimal number with a binary suffix (Ki, Mi, Gi, Ti,
 // Pi, Ei), a decimal SI suffix (k, M, G, T, P, E: "2G" = 2,000,000,000) or a
 // decimal exponent ("1e9"). Fractions of a byte ("100m", "0.5") and negative
-// values are rejected.
+// values are rejected, and so are numbers of more than 19 significant
+// digits (none of them is a size in range but an exact binary fraction
+// such as 0.0009765625Ki).
 //
 // It is written here rather than taken from k8s.io/apimachinery because that
 // package pulls a serialization stack into every binary that imports policy,
-// the runtime shim included, which must stay small and fast to start.
+// the runtime shim included, which must stay small and fast to start; and
+// in integers rather than math/big for the same reason.
 func ParseQuantity(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	num, suffix := splitQuantity(t)
 	if num == "" {
 		return 0, fmt.Errorf("invalid quantity %q: no number", s)
 	}
-	var mult *big.Rat
+	// The value is num × 2^shift × 10^exp.
+	var shift, exp int
 	switch suffix {
 	case "":
-		mult = big.NewRat(1, 1)
 	case "Ki", "Mi", "Gi", "Ti", "Pi", "Ei":
-		shift := uint(10 * (strings.Index("KMGTPE", suffix[:1]) + 1))
-		mult = new(big.Rat).SetInt(new(big.Int).Lsh(big.NewInt(1), shift))
+		shift = 10 * (strings.Index("KMGTPE", suffix[:1]) + 1)
 	case "k", "M", "G", "T", "P", "E":
-		exp := int64(3 * (strings.Index("kMGTPE", suffix) + 1))
-		mult = new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(exp), nil))
+		exp = 3 * (strings.Index("kMGTPE", suffix) + 1)
 	default:
 		if len(suffix) < 2 || (suffix[0] != 'e' && suffix[0] != 'E') {
 			return 0, fmt.Errorf("invalid quantity %q: unknown suffix %q", s, suffix)
 		}
-		exp, err := strconv.ParseInt(suffix[1:], 10, 8)
-		if err != nil || exp < 0 {
+		e, err := strconv.ParseInt(suffix[1:], 10, 8)
+		if err != nil || e < 0 {
 			return 0, fmt.Errorf("invalid quantity %q: bad exponent %q", s, suffix)
 		}
-		mult = new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(exp), nil))
+		exp = int(e)
 	}
-	v, ok := new(big.Rat).SetString(num)
-	if !ok {
+	whole, frac, _ := strings.Cut(num, ".")
+	frac = strings.TrimRight(frac, "0")
+	digits := strings.TrimLeft(whole+frac, "0")
+	if digits == "" {
+		return 0, nil
+	}
+	if len(digits) > 19 {
+		return 0, fmt.Errorf("invalid quantity %q: out of range (more than 19 significant digits)", s)
+	}
+	d, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
 		return 0, fmt.Errorf("invalid quantity %q: bad number %q", s, num)
 	}
-	v.Mul(v, mult)
-	if !v.IsInt() {
-		return 0, fmt.Errorf("invalid quantity %q: not a whole number of bytes", s)
+	notWhole := fmt.Errorf("invalid quantity %q: not a whole number of bytes", s)
+	outOfRange := fmt.Errorf("invalid quantity %q: out of range", s)
+	// Divide out the decimal places: 10^k = 5^k × 2^k, the twos from the
+	// binary suffix where it has them.
+	if k := len(frac) - exp; k > 0 {
+		p5 := uint64(1)
+		for range k {
+			p5 *= 5 // k ≤ 19: 5^19 fits
+		}
+		if d%p5 != 0 {
+			return 0, notWhole
+		}
+		d /= p5
+		if k > shift {
+			if d%(1<<(k-shift)) != 0 {
+				return 0, notWhole
+			}
+			d >>= k - shift
+			shift = 0
+		} else {
+			shift -= k
+		}
+		exp = 0
+	} else {
+		exp = -k
 	}
-	if !v.Num().IsInt64() {
-		return 0, fmt.Errorf("invalid quantity %q: out of range", s)
+	for range exp {
+		if d > math.MaxInt64/10 {
+			return 0, outOfRange
+		}
+		d *= 10
 	}
-	return v.Num().Int64(), nil
+	if shift >= 63 || d > math.MaxInt64>>shift {
+		return 0, outOfRange
+	}
+	return int64(d << shift), nil
 }
 
 // splitQuantity splits "1.5Gi" into "1.5" and "Gi". The number is unsigned

@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"errors"
 	"math"
+	"math/big"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -211,7 +214,73 @@ func FuzzParseQuantity(f *testing.F) {
 		if err == nil && n < 0 {
 			t.Fatalf("ParseQuantity(%q) = %d < 0", s, n)
 		}
+		checkQuantityAgainstBig(t, s)
 	})
+}
+
+// ParseQuantity agrees with exact rational arithmetic: the same value, or
+// both refuse; it may refuse more than 19 significant digits that the
+// rationals take.
+func TestParseQuantityAgainstBig(t *testing.T) {
+	for _, s := range []string{
+		"2Gi", ".5Ki", "1.", "0.0009765625Ki", "0.00048828125Ki", "0.0001Ki", "1.5", "1e18", "1e19", "0.5e1", "5e-1",
+		"9223372036854775807", "9223372036854775808", "9.223372036854775807e18", "9.223372036854775808e18",
+		"0", "0.0Gi", "00012Ki", "1.000000000000000000000Gi", "12345678901234567890", "0.000000000000000000001e21",
+		"7Ei", "7.9999999999Ei", "8Ei", "8191Pi", "8192Pi", "1e127", "0e127", "0.1e0", "1.25Ki", "1.2Ki", "3.0517578125e-5Ki",
+		" 64Mi ", "1.2.3", "Gi", "100m", "1e128",
+	} {
+		checkQuantityAgainstBig(t, s)
+	}
+}
+
+func checkQuantityAgainstBig(t *testing.T, s string) {
+	t.Helper()
+	n, err := ParseQuantity(s)
+	want, wantErr := parseQuantityBig(s)
+	if err == nil && (wantErr != nil || n != want) {
+		t.Fatalf("ParseQuantity(%q) = %d; the rationals say %d, %v", s, n, want, wantErr)
+	}
+	if err != nil && wantErr == nil && !strings.Contains(err.Error(), "19 significant digits") {
+		t.Fatalf("ParseQuantity(%q): %v; the rationals say %d", s, err, want)
+	}
+}
+
+// parseQuantityBig is ParseQuantity in exact rationals, as gpurun first
+// wrote it (math/big is kept out of the shim's binary since).
+func parseQuantityBig(s string) (int64, error) {
+	num, suffix := splitQuantity(strings.TrimSpace(s))
+	if num == "" {
+		return 0, errors.New("no number")
+	}
+	var mult *big.Rat
+	switch suffix {
+	case "":
+		mult = big.NewRat(1, 1)
+	case "Ki", "Mi", "Gi", "Ti", "Pi", "Ei":
+		shift := uint(10 * (strings.Index("KMGTPE", suffix[:1]) + 1))
+		mult = new(big.Rat).SetInt(new(big.Int).Lsh(big.NewInt(1), shift))
+	case "k", "M", "G", "T", "P", "E":
+		exp := int64(3 * (strings.Index("kMGTPE", suffix) + 1))
+		mult = new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(exp), nil))
+	default:
+		if len(suffix) < 2 || (suffix[0] != 'e' && suffix[0] != 'E') {
+			return 0, errors.New("unknown suffix")
+		}
+		exp, err := strconv.ParseInt(suffix[1:], 10, 8)
+		if err != nil || exp < 0 {
+			return 0, errors.New("bad exponent")
+		}
+		mult = new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(exp), nil))
+	}
+	v, ok := new(big.Rat).SetString(num)
+	if !ok {
+		return 0, errors.New("bad number")
+	}
+	v.Mul(v, mult)
+	if !v.IsInt() || !v.Num().IsInt64() {
+		return 0, errors.New("not whole or out of range")
+	}
+	return v.Num().Int64(), nil
 }
 
 func TestFormatQuantityAndCompose(t *testing.T) {
