@@ -96,7 +96,11 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	var f specFields
 	w, err := walk(data)
 	if err == nil {
-		err = json.Unmarshal(w.proj, &f)
+		var ok bool
+		if f, ok = decodeFields(w.proj); !ok {
+			f = specFields{}
+			err = json.Unmarshal(w.proj, &f)
+		}
 	}
 	if err != nil {
 		// The decoder's offsets are the projection's, or its messages

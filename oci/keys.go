@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"unicode/utf8"
 )
@@ -40,106 +39,173 @@ type walked struct {
 	proj    []byte
 }
 
-// walk reads config.json once with a json.Decoder. It refuses a document in
-// which an object gpurun reads holds the same key twice, or — outside the
-// spec's maps — two keys that encoding/json (and so runc) folds into one
-// field ("mounts" and "Mounts", or "mountſ" with the long s). Each reader
-// would take the last, but which of them the engine meant is anybody's
-// guess: no engine writes such a document, and gpurun does not size a
-// container (or grow a pod's tmpfs) on a guess. The top-level object and
-// the parts readKeys names are checked; the rest (a seccomp profile is most
-// of Docker's config.json) is read past once, and runc decodes and checks
-// it itself. The parts readKeys names are copied into walked.proj, so that
-// decoding specFields reads a few hundred bytes instead of the document.
+// walk reads config.json once. It refuses a document in which an object
+// gpurun reads holds the same key twice, or — outside the spec's maps — two
+// keys that encoding/json (and so runc) folds into one field ("mounts" and
+// "Mounts", or "mountſ" with the long s). Each reader would take the last,
+// but which of them the engine meant is anybody's guess: no engine writes
+// such a document, and gpurun does not size a container (or grow a pod's
+// tmpfs) on a guess. The top-level object and the parts readKeys names are
+// checked; the rest (a seccomp profile is most of Docker's config.json) is
+// stepped over, and runc decodes and checks it itself. The parts readKeys
+// names are copied into walked.proj, so that decoding specFields reads a
+// few hundred bytes instead of the document.
 //
-// An error from the decoder is its own; callers that report it decode the
-// document with json.Unmarshal for a message with an offset.
+// The document is checked with json.Valid first, and then walked byte by
+// byte: encoding/json's token API took ~200 µs of a cold gpurun-runtime
+// for Docker's config.json, the walk a few. An invalid document is refused
+// without a position; callers that report it decode the document with
+// json.Unmarshal for a message with an offset.
 func walk(data []byte) (walked, error) {
-	w := &walker{dec: json.NewDecoder(bytes.NewReader(data)), data: data}
-	tok, err := w.dec.Token()
-	if err != nil {
-		return walked{}, err
+	if !json.Valid(data) {
+		return walked{}, errors.New("not valid JSON")
 	}
-	if tok != json.Delim('{') {
+	w := &walker{data: data}
+	w.space()
+	if w.i >= len(data) || data[w.i] != '{' {
 		return walked{}, errNotObject
 	}
+	w.i++
 	w.proj = append(make([]byte, 0, 2048), '{')
 	if err := w.object(false, readKeys(), false, true, true); err != nil {
 		return walked{}, err
 	}
 	w.proj = append(w.proj, '}')
-	end := int(w.dec.InputOffset()) // just past the closing brace
-	if _, err := w.dec.Token(); err != io.EOF {
-		return walked{}, fmt.Errorf("data after the top-level object (offset %d)", end)
-	}
-	return walked{members: w.top, close: end - 1, proj: w.proj}, nil
+	return walked{members: w.top, close: w.i - 1, proj: w.proj}, nil
 }
 
-// walker is one walk's state.
+// walker is one walk's state: the document (valid JSON), the offset it
+// has reached, the projection written so far and the top-level members
+// read so far.
 type walker struct {
-	dec  *json.Decoder
 	data []byte
-	proj []byte   // the projection written so far
-	top  []member // the top-level members read so far
+	i    int
+	proj []byte
+	top  []member
 }
 
-// value checks the value that follows, under key: every object in it when
-// whole, else the parts rule names.
-func (w *walker) value(key string, rule keyRule, whole bool) error {
-	tok, err := w.dec.Token()
-	if err != nil {
-		return err
+// space steps over white space.
+func (w *walker) space() {
+	for w.i < len(w.data) {
+		switch w.data[w.i] {
+		case ' ', '\t', '\n', '\r':
+			w.i++
+		default:
+			return
+		}
 	}
-	return w.valueFrom(tok, key, rule, whole)
 }
 
-// valueFrom is value for a value whose first token has been read.
-func (w *walker) valueFrom(tok json.Token, key string, rule keyRule, whole bool) error {
-	switch tok {
-	case json.Delim('{'):
+// str steps over the string at w.i and returns it, unescaped.
+func (w *walker) str() string {
+	start := w.i
+	plain := true
+	for w.i++; w.i < len(w.data); w.i++ {
+		switch c := w.data[w.i]; {
+		case c == '\\':
+			plain = false
+			w.i++
+		case c == '"':
+			w.i++
+			raw := w.data[start:w.i]
+			if plain && utf8.Valid(raw) {
+				return string(raw[1 : len(raw)-1])
+			}
+			var s string
+			_ = json.Unmarshal(raw, &s) // valid JSON: a string; invalid UTF-8 becomes U+FFFD, as encoding/json reads it
+			return s
+		}
+	}
+	return string(w.data[start:])
+}
+
+// skip steps over the value at w.i.
+func (w *walker) skip() {
+	depth := 0
+	for w.i < len(w.data) {
+		switch w.data[w.i] {
+		case '"':
+			w.str()
+			if depth == 0 {
+				return
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return // the end of a number or a literal
+			}
+			depth--
+			if depth == 0 {
+				w.i++
+				return
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return // the end of a number or a literal
+			}
+		}
+		w.i++
+	}
+}
+
+// value checks the value at w.i, under key: every object in it when whole,
+// else the parts rule names.
+func (w *walker) value(key string, rule keyRule, whole bool) error {
+	w.space()
+	switch w.data[w.i] {
+	case '{':
+		w.i++
 		isMap := slices.ContainsFunc(mapFields, func(f string) bool { return bytes.EqualFold([]byte(key), []byte(f)) })
 		return w.object(isMap, rule, whole, false, false)
-	case json.Delim('['):
-		for w.dec.More() {
+	case '[':
+		w.i++
+		for w.space(); w.data[w.i] != ']'; w.space() {
 			if err := w.value("", rule, whole); err != nil {
 				return err
 			}
+			w.space()
+			if w.data[w.i] == ',' {
+				w.i++
+			}
 		}
-		_, err := w.dec.Token() // ']'
-		return err
+		w.i++
+		return nil
 	}
-	return nil // a scalar
+	w.skip() // a scalar
+	return nil
 }
 
-// object checks the keys of the object whose '{' the decoder has just read,
+// object checks the keys of the object whose '{' the walk has just passed,
 // and then its values as value does; a value neither whole nor named by
-// rule is skipped. With project, the members rule names are appended to
-// the projection (the caller writes the braces); with top, every member's
-// place is noted.
+// rule is stepped over. With project, the members rule names are appended
+// to the projection (the caller writes the braces); with top, every
+// member's place is noted.
 func (w *walker) object(isMap bool, rule keyRule, whole, project, top bool) error {
 	var keys []string
-	for w.dec.More() {
-		tok, err := w.dec.Token()
-		if err != nil {
-			return err
-		}
-		k, _ := tok.(string)
+	for w.space(); w.data[w.i] != '}'; w.space() {
+		k := w.str()
 		for _, seen := range keys {
 			switch {
 			case seen == k:
-				return fmt.Errorf("ambiguous document: key %q twice in one object (offset %d)", k, w.dec.InputOffset())
+				return fmt.Errorf("ambiguous document: key %q twice in one object (offset %d)", k, w.i)
 			case !isMap && bytes.EqualFold([]byte(seen), []byte(k)):
-				return fmt.Errorf("ambiguous keys %q and %q: one field to encoding/json and runc (offset %d)", seen, k, w.dec.InputOffset())
+				return fmt.Errorf("ambiguous keys %q and %q: one field to encoding/json and runc (offset %d)", seen, k, w.i)
 			}
 		}
 		keys = append(keys, k)
-		start := w.valueStart()
+		w.space()
+		w.i++ // ':'
+		w.space()
+		start := w.i
 		sub, named := lookupFold(rule, k)
+		var err error
 		switch {
 		case whole:
 			err = w.value(k, nil, true)
 		case named && project:
-			if len(w.proj) > 0 && w.proj[len(w.proj)-1] != '{' {
+			if w.proj[len(w.proj)-1] != '{' {
 				w.proj = append(w.proj, ',')
 			}
 			w.proj = append(appendJSONString(w.proj, k), ':')
@@ -147,58 +213,41 @@ func (w *walker) object(isMap bool, rule keyRule, whole, project, top bool) erro
 		case named:
 			err = w.value(k, sub, sub == nil)
 		default:
-			var skip json.RawMessage
-			err = w.dec.Decode(&skip)
+			w.skip()
 		}
 		if err != nil {
 			return err
 		}
 		if top {
-			w.top = append(w.top, member{key: k, start: start, end: int(w.dec.InputOffset())})
+			w.top = append(w.top, member{key: k, start: start, end: w.i})
+		}
+		w.space()
+		if w.data[w.i] == ',' {
+			w.i++
 		}
 	}
-	_, err := w.dec.Token() // '}'
-	return err
+	w.i++ // '}'
+	return nil
 }
 
 // projected checks the value that starts at start and appends it to the
 // projection: an object that rule looks into, member by member; anything
 // else as it is written.
 func (w *walker) projected(key string, rule keyRule, start int) error {
-	if rule == nil {
-		if err := w.value(key, nil, true); err != nil {
+	if rule == nil || w.data[w.i] != '{' { // null, or a type the decoder will refuse
+		if err := w.value(key, rule, rule == nil); err != nil {
 			return err
 		}
-		w.proj = append(w.proj, w.data[start:w.dec.InputOffset()]...)
+		w.proj = append(w.proj, w.data[start:w.i]...)
 		return nil
 	}
-	tok, err := w.dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != json.Delim('{') { // null, or a type the decoder will refuse
-		if err := w.valueFrom(tok, key, rule, false); err != nil {
-			return err
-		}
-		w.proj = append(w.proj, w.data[start:w.dec.InputOffset()]...)
-		return nil
-	}
+	w.i++
 	w.proj = append(w.proj, '{')
 	if err := w.object(false, rule, false, true, false); err != nil {
 		return err
 	}
 	w.proj = append(w.proj, '}')
 	return nil
-}
-
-// valueStart is the offset of the value that follows the key the decoder
-// has just read: past the white space and the colon.
-func (w *walker) valueStart() int {
-	i := int(w.dec.InputOffset())
-	for i < len(w.data) && (w.data[i] == ':' || w.data[i] == ' ' || w.data[i] == '\t' || w.data[i] == '\n' || w.data[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // appendJSONString appends s as a JSON string.
