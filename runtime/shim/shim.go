@@ -141,9 +141,10 @@ func (s *Shim) lowLevel(name string) (string, error) {
 		p = abs
 	}
 	if s.Self != "" {
-		a, errA := filepath.EvalSymlinks(p)
-		b, errB := filepath.EvalSymlinks(s.Self)
-		if errA == nil && errB == nil && a == b {
+		// The same file, however reached (a symlink, a hard link).
+		a, errA := os.Stat(p)
+		b, errB := os.Stat(s.Self)
+		if errA == nil && errB == nil && os.SameFile(a, b) {
 			return "", fmt.Errorf("low-level runtime %q is gpurun-runtime itself; set runtime in the gpurun config to runc, crun or nvidia-container-runtime", name)
 		}
 	}

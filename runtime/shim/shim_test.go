@@ -185,9 +185,23 @@ func TestShimRefusesItselfAsLowLevelRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Self = pol.Runtime // as if the config named gpurun-runtime itself
-	if code := s.Main(); code != 1 || len(*calls) != 0 || !strings.Contains(stderr.String(), "is gpurun-runtime itself") {
-		t.Errorf("code %d, calls %v, stderr %q", code, *calls, stderr)
+	// The config names gpurun-runtime itself: by its path, through a
+	// symlink, or by a hard link.
+	dir := t.TempDir()
+	link, hard := filepath.Join(dir, "runc-symlink"), filepath.Join(dir, "runc-hardlink")
+	if err := os.Symlink(pol.Runtime, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(pol.Runtime, hard); err != nil {
+		t.Fatal(err)
+	}
+	for _, self := range []string{pol.Runtime, link, hard} {
+		stderr.Reset()
+		*calls = nil
+		s.Self = self
+		if code := s.Main(); code != 1 || len(*calls) != 0 || !strings.Contains(stderr.String(), "is gpurun-runtime itself") {
+			t.Errorf("self %s: code %d, calls %v, stderr %q", self, code, *calls, stderr)
+		}
 	}
 }
 
