@@ -211,25 +211,56 @@ func (c *Config) setSize(sh Shm, size int64) error {
 	if sh.Index < 0 || sh.Index >= len(c.Spec.Mounts) {
 		return fmt.Errorf("apply set-size: no /dev/shm mount at index %d", sh.Index)
 	}
-	ms, mkey, err := c.mounts()
+	key, raw, els, err := c.mountElements()
 	if err != nil {
 		return err
 	}
-	okey, err := fieldKey(ms[sh.Index], "options")
-	if err != nil {
-		return fmt.Errorf("apply set-size: mount %d: %w", sh.Index, err)
-	}
+	// The mount's options, or a new member for them: the rest of the
+	// mount, and every other mount, keep their bytes.
+	el := raw[els[sh.Index][0]:els[sh.Index][1]]
+	w := &walker{data: el}
+	ms, closing := w.members()
 	opts := WithSizeOption(c.Spec.Mounts[sh.Index].Options, size, sh.SizeInKiB)
-	raw, err := marshal(opts)
-	if err != nil {
-		return err
+	list := appendJSONStrings(nil, opts)
+	var mount []byte
+	if i := slices.IndexFunc(ms, func(m member) bool { return strings.EqualFold(m.key, "options") }); i >= 0 {
+		mount = splice(el, ms[i].start, ms[i].end, list)
+	} else {
+		add := append(appendJSONString(nil, "options"), ':')
+		if len(ms) > 0 {
+			add = append([]byte{','}, add...)
+		}
+		mount = splice(el, closing, closing, append(add, list...))
 	}
-	ms[sh.Index][okey] = raw
-	if err := c.setMounts(mkey, ms); err != nil {
-		return err
-	}
+	c.set(key, splice(raw, els[sh.Index][0], els[sh.Index][1], mount))
 	c.Spec.Mounts[sh.Index].Options = opts
 	return nil
+}
+
+// mountElements returns the top-level key of the mounts, their value and
+// the span of each element in it, checked against the decoded spec.
+func (c *Config) mountElements() (string, []byte, [][2]int, error) {
+	key := c.key("mounts")
+	raw, _ := c.value(key)
+	w := &walker{data: raw}
+	w.space()
+	if w.i >= len(raw) || raw[w.i] != '[' {
+		if len(c.Spec.Mounts) == 0 {
+			return key, nil, nil, nil // absent or null
+		}
+		return "", nil, nil, fmt.Errorf("apply: mounts: not a list")
+	}
+	els := w.elements()
+	if len(els) != len(c.Spec.Mounts) {
+		return "", nil, nil, fmt.Errorf("apply: mounts: %d in the document, %d decoded", len(els), len(c.Spec.Mounts))
+	}
+	return key, raw, els, nil
+}
+
+// splice returns b with b[start:end] replaced by with.
+func splice(b []byte, start, end int, with []byte) []byte {
+	out := make([]byte, 0, len(b)-(end-start)+len(with))
+	return append(append(append(out, b[:start]...), with...), b[end:]...)
 }
 
 // ShmMount is the tmpfs engines give a container at /dev/shm, of the given size.
@@ -243,22 +274,26 @@ func ShmMount(size int64) specs.Mount {
 }
 
 func (c *Config) inject(size int64) error {
-	ms, mkey, err := c.mounts()
+	key, raw, els, err := c.mountElements()
 	if err != nil {
 		return err
 	}
 	m := ShmMount(size)
-	raw, err := marshal(m)
-	if err != nil {
-		return err
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return err
-	}
+	obj := []byte(`{"destination":`)
+	obj = append(appendJSONString(obj, m.Destination), `,"type":`...)
+	obj = append(appendJSONString(obj, m.Type), `,"source":`...)
+	obj = append(appendJSONString(obj, m.Source), `,"options":`...)
+	obj = append(appendJSONStrings(obj, m.Options), '}')
 	// After every other mount, so it lands on top of the /dev the spec makes.
-	if err := c.setMounts(mkey, append(ms, obj)); err != nil {
-		return err
+	switch {
+	case raw == nil:
+		c.set(key, append(append([]byte{'['}, obj...), ']'))
+	case len(els) == 0:
+		end := bytes.LastIndexByte(raw, ']')
+		c.set(key, splice(raw, end, end, obj))
+	default:
+		end := els[len(els)-1][1]
+		c.set(key, splice(raw, end, end, append([]byte{','}, obj...)))
 	}
 	c.Spec.Mounts = append(c.Spec.Mounts, m)
 	return nil

@@ -282,3 +282,44 @@ func TestApplyCaseFoldedKeys(t *testing.T) {
 		}
 	}
 }
+
+// Apply rewrites only the bytes it must: the /dev/shm mount's options (or
+// a new options member, or a new mount), wherever and however the engine
+// wrote them.
+func TestApplySplices(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		action    Action
+		want      string
+	}{
+		{"options replaced", "{\"mounts\": [\n {\"destination\": \"/proc\"},\n {\"destination\": \"/dev/shm\", \"type\": \"tmpfs\", \"options\": [\"nosuid\", \"size=65536k\"], \"x\": 1}\n]}\n",
+			ActionSetSize, "{\"mounts\": [\n {\"destination\": \"/proc\"},\n {\"destination\": \"/dev/shm\", \"type\": \"tmpfs\", \"options\": [\"nosuid\",\"size=1048576k\"], \"x\": 1}\n]}\n"},
+		{"Options spelt otherwise", `{"mounts":[{"Destination":"/dev/shm","TYPE":"tmpfs","Options":["size=64m"]}]}`,
+			ActionSetSize, `{"mounts":[{"Destination":"/dev/shm","TYPE":"tmpfs","Options":["size=1073741824"]}]}`},
+		{"no options", `{"mounts":[{"destination":"/dev/shm","type":"tmpfs","source":"shm"}]}`,
+			ActionSetSize, `{"mounts":[{"destination":"/dev/shm","type":"tmpfs","source":"shm","options":["size=1073741824"]}]}`},
+		{"inject after the others", `{"mounts": [{"destination": "/proc"}] }`,
+			ActionInject, `{"mounts": [{"destination": "/proc"},{"destination":"/dev/shm","type":"tmpfs","source":"shm","options":["nosuid","noexec","nodev","mode=1777","size=1073741824"]}] }`},
+		{"inject into an empty list", `{"mounts": [ ] }`,
+			ActionInject, `{"mounts": [ {"destination":"/dev/shm","type":"tmpfs","source":"shm","options":["nosuid","noexec","nodev","mode=1777","size=1073741824"]}] }`},
+		{"inject into null", `{"mounts":null}`,
+			ActionInject, `{"mounts":[{"destination":"/dev/shm","type":"tmpfs","source":"shm","options":["nosuid","noexec","nodev","mode=1777","size=1073741824"]}]}`},
+		{"inject without mounts", "{\"ociVersion\": \"1.2.0\"}\n",
+			ActionInject, "{\"ociVersion\": \"1.2.0\",\"mounts\":[{\"destination\":\"/dev/shm\",\"type\":\"tmpfs\",\"source\":\"shm\",\"options\":[\"nosuid\",\"noexec\",\"nodev\",\"mode=1777\",\"size=1073741824\"]}]}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, tc.doc)
+			sh := ClassifyShm(c.Spec, 0)
+			if _, err := c.Apply(Plan{Action: tc.action, Size: policy.GiB, Shm: sh}); err != nil {
+				t.Fatal(err)
+			}
+			out := mustConfigJSON(t, c)
+			if string(out) != tc.want {
+				t.Fatalf("got\n%s\nwant\n%s", out, tc.want)
+			}
+			if got := ClassifyShm(mustParse(t, string(out)).Spec, 0).Size; got != policy.GiB {
+				t.Errorf("the rewritten spec's /dev/shm is %d bytes", got)
+			}
+		})
+	}
+}

@@ -250,6 +250,58 @@ func (w *walker) projected(key string, rule keyRule, start int) error {
 	return nil
 }
 
+// elements steps over the list at w.i and returns the span of each of its
+// elements.
+func (w *walker) elements() [][2]int {
+	var spans [][2]int
+	w.i++ // '['
+	for w.space(); w.data[w.i] != ']'; w.space() {
+		start := w.i
+		w.skip()
+		spans = append(spans, [2]int{start, w.i})
+		w.space()
+		if w.data[w.i] == ',' {
+			w.i++
+		}
+	}
+	w.i++
+	return spans
+}
+
+// members steps over the object at w.i and returns its members and the
+// offset of its closing brace.
+func (w *walker) members() ([]member, int) {
+	var ms []member
+	w.space()
+	w.i++ // '{'
+	for w.space(); w.data[w.i] != '}'; w.space() {
+		k := w.str()
+		w.space()
+		w.i++ // ':'
+		w.space()
+		start := w.i
+		w.skip()
+		ms = append(ms, member{key: k, start: start, end: w.i})
+		w.space()
+		if w.data[w.i] == ',' {
+			w.i++
+		}
+	}
+	return ms, w.i
+}
+
+// appendJSONStrings appends ss as a JSON list of strings.
+func appendJSONStrings(b []byte, ss []string) []byte {
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
 // appendJSONString appends s as a JSON string.
 func appendJSONString(b []byte, s string) []byte {
 	plain := true
