@@ -1,11 +1,11 @@
 package oci
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -119,13 +119,26 @@ func (w *walker) str() string {
 	return string(w.data[start:])
 }
 
+// skipStr steps over the string at w.i.
+func (w *walker) skipStr() {
+	for w.i++; w.i < len(w.data); w.i++ {
+		switch w.data[w.i] {
+		case '\\':
+			w.i++
+		case '"':
+			w.i++
+			return
+		}
+	}
+}
+
 // skip steps over the value at w.i.
 func (w *walker) skip() {
 	depth := 0
 	for w.i < len(w.data) {
 		switch w.data[w.i] {
 		case '"':
-			w.str()
+			w.skipStr()
 			if depth == 0 {
 				return
 			}
@@ -157,7 +170,7 @@ func (w *walker) value(key string, rule keyRule, whole bool) error {
 	switch w.data[w.i] {
 	case '{':
 		w.i++
-		isMap := slices.ContainsFunc(mapFields, func(f string) bool { return bytes.EqualFold([]byte(key), []byte(f)) })
+		isMap := slices.ContainsFunc(mapFields, func(f string) bool { return strings.EqualFold(key, f) })
 		return w.object(isMap, rule, whole, false, false)
 	case '[':
 		w.i++
@@ -190,7 +203,7 @@ func (w *walker) object(isMap bool, rule keyRule, whole, project, top bool) erro
 			switch {
 			case seen == k:
 				return fmt.Errorf("ambiguous document: key %q twice in one object (offset %d)", k, w.i)
-			case !isMap && bytes.EqualFold([]byte(seen), []byte(k)):
+			case !isMap && strings.EqualFold(seen, k):
 				return fmt.Errorf("ambiguous keys %q and %q: one field to encoding/json and runc (offset %d)", seen, k, w.i)
 			}
 		}
@@ -319,7 +332,7 @@ func appendJSONString(b []byte, s string) []byte {
 // case-folded.
 func lookupFold(rule keyRule, key string) (keyRule, bool) {
 	for k, sub := range rule {
-		if bytes.EqualFold([]byte(k), []byte(key)) {
+		if strings.EqualFold(k, key) {
 			return sub, true
 		}
 	}
