@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -39,8 +40,7 @@ func Facts() (oci.Facts, error) {
 func GPUCount(dev string) (int, error) {
 	counts := map[string]int{}
 	for _, sub := range []string{"", "dri", "accel"} {
-		dir := filepath.Join(dev, sub)
-		entries, err := os.ReadDir(dir)
+		entries, err := readDir(filepath.Join(dev, sub))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -48,7 +48,7 @@ func GPUCount(dev string) (int, error) {
 			return 0, fmt.Errorf("count GPUs: %w", err)
 		}
 		for _, e := range entries {
-			if e.Type()&os.ModeDevice == 0 {
+			if e.Type()&os.ModeDevice == 0 || !mayBeGPUNode(e.Name()) {
 				continue
 			}
 			// Classify by the path the node has in a container's /dev.
@@ -62,6 +62,23 @@ func GPUCount(dev string) (int, error) {
 		n = max(n, c)
 	}
 	return n, nil
+}
+
+// readDir lists dir in the order the kernel gives (os.ReadDir sorts).
+func readDir(dir string) ([]os.DirEntry, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+// mayBeGPUNode reports whether name, in /dev, /dev/dri or /dev/accel, can
+// be a node oci.ClassifyDevice counts (nvidiaN, renderDN, accelN, kfd, dri): the
+// others, most of /dev, are not worth building a path for.
+func mayBeGPUNode(name string) bool {
+	return strings.HasPrefix(name, "nvidia") || strings.HasPrefix(name, "renderD") || strings.HasPrefix(name, "accel") || name == "kfd" || name == "dri"
 }
 
 // MemTotal returns the host's total memory in bytes: the kernel's

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpurun/gpurun/oci"
 )
 
 // MemTotal is the MemTotal line of /proc/meminfo, in bytes.
@@ -92,5 +94,26 @@ func TestGPUCount(t *testing.T) {
 				t.Errorf("GPUCount = %d, %v; want %d", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// mayBeGPUNode lets through every name ClassifyDevice counts, in each of
+// the dirs GPUCount reads: this host's and the GPU nodes of every vendor.
+func TestMayBeGPUNode(t *testing.T) {
+	names := []string{"nvidia0", "nvidia15", "nvidiactl", "nvidia-uvm", "nvidia-caps", "renderD128", "renderD129", "card0", "card1",
+		"accel0", "accel12", "kfd", "hidraw0", "tty0", "null", "dri", "accel", "nvme0n1"}
+	for _, sub := range []string{"", "dri", "accel"} {
+		if entries, err := os.ReadDir(filepath.Join("/dev", sub)); err == nil {
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	for _, sub := range []string{"", "dri", "accel"} {
+		for _, name := range names {
+			if oci.ClassifyDevice(filepath.Join("/dev", sub, name)).GPU && !mayBeGPUNode(name) {
+				t.Errorf("/dev/%s counts as a GPU but mayBeGPUNode(%q) is false", filepath.Join(sub, name), name)
+			}
+		}
 	}
 }
