@@ -193,10 +193,12 @@ func Load(path string, explicit bool) (*Policy, error) {
 // file, the line and the key.
 func Parse(name string, data []byte) (*Policy, error) {
 	f := DefaultFile()
-	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return nil, describeTOMLError(name, err)
+	if !parseFast(data, &f) {
+		dec := toml.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			return nil, describeTOMLError(name, err)
+		}
 	}
 	p, err := f.Validate(name)
 	if err != nil {
