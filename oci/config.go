@@ -47,26 +47,36 @@ type member struct {
 // rlimits, every cgroup controller, Windows, VMs), which took ~1 ms of
 // each container start. runc decodes and checks the whole spec itself.
 type specFields struct {
-	Process *struct {
+	Process     *specProcess      `json:"process,omitempty"`
+	Root        *specs.Root       `json:"root,omitempty"`
+	Mounts      []specs.Mount     `json:"mounts,omitempty"`
+	Hooks       *specHooks        `json:"hooks,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Linux       *specLinux        `json:"linux,omitempty"`
+}
+
+// specProcess, specHooks, specLinux, specResources and specMemory are the
+// parts of runtime-spec's types that gpurun reads.
+type (
+	specProcess struct {
 		Args []string `json:"args,omitempty"`
 		Env  []string `json:"env,omitempty"`
-	} `json:"process,omitempty"`
-	Root   *specs.Root   `json:"root,omitempty"`
-	Mounts []specs.Mount `json:"mounts,omitempty"`
-	Hooks  *struct {
+	}
+	specHooks struct {
 		Prestart []specs.Hook `json:"prestart,omitempty"`
-	} `json:"hooks,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-	Linux       *struct {
+	}
+	specLinux struct {
 		Devices    []specs.LinuxDevice    `json:"devices,omitempty"`
 		Namespaces []specs.LinuxNamespace `json:"namespaces,omitempty"`
-		Resources  *struct {
-			Memory *struct {
-				Limit *int64 `json:"limit,omitempty"`
-			} `json:"memory,omitempty"`
-		} `json:"resources,omitempty"`
-	} `json:"linux,omitempty"`
-}
+		Resources  *specResources         `json:"resources,omitempty"`
+	}
+	specResources struct {
+		Memory *specMemory `json:"memory,omitempty"`
+	}
+	specMemory struct {
+		Limit *int64 `json:"limit,omitempty"`
+	}
+)
 
 // spec returns the fields as a specs.Spec.
 func (f *specFields) spec() *specs.Spec {

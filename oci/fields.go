@@ -153,10 +153,7 @@ func (d *fieldDecoder) stringMap(v any) map[string]string {
 }
 
 func (d *fieldDecoder) process(v any, f *specFields) {
-	var p struct {
-		Args []string `json:"args,omitempty"`
-		Env  []string `json:"env,omitempty"`
-	}
+	var p specProcess
 	if d.object(v, func(k string, v any) {
 		switch k {
 		case "args":
@@ -209,9 +206,7 @@ func (d *fieldDecoder) mount(v any) specs.Mount {
 }
 
 func (d *fieldDecoder) hooks(v any, f *specFields) {
-	var h struct {
-		Prestart []specs.Hook `json:"prestart,omitempty"`
-	}
+	var h specHooks
 	if d.object(v, func(k string, v any) {
 		if k == "prestart" {
 			h.Prestart = list(d, v, d.hook)
@@ -242,50 +237,40 @@ func (d *fieldDecoder) hook(v any) specs.Hook {
 }
 
 func (d *fieldDecoder) linux(v any, f *specFields) {
-	l := &struct {
-		Devices    []specs.LinuxDevice    `json:"devices,omitempty"`
-		Namespaces []specs.LinuxNamespace `json:"namespaces,omitempty"`
-		Resources  *struct {
-			Memory *struct {
-				Limit *int64 `json:"limit,omitempty"`
-			} `json:"memory,omitempty"`
-		} `json:"resources,omitempty"`
-	}{}
-	if !d.object(v, func(k string, v any) {
+	var l specLinux
+	if d.object(v, func(k string, v any) {
 		switch k {
 		case "devices":
 			l.Devices = list(d, v, d.device)
 		case "namespaces":
 			l.Namespaces = list(d, v, d.namespace)
 		case "resources":
-			r := &struct {
-				Memory *struct {
-					Limit *int64 `json:"limit,omitempty"`
-				} `json:"memory,omitempty"`
-			}{}
-			if d.object(v, func(k string, v any) {
-				if k != "memory" {
-					return
-				}
-				m := &struct {
-					Limit *int64 `json:"limit,omitempty"`
-				}{}
-				if d.object(v, func(k string, v any) {
-					if k == "limit" && v != nil {
-						n := d.int64(v)
-						m.Limit = &n
-					}
-				}) {
-					r.Memory = m
-				}
-			}) {
-				l.Resources = r
-			}
+			l.Resources = d.resources(v)
 		}
 	}) {
-		return
+		f.Linux = &l
 	}
-	f.Linux = l
+}
+
+func (d *fieldDecoder) resources(v any) *specResources {
+	var r specResources
+	if !d.object(v, func(k string, v any) {
+		if k != "memory" {
+			return
+		}
+		var m specMemory
+		if d.object(v, func(k string, v any) {
+			if k == "limit" && v != nil {
+				n := d.int64(v)
+				m.Limit = &n
+			}
+		}) {
+			r.Memory = &m
+		}
+	}) {
+		return nil
+	}
+	return &r
 }
 
 func (d *fieldDecoder) device(v any) specs.LinuxDevice {
