@@ -140,6 +140,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEngineHostShm$$' -fuzztime $(FUZZTIME) ./oci
 	$(GO) test -run '^$$' -fuzz '^FuzzWalk$$' -fuzztime $(FUZZTIME) ./oci
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFields$$' -fuzztime $(FUZZTIME) ./oci
+	$(GO) test -run '^$$' -fuzz '^FuzzPlain$$' -fuzztime $(FUZZTIME) ./oci
 	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME) ./runtime/shim
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./runtime/hook
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./dockerargs

@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"strconv"
@@ -13,17 +12,18 @@ import (
 // decodeFields decodes the projection walk writes into specFields without
 // encoding/json's reflection: decoding into structs builds a decoder for
 // each type on first use, 150-190 µs of a cold gpurun-runtime for the
-// 3 KB it reads out of Docker's config.json; plain JSON values and the
-// few fields below cost a third of that. It takes the shapes engines
+// 3 KB it reads out of Docker's config.json; plain JSON values (read by
+// the walker) and the few fields below cost a fraction of that. It takes the shapes engines
 // write; for anything else (a null inside a list, a key outside ASCII, a
 // number that does not fit, an ID-mapped mount) ok is false, and the
 // caller decodes with encoding/json, which is the reference: tests and a
 // fuzz target check the two agree wherever this one answers.
 func decodeFields(proj []byte) (f specFields, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(proj))
-	dec.UseNumber()
-	var top map[string]any
-	if err := dec.Decode(&top); err != nil {
+	if !json.Valid(proj) {
+		return specFields{}, false
+	}
+	top, isObj := (&walker{data: proj}).plain().(map[string]any)
+	if !isObj {
 		return specFields{}, false
 	}
 	d := fieldDecoder{ok: true}

@@ -263,6 +263,58 @@ func (w *walker) projected(key string, rule keyRule, start int) error {
 	return nil
 }
 
+// plain reads the value at w.i as encoding/json decodes valid JSON into an
+// any with UseNumber: objects as map[string]any, lists as []any, numbers
+// as json.Number, strings, booleans and nil (a later key replaces an
+// earlier one). The walk already knows where each value ends; this spares
+// a cold gpurun-runtime encoding/json's general decoder.
+func (w *walker) plain() any {
+	w.space()
+	switch w.data[w.i] {
+	case '{':
+		m := map[string]any{}
+		w.i++
+		for w.space(); w.data[w.i] != '}'; w.space() {
+			k := w.str()
+			w.space()
+			w.i++ // ':'
+			m[k] = w.plain()
+			w.space()
+			if w.data[w.i] == ',' {
+				w.i++
+			}
+		}
+		w.i++
+		return m
+	case '[':
+		l := []any{}
+		w.i++
+		for w.space(); w.data[w.i] != ']'; w.space() {
+			l = append(l, w.plain())
+			w.space()
+			if w.data[w.i] == ',' {
+				w.i++
+			}
+		}
+		w.i++
+		return l
+	case '"':
+		return w.str()
+	case 't':
+		w.i += len("true")
+		return true
+	case 'f':
+		w.i += len("false")
+		return false
+	case 'n':
+		w.i += len("null")
+		return nil
+	}
+	start := w.i
+	w.skip()
+	return json.Number(w.data[start:w.i])
+}
+
 // elements steps over the list at w.i and returns the span of each of its
 // elements.
 func (w *walker) elements() [][2]int {

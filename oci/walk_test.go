@@ -257,3 +257,26 @@ func dump(f specFields) string {
 	b, _ := json.Marshal(f)
 	return fmt.Sprintf("%s (process %v, linux %v)", b, f.Process != nil, f.Linux != nil)
 }
+
+// FuzzPlain checks the walker's plain values against encoding/json's
+// decoding into an any with UseNumber, on any valid JSON.
+func FuzzPlain(f *testing.F) {
+	fuzzSeeds(f, func(data []byte) { f.Add(data) })
+	for _, doc := range []string{`{"a":[1,-2.5e3,"x\u00e9\"",true,false,null,{}],"b":{"c":[]},"a":0}`, `"\ud83d\ude00"`, `[]`, ` 7 `, "\"\xff\""} {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var want any
+		if err := dec.Decode(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := (&walker{data: data}).plain(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("plain(%s) = %#v, encoding/json: %#v", data, got, want)
+		}
+	})
+}
