@@ -65,7 +65,6 @@ func walk(data []byte) (walked, error) {
 	if w.i >= len(data) || data[w.i] != '{' {
 		return walked{}, errNotObject
 	}
-	w.i++
 	w.proj = append(make([]byte, 0, 2048), '{')
 	if err := w.object(false, readKeys(), false, true, true); err != nil {
 		return walked{}, err
@@ -169,48 +168,31 @@ func (w *walker) value(key string, rule keyRule, whole bool) error {
 	w.space()
 	switch w.data[w.i] {
 	case '{':
-		w.i++
 		isMap := slices.ContainsFunc(mapFields, func(f string) bool { return strings.EqualFold(key, f) })
 		return w.object(isMap, rule, whole, false, false)
 	case '[':
-		w.i++
-		for w.space(); w.data[w.i] != ']'; w.space() {
-			if err := w.value("", rule, whole); err != nil {
-				return err
-			}
-			w.space()
-			if w.data[w.i] == ',' {
-				w.i++
-			}
-		}
-		w.i++
-		return nil
+		return w.eachElement(func() error { return w.value("", rule, whole) })
 	}
 	w.skip() // a scalar
 	return nil
 }
 
-// object checks the keys of the object whose '{' the walk has just passed,
-// and then its values as value does; a value neither whole nor named by
-// rule is stepped over. With project, the members rule names are appended
-// to the projection (the caller writes the braces); with top, every
-// member's place is noted.
+// object checks the keys of the object at w.i, and then its values as
+// value does; a value neither whole nor named by rule is stepped over.
+// With project, the members rule names are appended to the projection (the
+// caller writes the braces); with top, every member's place is noted.
 func (w *walker) object(isMap bool, rule keyRule, whole, project, top bool) error {
 	var keys []string
-	for w.space(); w.data[w.i] != '}'; w.space() {
-		k := w.str()
+	return w.eachMember(func(k string, keyEnd int) error {
 		for _, seen := range keys {
 			switch {
 			case seen == k:
-				return fmt.Errorf("ambiguous document: key %q twice in one object (offset %d)", k, w.i)
+				return fmt.Errorf("ambiguous document: key %q twice in one object (offset %d)", k, keyEnd)
 			case !isMap && strings.EqualFold(seen, k):
-				return fmt.Errorf("ambiguous keys %q and %q: one field to encoding/json and runc (offset %d)", seen, k, w.i)
+				return fmt.Errorf("ambiguous keys %q and %q: one field to encoding/json and runc (offset %d)", seen, k, keyEnd)
 			}
 		}
 		keys = append(keys, k)
-		w.space()
-		w.i++ // ':'
-		w.space()
 		start := w.i
 		sub, named := lookupFold(rule, k)
 		var err error
@@ -228,19 +210,54 @@ func (w *walker) object(isMap bool, rule keyRule, whole, project, top bool) erro
 		default:
 			w.skip()
 		}
-		if err != nil {
-			return err
-		}
-		if top {
+		if err == nil && top {
 			w.top = append(w.top, member{key: k, start: start, end: w.i})
 		}
+		return err
+	})
+}
+
+// eachMember steps through the object at w.i: for each member, it reads
+// the key and calls f with it, the offset just past it, and w.i at the
+// value, which f steps over. It leaves w.i past the closing brace.
+func (w *walker) eachMember(f func(key string, keyEnd int) error) error {
+	w.i++ // '{'
+	for w.space(); w.data[w.i] != '}'; w.space() {
+		k := w.str()
+		keyEnd := w.i
 		w.space()
-		if w.data[w.i] == ',' {
-			w.i++
+		w.i++ // ':'
+		w.space()
+		if err := f(k, keyEnd); err != nil {
+			return err
 		}
+		w.comma()
 	}
-	w.i++ // '}'
+	w.i++
 	return nil
+}
+
+// eachElement steps through the list at w.i, calling f with w.i at each
+// element, which f steps over. It leaves w.i past the closing bracket.
+func (w *walker) eachElement(f func() error) error {
+	w.i++ // '['
+	for w.space(); w.data[w.i] != ']'; w.space() {
+		if err := f(); err != nil {
+			return err
+		}
+		w.comma()
+	}
+	w.i++
+	return nil
+}
+
+// comma steps over the white space and the comma after a member or an
+// element, if there is one.
+func (w *walker) comma() {
+	w.space()
+	if w.data[w.i] == ',' {
+		w.i++
+	}
 }
 
 // projected checks the value that starts at start and appends it to the
@@ -254,7 +271,6 @@ func (w *walker) projected(key string, rule keyRule, start int) error {
 		w.proj = append(w.proj, w.data[start:w.i]...)
 		return nil
 	}
-	w.i++
 	w.proj = append(w.proj, '{')
 	if err := w.object(false, rule, false, true, false); err != nil {
 		return err
@@ -273,30 +289,11 @@ func (w *walker) plain() any {
 	switch w.data[w.i] {
 	case '{':
 		m := map[string]any{}
-		w.i++
-		for w.space(); w.data[w.i] != '}'; w.space() {
-			k := w.str()
-			w.space()
-			w.i++ // ':'
-			m[k] = w.plain()
-			w.space()
-			if w.data[w.i] == ',' {
-				w.i++
-			}
-		}
-		w.i++
+		_ = w.eachMember(func(k string, _ int) error { m[k] = w.plain(); return nil })
 		return m
 	case '[':
 		l := []any{}
-		w.i++
-		for w.space(); w.data[w.i] != ']'; w.space() {
-			l = append(l, w.plain())
-			w.space()
-			if w.data[w.i] == ',' {
-				w.i++
-			}
-		}
-		w.i++
+		_ = w.eachElement(func() error { l = append(l, w.plain()); return nil })
 		return l
 	case '"':
 		return w.str()
@@ -319,17 +316,12 @@ func (w *walker) plain() any {
 // elements.
 func (w *walker) elements() [][2]int {
 	var spans [][2]int
-	w.i++ // '['
-	for w.space(); w.data[w.i] != ']'; w.space() {
+	_ = w.eachElement(func() error {
 		start := w.i
 		w.skip()
 		spans = append(spans, [2]int{start, w.i})
-		w.space()
-		if w.data[w.i] == ',' {
-			w.i++
-		}
-	}
-	w.i++
+		return nil
+	})
 	return spans
 }
 
@@ -338,21 +330,13 @@ func (w *walker) elements() [][2]int {
 func (w *walker) members() ([]member, int) {
 	var ms []member
 	w.space()
-	w.i++ // '{'
-	for w.space(); w.data[w.i] != '}'; w.space() {
-		k := w.str()
-		w.space()
-		w.i++ // ':'
-		w.space()
+	_ = w.eachMember(func(k string, _ int) error {
 		start := w.i
 		w.skip()
 		ms = append(ms, member{key: k, start: start, end: w.i})
-		w.space()
-		if w.data[w.i] == ',' {
-			w.i++
-		}
-	}
-	return ms, w.i
+		return nil
+	})
+	return ms, w.i - 1
 }
 
 // appendJSONStrings appends ss as a JSON list of strings.
