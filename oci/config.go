@@ -171,52 +171,6 @@ func (c *Config) Apply(p Plan) (bool, error) {
 	return false, fmt.Errorf("apply: unknown action %q", p.Action)
 }
 
-// fieldKey returns the key of obj that Go's encoding/json (and so runc)
-// decodes into the field named name: keys are matched case-insensitively,
-// and when several spellings are present the last one in the document wins.
-// The decoded map has lost that order, so two spellings are refused as
-// ambiguous rather than guessed.
-func fieldKey(obj map[string]json.RawMessage, name string) (string, error) {
-	found := ""
-	for k := range obj {
-		if strings.EqualFold(k, name) {
-			if found != "" {
-				return "", fmt.Errorf("ambiguous keys %q and %q for field %q", found, k, name)
-			}
-			found = k
-		}
-	}
-	if found == "" {
-		return name, nil
-	}
-	return found, nil
-}
-
-// mounts decodes the raw mounts list, keeping each mount's unknown fields,
-// and returns it with the key it lives under.
-func (c *Config) mounts() ([]map[string]json.RawMessage, string, error) {
-	key := c.key("mounts")
-	var ms []map[string]json.RawMessage
-	if raw, ok := c.value(key); ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &ms); err != nil {
-			return nil, "", fmt.Errorf("apply: mounts: %w", err)
-		}
-	}
-	if len(ms) != len(c.Spec.Mounts) {
-		return nil, "", fmt.Errorf("apply: mounts: %d in the document, %d decoded", len(ms), len(c.Spec.Mounts))
-	}
-	return ms, key, nil
-}
-
-func (c *Config) setMounts(key string, ms []map[string]json.RawMessage) error {
-	raw, err := marshal(ms)
-	if err != nil {
-		return fmt.Errorf("apply: mounts: %w", err)
-	}
-	c.set(key, raw)
-	return nil
-}
-
 func (c *Config) setSize(sh Shm, size int64) error {
 	if sh.Index < 0 || sh.Index >= len(c.Spec.Mounts) {
 		return fmt.Errorf("apply set-size: no /dev/shm mount at index %d", sh.Index)
@@ -284,18 +238,30 @@ func ShmMount(size int64) specs.Mount {
 }
 
 func (c *Config) inject(size int64) error {
+	m := ShmMount(size)
+	if err := c.putMount(-1, m); err != nil {
+		return err
+	}
+	c.Spec.Mounts = append(c.Spec.Mounts, m)
+	return nil
+}
+
+// putMount writes m over the mount at index i, or after every other mount
+// (so that it lands on top of the /dev the spec makes) when i is out of
+// range; the other mounts keep their bytes.
+func (c *Config) putMount(i int, m specs.Mount) error {
 	key, raw, els, err := c.mountElements()
 	if err != nil {
 		return err
 	}
-	m := ShmMount(size)
 	obj := []byte(`{"destination":`)
 	obj = append(appendJSONString(obj, m.Destination), `,"type":`...)
 	obj = append(appendJSONString(obj, m.Type), `,"source":`...)
 	obj = append(appendJSONString(obj, m.Source), `,"options":`...)
 	obj = append(appendJSONStrings(obj, m.Options), '}')
-	// After every other mount, so it lands on top of the /dev the spec makes.
 	switch {
+	case i >= 0 && i < len(els):
+		c.set(key, splice(raw, els[i][0], els[i][1], obj))
 	case raw == nil:
 		c.set(key, append(append([]byte{'['}, obj...), ']'))
 	case len(els) == 0:
@@ -305,69 +271,57 @@ func (c *Config) inject(size int64) error {
 		end := els[len(els)-1][1]
 		c.set(key, splice(raw, end, end, append([]byte{','}, obj...)))
 	}
-	c.Spec.Mounts = append(c.Spec.Mounts, m)
 	return nil
 }
 
 func (c *Config) ipcHost(sh Shm) error {
 	hostShm := specs.Mount{Destination: ShmPath, Type: "bind", Source: ShmPath, Options: []string{"rbind", "rprivate", "nosuid", "nodev", "noexec"}}
-	rawMount, err := marshal(hostShm)
-	if err != nil {
-		return err
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(rawMount, &obj); err != nil {
-		return err
-	}
-	// Drop the IPC namespace from linux.namespaces, keeping the rest of linux.
+	// Drop the IPC namespace from linux.namespaces; the rest of linux keeps
+	// its bytes.
+	noNamespaces := errors.New("apply ipc-host: linux: no namespaces to change")
 	lkey := c.key("linux")
-	var linux map[string]json.RawMessage
-	raw, _ := c.value(lkey)
-	if err := json.Unmarshal(raw, &linux); err != nil || linux == nil || c.Spec.Linux == nil {
-		return fmt.Errorf("apply ipc-host: linux: no namespaces to change")
+	linux, _ := c.value(lkey)
+	lw := &walker{data: linux}
+	lw.space()
+	if c.Spec.Linux == nil || lw.i >= len(linux) || linux[lw.i] != '{' {
+		return noNamespaces
 	}
-	nkey, err := fieldKey(linux, "namespaces")
-	if err != nil {
-		return fmt.Errorf("apply ipc-host: linux: %w", err)
+	lms, _ := lw.members()
+	n := slices.IndexFunc(lms, func(m member) bool { return strings.EqualFold(m.key, "namespaces") })
+	if n < 0 {
+		return noNamespaces
 	}
-	var nss []map[string]json.RawMessage
-	if err := json.Unmarshal(linux[nkey], &nss); err != nil {
-		return fmt.Errorf("apply ipc-host: linux.namespaces: %w", err)
+	nss := linux[lms[n].start:lms[n].end]
+	nw := &walker{data: nss}
+	if nss[0] != '[' {
+		return noNamespaces
 	}
-	if len(nss) != len(c.Spec.Linux.Namespaces) {
-		return fmt.Errorf("apply ipc-host: linux.namespaces: %d in the document, %d decoded", len(nss), len(c.Spec.Linux.Namespaces))
+	els := nw.elements()
+	if len(els) != len(c.Spec.Linux.Namespaces) {
+		return fmt.Errorf("apply ipc-host: linux.namespaces: %d in the document, %d decoded", len(els), len(c.Spec.Linux.Namespaces))
 	}
 	// Keep the entries whose decoded type is not ipc: index by index, the
-	// raw and the decoded lists are the same namespaces.
-	kept := nss[:0]
-	for i, ns := range nss {
-		if c.Spec.Linux.Namespaces[i].Type != specs.IPCNamespace {
-			kept = append(kept, ns)
+	// document's and the decoded lists are the same namespaces.
+	kept := []byte{'['}
+	for i, el := range els {
+		if c.Spec.Linux.Namespaces[i].Type == specs.IPCNamespace {
+			continue
 		}
+		if len(kept) > 1 {
+			kept = append(kept, ',')
+		}
+		kept = append(kept, nss[el[0]:el[1]]...)
 	}
-	var nsRaw, linuxRaw json.RawMessage
-	if nsRaw, err = marshal(kept); err != nil {
+	kept = append(kept, ']')
+	if err := c.putMount(sh.Index, hostShm); err != nil {
 		return err
 	}
-	linux[nkey] = nsRaw
-	if linuxRaw, err = marshal(linux); err != nil {
-		return err
-	}
-	ms, mkey, err := c.mounts()
-	if err != nil {
-		return err
-	}
-	if sh.Index >= 0 && sh.Index < len(ms) {
-		ms[sh.Index] = obj
+	c.set(lkey, splice(linux, lms[n].start, lms[n].end, kept))
+	if sh.Index >= 0 && sh.Index < len(c.Spec.Mounts) {
 		c.Spec.Mounts[sh.Index] = hostShm
 	} else {
-		ms = append(ms, obj)
 		c.Spec.Mounts = append(c.Spec.Mounts, hostShm)
 	}
-	if err := c.setMounts(mkey, ms); err != nil {
-		return err
-	}
-	c.set(lkey, linuxRaw)
 	c.Spec.Linux.Namespaces = slices.DeleteFunc(c.Spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
 		return ns.Type == specs.IPCNamespace
 	})
@@ -441,17 +395,6 @@ func (c *Config) Marshal() ([]byte, error) {
 		out = append(append(appendJSONString(out, m.key), ':'), m.value...)
 	}
 	return append(out, c.doc[c.close:]...), nil
-}
-
-// marshal encodes JSON without HTML escaping, so strings keep their bytes.
-func marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // WriteFile writes the config to path atomically: a temporary file in the

@@ -306,6 +306,8 @@ func TestApplySplices(t *testing.T) {
 			ActionInject, `{"mounts":[{"destination":"/dev/shm","type":"tmpfs","source":"shm","options":["nosuid","noexec","nodev","mode=1777","size=1073741824"]}]}`},
 		{"inject without mounts", "{\"ociVersion\": \"1.2.0\"}\n",
 			ActionInject, "{\"ociVersion\": \"1.2.0\",\"mounts\":[{\"destination\":\"/dev/shm\",\"type\":\"tmpfs\",\"source\":\"shm\",\"options\":[\"nosuid\",\"noexec\",\"nodev\",\"mode=1777\",\"size=1073741824\"]}]}\n"},
+		{"ipc-host", `{"mounts": [{"destination":"/dev/shm","type":"tmpfs","options":["size=64m"]}], "linux": {"x": 1, "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "mount"}], "y": [2]}}`,
+			ActionIPCHost, `{"mounts": [{"destination":"/dev/shm","type":"bind","source":"/dev/shm","options":["rbind","rprivate","nosuid","nodev","noexec"]}], "linux": {"x": 1, "namespaces": [{"type": "pid"},{"type": "mount"}], "y": [2]}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, tc.doc)
@@ -316,6 +318,9 @@ func TestApplySplices(t *testing.T) {
 			out := mustConfigJSON(t, c)
 			if string(out) != tc.want {
 				t.Fatalf("got\n%s\nwant\n%s", out, tc.want)
+			}
+			if tc.action == ActionIPCHost {
+				return
 			}
 			if got := ClassifyShm(mustParse(t, string(out)).Spec, 0).Size; got != policy.GiB {
 				t.Errorf("the rewritten spec's /dev/shm is %d bytes", got)

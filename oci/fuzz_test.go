@@ -184,7 +184,7 @@ func mustConfigJSON(t *testing.T, c *Config) []byte {
 
 func mustMarshal(t *testing.T, v any) []byte {
 	t.Helper()
-	b, err := marshal(v)
+	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
