@@ -488,6 +488,15 @@ func Early[T any](f func() (T, error)) func() (T, error) {
 	}
 }
 
+// EarlyFacts starts reading the host's facts with f (nil: sysinfo.Facts,
+// as New's default) in a goroutine of its own, as Early does.
+func EarlyFacts(f func() (oci.Facts, error)) func() (oci.Facts, error) {
+	if f == nil {
+		f = sysinfo.Facts
+	}
+	return Early(f)
+}
+
 // earlyPanic is a panic in Early's goroutine: its value and that
 // goroutine's stack.
 type earlyPanic struct {

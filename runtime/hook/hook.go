@@ -42,7 +42,6 @@ import (
 	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/runtime/logfile"
 	"github.com/gpurun/gpurun/runtime/remount"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // Component names the hook in its log records and fail-closed errors.
@@ -100,11 +99,7 @@ func (h *Hook) Run() error {
 		}
 		return h.prepare(st)
 	})
-	facts := h.Facts
-	if facts == nil {
-		facts = sysinfo.Facts
-	}
-	facts = enforce.Early(facts)
+	facts := enforce.EarlyFacts(h.Facts)
 
 	path, explicit := policy.ResolvePath(h.ConfigPath, h.Getenv)
 	pol, polErr := enforce.LoadPolicy(path, explicit, h.Fallback)

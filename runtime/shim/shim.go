@@ -15,7 +15,6 @@ import (
 	"github.com/gpurun/gpurun/runtime/enforce"
 	"github.com/gpurun/gpurun/runtime/enginedirs"
 	"github.com/gpurun/gpurun/runtime/logfile"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // Component names the shim in its log records and fail-closed errors.
@@ -69,10 +68,7 @@ func (s *Shim) Main() int {
 		// the path of every container start, they are most of the
 		// shim's time, and independent of each other.
 		prep = enforce.Early(func() (enforce.Request, error) { return prepare(inv) })
-		if facts == nil {
-			facts = sysinfo.Facts
-		}
-		facts = enforce.Early(facts)
+		facts = enforce.EarlyFacts(facts)
 	}
 	path, explicit := policy.ResolvePath("", s.Getenv)
 	pol, polErr := enforce.LoadPolicy(path, explicit, s.Fallback)
