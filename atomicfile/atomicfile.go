@@ -1,4 +1,6 @@
-// Package atomicfile replaces files so that readers never see half of one.
+// Package atomicfile replaces files so that readers never see half of one,
+// and reads them whole, with direct system calls: it is on the path of every
+// container start (gpurun-runtime, the OCI hook).
 package atomicfile
 
 import (

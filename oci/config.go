@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -125,7 +124,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 
 // LoadConfig reads and decodes a config.json file.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := atomicfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}

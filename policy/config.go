@@ -9,11 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/gpurun/gpurun/atomicfile"
 )
 
 // DefaultConfigPath is where gpurun looks for its configuration when neither
@@ -178,7 +179,7 @@ func ResolvePath(flag string, getenv func(string) string) (path string, explicit
 // Load reads and validates the configuration file at path. A missing file
 // gives the defaults unless explicit is set.
 func Load(path string, explicit bool) (*Policy, error) {
-	data, err := os.ReadFile(path)
+	data, err := atomicfile.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) && !explicit {
 		return Default(), nil
 	}
