@@ -39,20 +39,15 @@ func Facts() (oci.Facts, error) {
 // directory counts nothing; another read error is returned.
 func GPUCount(dev string) (int, error) {
 	counts := map[string]int{}
+	buf := make([]byte, 8<<10)
 	for _, sub := range []string{"", "dri", "accel"} {
-		entries, err := readDir(filepath.Join(dev, sub))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
+		names, err := deviceNodes(filepath.Join(dev, sub), buf)
 		if err != nil {
 			return 0, fmt.Errorf("count GPUs: %w", err)
 		}
-		for _, e := range entries {
-			if e.Type()&os.ModeDevice == 0 || !mayBeGPUNode(e.Name()) {
-				continue
-			}
+		for _, name := range names {
 			// Classify by the path the node has in a container's /dev.
-			if d := oci.ClassifyDevice(filepath.Join("/dev", sub, e.Name())); d.GPU {
+			if d := oci.ClassifyDevice(filepath.Join("/dev", sub, name)); d.GPU {
 				counts[d.Family] += d.Count
 			}
 		}
@@ -64,14 +59,48 @@ func GPUCount(dev string) (int, error) {
 	return n, nil
 }
 
-// readDir lists dir in the order the kernel gives (os.ReadDir sorts).
-func readDir(dir string) ([]os.DirEntry, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
+// deviceNodes returns the names in dir that mayBeGPUNode lets through and
+// that are device nodes, in the order the kernel lists them; a missing dir
+// lists none. It reads the
+// directory with getdents(2) into buf and stats only those names: os.ReadDir
+// made an entry of each of /dev's hundred-odd names, and its file the
+// poller's set-up, on the path of every container start.
+func deviceNodes(dir string, buf []byte) ([]string, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
+		return nil, nil
 	}
-	defer f.Close()
-	return f.ReadDir(-1)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "getdents", Path: dir, Err: err}
+		}
+		if n == 0 {
+			return names, nil
+		}
+		var found []string
+		_, _, found = unix.ParseDirent(buf[:n], -1, nil)
+		for _, name := range found {
+			if !mayBeGPUNode(name) {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue // gone since the listing
+			}
+			if t := st.Mode & unix.S_IFMT; t == unix.S_IFCHR || t == unix.S_IFBLK {
+				names = append(names, name)
+			}
+		}
+	}
 }
 
 // mayBeGPUNode reports whether name, in /dev, /dev/dri or /dev/accel, can

@@ -1,6 +1,7 @@
 package sysinfo
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,6 +62,9 @@ func TestGPUCount(t *testing.T) {
 		{"render nodes beside kfd", []string{"kfd", "dri/renderD128", "dri/renderD129", "dri/card0"}, nil, 2},
 		{"largest family", []string{"nvidia0", "dri/renderD128", "dri/renderD129", "dri/renderD130"}, nil, 3},
 		{"accel", []string{"accel/accel0"}, nil, 1},
+		// More names than one getdents(2) buffer holds, GPU nodes among them.
+		{"a /dev of many entries", []string{"nvidia0", "nvidia1", "nvidia2"}, manyNames(600), 3},
+		{"a directory named as a node is no device", nil, []string{"nvidia0/x"}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,6 +98,27 @@ func TestGPUCount(t *testing.T) {
 				t.Errorf("GPUCount = %d, %v; want %d", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// manyNames returns n plain file names of /dev's usual kind.
+func manyNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("tty%04d-with-a-longer-name", i)
+	}
+	return names
+}
+
+// TestGPUCountErrors: a dev dir that cannot be listed is an error, not a
+// host without GPUs.
+func TestGPUCountErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "dev")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := GPUCount(file); err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("GPUCount(a file) = %d, %v; want an error naming %s", n, err, file)
 	}
 }
 
