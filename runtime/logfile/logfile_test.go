@@ -2,10 +2,12 @@ package logfile
 
 import (
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestOpen(t *testing.T) {
@@ -62,4 +64,36 @@ func TestOpenEmptyPathDiscards(t *testing.T) {
 	log, closeLog := Open("", "x")
 	log.Error("dropped")
 	closeLog()
+}
+
+// TestOpenUTC: records are timed in UTC whatever the host's zone.
+func TestOpenUTC(t *testing.T) {
+	local := time.Local
+	time.Local = time.FixedZone("UTC+9", 9*3600)
+	t.Cleanup(func() { time.Local = local })
+	path := filepath.Join(t.TempDir(), "gpurun.log")
+	log, closeLog := Open(path, "test-component")
+	log.Info("record", "nested", slog.GroupValue(slog.String("k", "v")))
+	log.WithGroup("g").With("a", 1).Info("in a group")
+	closeLog()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2: %q", len(lines), data)
+	}
+	for _, l := range lines {
+		var rec struct{ Time string }
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("not JSON: %q", l)
+		}
+		if tm, err := time.Parse(time.RFC3339Nano, rec.Time); err != nil || !strings.HasSuffix(rec.Time, "Z") || time.Since(tm) > time.Minute {
+			t.Errorf("time %q (%v): want now, in UTC", rec.Time, err)
+		}
+	}
+	if !strings.Contains(lines[1], `"g":{"a":1`) {
+		t.Errorf("group lost: %s", lines[1])
+	}
 }
