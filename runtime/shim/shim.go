@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/enforce"
@@ -31,7 +33,8 @@ type Shim struct {
 	Exec func(path string, argv []string, env []string) error
 	// Environ is passed to the low-level runtime unchanged.
 	Environ []string
-	// Self is this executable, so the low-level runtime never resolves to it.
+	// Self names this executable, so the low-level runtime never resolves
+	// to it; New uses /proc/self/exe, which stat follows to the file.
 	Self string
 	// Facts returns the host's facts (nil: sysinfo.Facts).
 	Facts func() (oci.Facts, error)
@@ -42,8 +45,9 @@ type Shim struct {
 
 // New returns a Shim for this process.
 func New() *Shim {
-	cwd, _ := os.Getwd()
-	self, _ := os.Executable()
+	// One getcwd(2): os.Getwd stats "." and $PWD first, and the path is
+	// only joined to a relative --bundle.
+	cwd, _ := unix.Getwd()
 	return &Shim{
 		Args:    os.Args[1:],
 		Cwd:     cwd,
@@ -51,7 +55,7 @@ func New() *Shim {
 		Stderr:  os.Stderr,
 		Exec:    syscall.Exec,
 		Environ: os.Environ(),
-		Self:    self,
+		Self:    "/proc/self/exe",
 	}
 }
 
@@ -61,15 +65,6 @@ func New() *Shim {
 func (s *Shim) Main() int {
 	inv := ParseArgs(s.Args, s.Cwd)
 	sizing := inv.Command == "create" || inv.Command == "run"
-	var prep func() (enforce.Request, error)
-	facts := s.Facts
-	if sizing {
-		// The bundle and the host are read while the policy loads: on
-		// the path of every container start, they are most of the
-		// shim's time, and independent of each other.
-		prep = enforce.Early(func() (enforce.Request, error) { return prepare(inv) })
-		facts = enforce.EarlyFacts(facts)
-	}
 	path, explicit := policy.ResolvePath("", s.Getenv)
 	pol, polErr := enforce.LoadPolicy(path, explicit, s.Fallback)
 	log, closeLog := logfile.Open(pol.LogFile, Component)
@@ -83,7 +78,8 @@ func (s *Shim) Main() int {
 	}
 
 	if sizing {
-		e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: facts, Log: log})
+		e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: s.Facts, Log: log})
+		prep := func() (enforce.Request, error) { return prepare(inv) }
 		if _, err := e.Run(enforce.Subject{ID: inv.ID, Bundle: inv.Bundle}, []any{"command", inv.Command}, prep); err != nil {
 			fmt.Fprintln(s.Stderr, err)
 			reportToEngine(inv, err.Error())
