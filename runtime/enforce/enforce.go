@@ -332,10 +332,6 @@ func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) 
 func (e *Enforcer) run(base func() []any, prepare func() (Request, error)) (res Result, stack string) {
 	defer func() {
 		if r := recover(); r != nil {
-			if p, ok := r.(*earlyPanic); ok { // raised again from Early's goroutine
-				res.Err, stack = fmt.Errorf("panic: %v", p.value), string(p.stack)
-				return
-			}
 			res.Err = fmt.Errorf("panic: %v", r)
 			stack = string(debug.Stack())
 		}
@@ -456,50 +452,4 @@ func policySource(pol *policy.Policy) string {
 		return "(defaults)"
 	}
 	return pol.Source
-}
-
-// Early starts f in a goroutine of its own and returns a function that
-// waits for f's result, so that a front door reads what Run will ask for
-// (the container, the host's facts) while it does other work. A panic in f
-// is raised again, with f's stack, in the goroutine that waits, so that
-// Run turns it into an error as it does a panic of its own.
-func Early[T any](f func() (T, error)) func() (T, error) {
-	done := make(chan struct{})
-	var (
-		v   T
-		err error
-		p   *earlyPanic
-	)
-	go func() {
-		defer close(done)
-		defer func() {
-			if r := recover(); r != nil {
-				p = &earlyPanic{value: r, stack: debug.Stack()}
-			}
-		}()
-		v, err = f()
-	}()
-	return func() (T, error) {
-		<-done
-		if p != nil {
-			panic(p)
-		}
-		return v, err
-	}
-}
-
-// EarlyFacts starts reading the host's facts with f (nil: sysinfo.Facts,
-// as New's default) in a goroutine of its own, as Early does.
-func EarlyFacts(f func() (oci.Facts, error)) func() (oci.Facts, error) {
-	if f == nil {
-		f = sysinfo.Facts
-	}
-	return Early(f)
-}
-
-// earlyPanic is a panic in Early's goroutine: its value and that
-// goroutine's stack.
-type earlyPanic struct {
-	value any
-	stack []byte
 }

@@ -277,11 +277,6 @@ func TestFailOpenOrClosed(t *testing.T) {
 		{"a panic in the host's facts", ok, func(h *harness) {
 			h.e.facts = func() (oci.Facts, error) { panic("facts") }
 		}, "panic: facts", true},
-		// Read in a goroutine of their own (Early), as gpurun-runtime does.
-		{"a panic while reading it early", Early(readsAndPanics[Request]), nil, "panic: read early", true},
-		{"a panic in the host's facts read early", ok, func(h *harness) {
-			h.e.facts = Early(readsAndPanics[oci.Facts])
-		}, "panic: read early", true},
 		{"a panic while carrying the plan out", func() (Request, error) {
 			return Request{Container: container(ownTmpfs, nil), Carry: func(oci.Plan) (Done, error) { panic("carry") }}, nil
 		}, nil, "panic: carry", true},
@@ -316,31 +311,11 @@ func TestFailOpenOrClosed(t *testing.T) {
 					recs[0]["fail_closed"] != closed || recs[0]["bundle"] != "/b" {
 					t.Fatalf("records %v, want one error record", recs)
 				}
-				stack, hasStack := recs[0]["stack"]
+				_, hasStack := recs[0]["stack"]
 				if hasStack != tt.stack {
 					t.Errorf("record has a stack: %v, want %v", hasStack, tt.stack)
 				}
-				// The stack is the one that panicked, also in Early's goroutine.
-				if hasStack && !strings.Contains(fmt.Sprint(stack), "enforce.readsAndPanics") && strings.Contains(tt.err, "early") {
-					t.Errorf("stack of an early read does not show where it panicked:\n%s", stack)
-				}
 			})
-		}
-	}
-}
-
-// readsAndPanics stands for a read that panics in Early's goroutine.
-func readsAndPanics[T any]() (T, error) { panic("read early") }
-
-// Early's function gives its value and error, the same to every wait, and
-// runs while the caller goes on.
-func TestEarly(t *testing.T) {
-	release := make(chan struct{})
-	wait := Early(func() (int, error) { <-release; return 7, errors.New("e") })
-	close(release) // Early returned before its function did
-	for range 2 {
-		if v, err := wait(); v != 7 || err == nil || err.Error() != "e" {
-			t.Errorf("wait() = %d, %v; want 7, e", v, err)
 		}
 	}
 }

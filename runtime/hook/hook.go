@@ -91,22 +91,18 @@ func (h *Hook) Run() error {
 	if readErr != nil {
 		stErr = fmt.Errorf("read container state from stdin: %w", readErr)
 	}
-	// The bundle and the host are read while the policy loads, as
-	// gpurun-runtime does: they are most of the hook's time.
-	prep := enforce.Early(func() (enforce.Request, error) {
-		if stErr != nil {
-			return enforce.Request{}, stErr
-		}
-		return h.prepare(st)
-	})
-	facts := enforce.EarlyFacts(h.Facts)
-
 	path, explicit := policy.ResolvePath(h.ConfigPath, h.Getenv)
 	pol, polErr := enforce.LoadPolicy(path, explicit, h.Fallback)
 	log, closeLog := logfile.Open(pol.LogFile, Component)
 	defer closeLog()
 
-	e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: facts, Grow: h.Grow, Log: log})
+	e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: h.Facts, Grow: h.Grow, Log: log})
+	prep := func() (enforce.Request, error) {
+		if stErr != nil {
+			return enforce.Request{}, stErr
+		}
+		return h.prepare(st)
+	}
 	attrs := []any{"stage", h.Stage, "status", st.Status, "container_pid", st.Pid}
 	_, err := e.Run(enforce.Subject{ID: st.ID, Bundle: st.Bundle}, attrs, prep)
 	return err
