@@ -529,7 +529,7 @@ func TestHookPodman(t *testing.T) {
 // versus the same bundle without the hook, alternated; reported as a ratio.
 func BenchmarkHookRunc(b *testing.B) {
 	e := newRuncEnv(b, "")
-	gpurun := bin(b, "gpurun")
+	gpurun := installed(b, bin(b, "gpurun"))
 	plain := e.bundle(b, "plain", []string{"true"}, nil, nil)
 	hooked := e.bundle(b, "hooked", []string{"true"}, nil, withHook(gpurun, e.config, "createRuntime", true, nil))
 	n := 0

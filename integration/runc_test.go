@@ -392,6 +392,7 @@ func waitStopped(e *runcEnv, id string) {
 // plain runc, alternated, reported as a ratio (goal at most 1.10).
 func BenchmarkShimCycle(b *testing.B) {
 	e := newRuncEnv(b, "")
+	e.rt = installed(b, e.rt)
 	template := e.bundle(b, "template", []string{"true"}, []string{"NVIDIA_VISIBLE_DEVICES=all"}, nil)
 	tmpl, err := os.ReadFile(filepath.Join(template, "config.json"))
 	if err != nil {
