@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/gpurun/gpurun/runtime/logfile"
 )
 
 // maxPending bounds the records a launched plugin keeps before it knows
@@ -43,13 +45,13 @@ func NewLog(launched bool, logFile string, stderr io.Writer) *Log {
 }
 
 // Logger returns a logger writing to l at level: text records on stderr,
-// JSON lines in a launched plugin's log file.
+// JSON lines timed in UTC in a launched plugin's log file.
 func (l *Log) Logger(level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if !l.launched {
 		return slog.New(slog.NewTextHandler(l, opts))
 	}
-	return slog.New(slog.NewJSONHandler(l, opts)).With("component", "gpurun-nri", "pid", os.Getpid())
+	return slog.New(logfile.UTC(slog.NewJSONHandler(l, opts))).With("component", "gpurun-nri", "pid", os.Getpid())
 }
 
 // Write writes one record. It never fails: logging must not fail a

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpurun/gpurun/policy"
 )
@@ -15,6 +16,11 @@ import (
 // its records until the runtime's configuration names the log file, or
 // writes them to the file it started with when none comes.
 func TestLog(t *testing.T) {
+	// A launched plugin's records are timed in UTC, as every writer of
+	// log_file times them, whatever the host's zone.
+	local := time.Local
+	time.Local = time.FixedZone("UTC+9", 9*3600)
+	t.Cleanup(func() { time.Local = local })
 	dir := t.TempDir()
 	startFile := filepath.Join(dir, "start.log")
 	configured := filepath.Join(dir, "sub", "configured.log")
@@ -65,8 +71,8 @@ func TestLog(t *testing.T) {
 			if !strings.Contains(got, "before") || !strings.Contains(got, "after") || strings.Index(got, "before") > strings.Index(got, "after") {
 				t.Errorf("records %q, want before then after", got)
 			}
-			if tt.launched && !strings.Contains(got, `"component":"gpurun-nri"`) {
-				t.Errorf("records %q, want JSON lines", got)
+			if tt.launched && (!strings.Contains(got, `"component":"gpurun-nri"`) || strings.Count(got, `Z","level":`) != 2) {
+				t.Errorf("records %q, want JSON lines timed in UTC", got)
 			}
 		})
 	}
