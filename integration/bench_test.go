@@ -198,23 +198,7 @@ func BenchmarkRuntimeShimRuncRun(b *testing.B) {
 	if after, err := os.ReadFile(config); err != nil || string(after) == string(spec) {
 		b.Fatalf("gpurun-runtime did not size the GPU container's /dev/shm (%v): not the sizing path", err)
 	}
-	// The floor of any runtime wrapper written in Go: a static Go binary
-	// that only execs runc with its command line.
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		b.Fatal(err)
-	}
-	wrapper := buildStaticGo(b, fmt.Sprintf(`package main
-
-import (
-	"os"
-	"syscall"
-)
-
-func main() {
-	panic(syscall.Exec(%q, append([]string{%q}, os.Args[1:]...), os.Environ()))
-}
-`, runc, runc))
+	wrapper := runcWrapper(b)
 	var runcTimes, wrapTimes, shimTimes []time.Duration
 	b.ResetTimer()
 	for b.Loop() {
@@ -230,6 +214,26 @@ func main() {
 		over[i] = shimTimes[i] - wrapTimes[i]
 	}
 	b.ReportMetric(ms(median(over)), "over-go-exec-ms")
+}
+
+// runcWrapper builds the floor of any runtime wrapper written in Go: a
+// static Go binary that only execs runc with its command line.
+func runcWrapper(b *testing.B) string {
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return buildStaticGo(b, fmt.Sprintf(`package main
+
+import (
+	"os"
+	"syscall"
+)
+
+func main() {
+	panic(syscall.Exec(%q, append([]string{%q}, os.Args[1:]...), os.Environ()))
+}
+`, runc, runc))
 }
 
 // buildStaticGo builds a static Go program of one file, src, as the
