@@ -84,7 +84,7 @@ type File struct {
 	Runtime string `toml:"runtime" comment:"The low-level OCI runtime gpurun-runtime hands over to (a name on PATH or a path): runc, crun, nvidia-container-runtime."`
 	// LogFile is where the shim, the hook and a runtime-launched NRI plugin
 	// write JSON log lines.
-	LogFile string `toml:"log_file" comment:"Where gpurun-runtime, the hook and a runtime-launched NRI plugin write their JSON log lines (a long-running gpurun nri logs to stderr)."`
+	LogFile string `toml:"log_file" comment:"Where gpurun-runtime, the hook and a runtime-launched NRI plugin write their JSON log lines, timed in UTC (a long-running gpurun nri logs to stderr)."`
 	// EngineRoots are the directories under which gpurun may remount an
 	// engine-made tmpfs for a container whose engine named none: the
 	// fallback for layouts gpurun does not know. Where the engine names
