@@ -90,6 +90,10 @@ type APIDaemon struct {
 	// Cache keeps the daemon's default-shm-size between runs (see
 	// ShmCache); the zero value asks the daemon every time.
 	Cache ShmCache
+	// Local says the daemon runs on this host (OnThisHost): it is then
+	// known by its socket and its clock is this host's, which spares
+	// docker info. False asks the daemon.
+	Local bool
 }
 
 // NewAPIDaemon connects (lazily) to the endpoint the docker CLI would use.
@@ -247,14 +251,14 @@ func (d *APIDaemon) DefaultShmSize(ctx context.Context, image string) (int64, er
 }
 
 // identity names this run of the daemon for the shm cache, and returns the
-// daemon's clock now, for the end of its event log. A daemon on a unix
-// socket runs on this host (gpurun's rule, docs/docker-run.md): the socket's
-// path and change time (a daemon that starts makes a new socket) and the
-// API version name it, and the clocks are one; that costs no docker info,
-// the daemon's slowest call (~10 ms). Any other daemon: its ID and version,
-// and its clock, from docker info.
+// daemon's clock now, for the end of its event log. A daemon on this host
+// (d.Local): the socket's path and change time (a daemon that starts makes
+// a new socket) and the API version name it, and the clocks are one; that
+// costs no docker info, the daemon's slowest call (~10 ms). Any other
+// daemon, a unix socket forwarded from elsewhere included: its ID and
+// version, and its clock, from docker info.
 func (d *APIDaemon) identity(ctx context.Context) (key, now string, err error) {
-	if path, ok := strings.CutPrefix(d.host, "unix://"); ok {
+	if path, ok := strings.CutPrefix(d.host, "unix://"); ok && d.Local {
 		if fi, err := os.Stat(path); err == nil {
 			d.c.NegotiateAPIVersion(ctx)
 			t := time.Now()

@@ -52,9 +52,9 @@ type Request struct {
 	// the daemon host's when DaemonLocal says the daemon runs here. Nil:
 	// unknown.
 	LocalFacts func() (oci.Facts, error)
-	// DaemonLocal is true when the daemon listens on this host (a unix
-	// socket): then gpurun reads the host's memory itself (sysinfo(2))
-	// rather than asking the daemon (docker info is its slowest call).
+	// DaemonLocal is true when the daemon runs on this host (OnThisHost):
+	// then gpurun reads the host's memory itself (sysinfo(2)) rather than
+	// asking the daemon (docker info is its slowest call).
 	DaemonLocal bool
 }
 

@@ -4,10 +4,14 @@ package integration
 
 import (
 	"bytes"
+	"io"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -93,5 +97,90 @@ func TestRunDockerGlobals(t *testing.T) {
 				t.Errorf("ShmSize %s, want %d", inspect, want*1024)
 			}
 		})
+	}
+}
+
+// TestRunForwardedSocket: a unix socket that another process serves (here
+// a forwarder in this test, as ssh -L or Docker Desktop's proxy would be)
+// is not taken for a daemon on this host: gpurun asks the daemon behind it
+// for its host's memory (docker info) instead of reading this machine's,
+// and the container still gets the policy's size.
+func TestRunForwardedSocket(t *testing.T) {
+	e := newRunEnv(t)
+	fwd := filepath.Join(t.TempDir(), "fwd.sock")
+	l, err := net.Listen("unix", fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var asked atomic.Bool // a request for /info passed through
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("unix", e.d.Socket)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				// Half-closes travel on, as docker's attach streams need.
+				down := make(chan struct{})
+				go func() {
+					_, _ = io.Copy(c, up)
+					_ = c.(*net.UnixConn).CloseWrite()
+					close(down)
+				}()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if bytes.Contains(buf[:n], []byte("/info ")) {
+							asked.Store(true)
+						}
+						if _, werr := up.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						_ = up.(*net.UnixConn).CloseWrite()
+						<-down
+						return
+					}
+				}
+			}()
+		}
+	}()
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(e.bin(), append([]string{"-v", "-H", "unix://" + fwd}, args...)...)
+		cmd.Env = append(e.d.Env(), "GPURUN_CONFIG="+e.config, "XDG_CACHE_HOME="+t.TempDir())
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("gpurun %q: %v\nstdout %s\nstderr %s", args, err, out.String(), errOut.String())
+		}
+		if !strings.Contains(errOut.String(), "not by a daemon on this host: asking the daemon for its host's memory") {
+			t.Errorf("gpurun took the forwarded socket for a local daemon:\n%s", errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	want := e.target(0)
+	gpuRun := []string{"run", "--rm", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=all", e.img, "df", "-k", "/dev/shm"}
+	// A dry run: only gpurun talks to the daemon.
+	out, errOut := run(append([]string{"--dry-run"}, gpuRun...)...)
+	if !asked.Load() {
+		t.Errorf("gpurun did not ask the daemon behind the forwarded socket for its memory (no /info request)\nstderr: %s", errOut)
+	}
+	if !strings.Contains(out, "--shm-size="+strconv.FormatInt(want, 10)+" ") {
+		t.Errorf("dry run %q, want --shm-size=%d", out, want)
+	}
+	// The container, through the forwarder.
+	out, errOut = run(gpuRun...)
+	if got := dfKiB(t, out); got != want/1024 {
+		t.Errorf("/dev/shm %d KiB, want %d KiB\nstderr: %s", got, want/1024, errOut)
 	}
 }

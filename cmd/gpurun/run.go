@@ -93,11 +93,15 @@ func runDocker(g *globals, command, args []string, stdout, stderr io.Writer) err
 	if err != nil && g.verbose {
 		fmt.Fprintf(stderr, "gpurun: docker options %q: %v; asking the daemon the environment names\n", g.dockerGlobals, err)
 	}
-	if ep, err := dockercli.ResolveEndpoint(getenv); err == nil {
-		req.DaemonLocal = strings.HasPrefix(ep.Host, "unix://")
+	if ep, err := dockercli.ResolveEndpoint(getenv); err == nil && strings.HasPrefix(ep.Host, "unix://") {
+		var why string
+		if req.DaemonLocal, why = dockercli.OnThisHost(ep.Host); !req.DaemonLocal && g.verbose {
+			fmt.Fprintf(stderr, "gpurun: %s: asking the daemon for its host's memory\n", why)
+		}
 	}
 	if d, err := dockercli.NewAPIDaemon(getenv, files); err == nil {
 		defer d.Close()
+		d.Local = req.DaemonLocal
 		d.Cache = dockercli.ShmCache{Path: dockercli.DefaultShmCachePath(os.Getenv)}
 		req.Daemon = d
 	} else if g.verbose {
