@@ -265,7 +265,8 @@ func buildStaticGo(b *testing.B, src string) string {
 }
 
 // installed returns a copy of the binary at path written as a package
-// manager, install(1) or gpurun install writes one: with write(2). The Go
+// manager, install(1) or the node agent (gpurun node) writes one: with
+// write(2). The Go
 // linker writes its output through a shared mapping, and on this machine
 // (Linux 6.18, ext4) an exec of the linker's file costs more than one of a
 // byte-identical copy: 0.3 ms for gpurun-runtime (3 MB), 0.7 ms for
