@@ -12,7 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
+	"github.com/gpurun/gpurun/atomicfile"
 )
 
 // Open returns a JSON-lines logger writing to path, each record tagged with
@@ -24,7 +24,7 @@ func Open(path, component string) (*slog.Logger, func()) {
 	if path == "" {
 		return slog.New(slog.NewJSONHandler(io.Discard, nil)), func() {}
 	}
-	w := &lazyFile{path: path, fd: -1}
+	w := &lazyFile{path: path}
 	return slog.New(UTC(slog.NewJSONHandler(w, nil))).With("component", component, "pid", os.Getpid()), w.close
 }
 
@@ -47,52 +47,31 @@ func (h utc) WithAttrs(attrs []slog.Attr) slog.Handler { return utc{h.Handler.Wi
 
 func (h utc) WithGroup(name string) slog.Handler { return utc{h.Handler.WithGroup(name)} }
 
-// lazyFile is an append-only file opened on first write. It makes its
-// system calls itself rather than through os.File, whose poller set-up is
-// on the path of every container start for nothing: the file is regular.
+// lazyFile is an append-only file opened on first write, by
+// atomicfile.OpenFile: the runtime's poller is not set up for it.
 type lazyFile struct {
 	path string
-	fd   int // -1 until opened
+	f    *os.File
 	err  error
 }
 
 func (l *lazyFile) Write(p []byte) (int, error) {
-	if l.fd < 0 && l.err == nil {
-		l.fd, l.err = openAppend(l.path)
-		if errors.Is(l.err, unix.ENOENT) {
+	if l.f == nil && l.err == nil {
+		l.f, l.err = atomicfile.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if errors.Is(l.err, os.ErrNotExist) {
 			if mkErr := os.MkdirAll(filepath.Dir(l.path), 0o755); mkErr == nil {
-				l.fd, l.err = openAppend(l.path)
+				l.f, l.err = atomicfile.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 			}
 		}
 	}
 	if l.err != nil {
 		return len(p), nil // logging must never fail a container start
 	}
-	for n := 0; n < len(p); {
-		m, err := unix.Write(l.fd, p[n:])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return n, err
-		}
-		n += m
-	}
-	return len(p), nil
-}
-
-func openAppend(path string) (int, error) {
-	for {
-		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC, 0o640)
-		if !errors.Is(err, unix.EINTR) {
-			return fd, err
-		}
-	}
+	return l.f.Write(p)
 }
 
 func (l *lazyFile) close() {
-	if l.fd >= 0 {
-		_ = unix.Close(l.fd)
-		l.fd = -1
+	if l.f != nil {
+		_ = l.f.Close()
 	}
 }
