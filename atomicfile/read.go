@@ -28,12 +28,33 @@ func OpenFile(path string, flag int, perm os.FileMode) (*os.File, error) {
 }
 
 // ReadFile returns the whole content of path, as os.ReadFile does, with
-// the same *fs.PathError errors, from a file OpenFile opens.
+// the same *fs.PathError errors, from a file OpenFile opens. Like
+// os.ReadFile it sizes its buffer from fstat(2), one byte more than the
+// file so that a second read sees the end: a 9 KB config.json on tmpfs is
+// two reads, where io.ReadAll's growing buffer made ten. A file whose size
+// stat does not tell (procfs) is read on until its end all the same.
 func ReadFile(path string) ([]byte, error) {
 	f, err := OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	size := 512
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() < 1<<30 {
+		size = max(size, int(fi.Size())+1)
+	}
+	data := make([]byte, 0, size)
+	for {
+		n, err := f.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			return data, nil
+		}
+		if err != nil {
+			return data, err
+		}
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+	}
 }
