@@ -62,6 +62,9 @@ containers of the others are still shown, and the error names the engine);
 				return &exitError{2, errors.New("stats: reads every container's /dev/shm through /proc/<pid>/root and the engines' state dirs: run it as root (sudo gpurun stats)")}
 			}
 			o := shmstats.Options{HostRoot: f.hostRoot, Docker: f.dockerHost, Orphans: !f.noOrphans}
+			if f.watch {
+				o.Specs = shmstats.NewSpecs() // each container's config.json parsed once
+			}
 			if cmd.Flags().Changed("containerd-state") {
 				o.Containerd = f.containerd
 			}

@@ -43,8 +43,9 @@ type Sampler struct {
 
 // SamplerOptions configure a Sampler.
 type SamplerOptions struct {
-	// Stats says where to look. A nil Peaks gets an in-memory store; its
-	// Orphans costs a walk of every tmpfs and /proc per sample.
+	// Stats says where to look. A nil Peaks gets an in-memory store, a nil
+	// Specs a cache of the containers' specs; its Orphans costs a walk of
+	// every tmpfs and /proc per sample.
 	Stats shmstats.Options
 	// Interval between samples (0: DefaultInterval).
 	Interval time.Duration
@@ -59,6 +60,9 @@ func NewSampler(reg prometheus.Registerer, o SamplerOptions) *Sampler {
 	s := &Sampler{opts: o.Stats, interval: o.Interval, log: o.Log, collect: o.Collect, d: newDescs(), isNear: map[string]bool{}}
 	if s.opts.Peaks == nil {
 		s.opts.Peaks = shmstats.NewPeaks()
+	}
+	if s.opts.Specs == nil {
+		s.opts.Specs = shmstats.NewSpecs()
 	}
 	if s.interval <= 0 {
 		s.interval = DefaultInterval

@@ -57,6 +57,9 @@ type collector struct {
 	facts oci.Facts
 	// hostShm is the device number of the host's own /dev/shm, 0 unknown.
 	hostShm uint64
+	// specsUsed are the config.json paths this Collect read (Options.Specs
+	// keeps only those).
+	specsUsed map[string]bool
 }
 
 // found is a container as an engine's files describe it, before its
@@ -73,7 +76,14 @@ type found struct {
 }
 
 func newCollector(o Options) *collector {
-	return &collector{o: o, proc: cmp.Or(o.Proc, "/proc")}
+	return &collector{o: o, proc: cmp.Or(o.Proc, "/proc"), specsUsed: map[string]bool{}}
+}
+
+// loadSpec returns the spec in the config.json at path, through
+// Options.Specs.
+func (c *collector) loadSpec(path string) (*specs.Spec, error) {
+	c.specsUsed[path] = true
+	return c.o.Specs.load(path)
 }
 
 // host returns a node path as this process reaches it.
@@ -135,6 +145,7 @@ func (c *collector) collect(ctx context.Context) ([]Container, error) {
 	all = append(all, pm...)
 
 	out := c.measure(all)
+	c.o.Specs.keep(c.specsUsed)
 	return out, errors.Join(errs...)
 }
 
@@ -336,7 +347,7 @@ func (c *collector) containerd(state string) ([]found, error) {
 			if !ok {
 				continue // created, stopped or gone
 			}
-			cfg, err := oci.LoadConfig(filepath.Join(bundle, "config.json"))
+			spec, err := c.loadSpec(filepath.Join(bundle, "config.json"))
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					continue // gone meanwhile
@@ -344,10 +355,10 @@ func (c *collector) containerd(state string) ([]found, error) {
 				errs = append(errs, err)
 				continue
 			}
-			if oci.CRIPod(cfg.Spec).Sandbox {
+			if oci.CRIPod(spec).Sandbox {
 				continue // a pod's sandbox (pause): its pod's containers show its tmpfs
 			}
-			f := fromSpec(cfg.Spec)
+			f := fromSpec(spec)
 			f.c.Engine, f.c.Namespace, f.c.ID, f.c.PID = EngineContainerd, ns.Name(), id.Name(), pid
 			out = append(out, f)
 		}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/runtime/enginedirs"
 )
 
@@ -60,14 +59,14 @@ func (c *collector) podman(roots []string) ([]found, error) {
 		if !ok {
 			continue
 		}
-		cfg, err := oci.LoadConfig(fl.config)
+		spec, err := c.loadSpec(fl.config)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
 			continue
 		}
-		f := fromSpec(cfg.Spec)
+		f := fromSpec(spec)
 		f.c.Engine, f.c.ID, f.c.PID = EnginePodman, id, pid
 		f.c.Name = names[id]
 		out = append(out, f)

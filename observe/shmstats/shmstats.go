@@ -70,6 +70,10 @@ type Options struct {
 	DockerClient DockerAPI
 	// Proc is where this process's procfs is mounted; "" means "/proc".
 	Proc string
+	// Specs, when set, keeps the containers' specs between Collects
+	// (a sampler's, `stats --watch`): nil reads every config.json each
+	// time.
+	Specs *Specs
 }
 
 // Container is one running container and its /dev/shm, as Collect found it.
