@@ -94,10 +94,3 @@ func (s *Specs) keep(used map[string]bool) {
 		}
 	}
 }
-
-// len is how many specs the cache holds.
-func (s *Specs) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
-}

@@ -109,3 +109,10 @@ func TestSpecs(t *testing.T) {
 		}
 	})
 }
+
+// len is how many specs the cache holds.
+func (s *Specs) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
