@@ -4,11 +4,13 @@ GO        ?= go
 PREFIX    ?= /usr/local
 BINDIR    ?= $(PREFIX)/bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS   := -s -w -X github.com/gpurun/gpurun/version.Version=$(VERSION)
+LDFLAGS   := -s -w -X github.com/gpurun/gpurun/internal/version.Version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $$($(GO) env GOPATH)/bin/staticcheck)
-# Packages whose tests need no daemon and no root.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
+# Packages whose tests need no daemon and no root: all but the engines'
+# integration tests and their harness (integration/agreement and
+# integration/checkhost's parsers are unit tests).
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e '/integration$$' -e '/integration/harness$$')
 
 .PHONY: all build demo test test-unit test-integration bench lint fuzz install clean
 
@@ -99,9 +101,9 @@ k8s-tools:
 # Kubernetes cluster), each on its own sockets, state dirs and network
 # namespace; needs root. The tests build bin/ themselves.
 test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2)
-	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/... ./hack/checkhost/
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/
 
-# The machine as the tests found it (hack/checkhost; root): host-snapshot
+# The machine as the tests found it (integration/checkhost; root): host-snapshot
 # records docker0 and the other interfaces, the engines' configs and
 # hooks.d, gpurun's install paths, mounts, cgroups, engine processes and
 # the harness's /tmp dirs; check-host, after the tests, names each change
@@ -109,10 +111,10 @@ test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2)
 HOST_SNAPSHOT ?= $(CURDIR)/.host-snapshot.json
 .PHONY: host-snapshot check-host
 host-snapshot:
-	$(GO) run ./hack/checkhost snapshot $(HOST_SNAPSHOT)
+	$(GO) run ./integration/checkhost snapshot $(HOST_SNAPSHOT)
 
 check-host:
-	$(GO) run ./hack/checkhost compare $(HOST_SNAPSHOT)
+	$(GO) run ./integration/checkhost compare $(HOST_SNAPSHOT)
 
 # The users' failure end to end on Debian's PyTorch (docs/e2e.md): a
 # DataLoader dies with Bus error at Docker's default /dev/shm and finishes
@@ -139,16 +141,16 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseQuantity$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseFast$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./oci
-	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./oci
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./runtime/specfile
 	$(GO) test -run '^$$' -fuzz '^FuzzEngineHostShm$$' -fuzztime $(FUZZTIME) ./oci
-	$(GO) test -run '^$$' -fuzz '^FuzzWalk$$' -fuzztime $(FUZZTIME) ./oci
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFields$$' -fuzztime $(FUZZTIME) ./oci
-	$(GO) test -run '^$$' -fuzz '^FuzzPlain$$' -fuzztime $(FUZZTIME) ./oci
+	$(GO) test -run '^$$' -fuzz '^FuzzWalk$$' -fuzztime $(FUZZTIME) ./runtime/specfile
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFields$$' -fuzztime $(FUZZTIME) ./runtime/specfile
+	$(GO) test -run '^$$' -fuzz '^FuzzPlain$$' -fuzztime $(FUZZTIME) ./runtime/specfile
 	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME) ./runtime/shim
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./runtime/hook
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./dockerargs
-	$(GO) test -run '^$$' -fuzz '^FuzzInstall$$' -fuzztime $(FUZZTIME) ./runtime/engineconf/docker
-	$(GO) test -run '^$$' -fuzz '^FuzzInstall$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./runtime/engineconf/containerd
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./docker/runargs
+	$(GO) test -run '^$$' -fuzz '^FuzzInstall$$' -fuzztime $(FUZZTIME) ./engine/docker
+	$(GO) test -run '^$$' -fuzz '^FuzzInstall$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./engine/containerd
 	$(GO) test -run '^$$' -fuzz '^FuzzScan$$' -fuzztime $(FUZZTIME) ./diagnose/explain
 	$(GO) test -run '^$$' -fuzz '^FuzzInsertFirst$$' -fuzztime $(FUZZTIME) ./compose/yamledit
 
@@ -158,10 +160,10 @@ lint: $(HELM)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags $(LEAN_TAGS) ./cmd/gpurun
-	$(GO) vet -tags '$(E2E_TAGS)' ./integration/... ./hack/checkhost/
+	$(GO) vet -tags '$(E2E_TAGS)' ./integration/...
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags $(LEAN_TAGS) ./cmd/gpurun
-	$(STATICCHECK) -tags '$(E2E_TAGS)' ./integration/... ./hack/checkhost/
+	$(STATICCHECK) -tags '$(E2E_TAGS)' ./integration/...
 	set -e; for mode in $(HELM_LINT_MODES); do $(HELM) lint --strict --quiet --set mode=$$mode deploy/helm/gpurun; done
 
 install: build
@@ -217,7 +219,7 @@ docs:
 	$(GO) run ./cmd/gpurun __gendocs --config-md docs/config.md
 
 docs-check:
-	$(GO) test -count=1 -run 'TestConfigMarkdownFresh' ./docgen
+	$(GO) test -count=1 -run 'TestConfigMarkdownFresh' ./internal/docgen
 
 # The Kubernetes DaemonSets' image (deploy/image/Dockerfile, FROM scratch):
 # static binaries for each of IMAGE_ARCHS in bin/image/linux-<arch>/, then

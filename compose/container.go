@@ -12,7 +12,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/dotenv"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpurun/gpurun/dockerspec"
+	"github.com/gpurun/gpurun/docker/translate"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -37,7 +37,7 @@ type service struct {
 // service joins (ipc: service:x, container:x): it exists only once compose
 // runs the project. What the plan needs is that /dev/shm is then that
 // container's engine-made tmpfs, which this id (and dockerd's default data
-// root) lets dockerspec lay out as dockerd does.
+// root) lets docker/translate lay out as dockerd does.
 const donorID = "0000000000000000000000000000000000000000000000000000000000000000"
 
 // dockerDataRoot is dockerd's default data root, where a shareable
@@ -50,12 +50,12 @@ const dockerDataRoot = "/var/lib/docker"
 //   - deploy.resources.reservations.devices and gpus: GPU requests in the
 //     file's words (oci.WithGPURequest); CDI names among device_ids are
 //     judged by oci.ClassifyDevice;
-//   - runtime: dockerd's rule for --runtime (dockerspec.Runtime);
+//   - runtime: dockerd's rule for --runtime (translate.Runtime);
 //   - environment and env_file: the process env (oci.WithEnv);
 //   - devices: by their path in the container, CDI names too
 //     (oci.WithDevices; oci.ClassifyDevice judges them);
 //   - deploy.resources.limits.memory, else mem_limit: oci.WithMemoryLimit;
-//   - ipc and shm_size: /dev/shm as dockerd lays it out (dockerspec.IPC),
+//   - ipc and shm_size: /dev/shm as dockerd lays it out (translate.IPC),
 //     shm_size being the user's choice;
 //   - volumes and tmpfs at /dev/shm: oci.WithUserShm;
 //   - privileged: oci.WithPrivileged.
@@ -116,7 +116,7 @@ func (p *project) translate(svc map[string]any) (service, error) {
 
 	// /dev/shm: what the IPC mode gives, sized by shm_size; then a mount
 	// of the user's own there, which wins as in dockerd.
-	shm := dockerspec.Shm{Size: policy.EngineDefaultShm}
+	shm := translate.Shm{Size: policy.EngineDefaultShm}
 	if v, ok := svc[ShmKey]; ok && v != nil {
 		s.shmSet, s.shmRaw = true, str(v)
 		shm.Choice = "shm_size: " + s.shmRaw
@@ -135,7 +135,7 @@ func (p *project) translate(svc map[string]any) (service, error) {
 	if strings.HasPrefix(mode, "container:") {
 		shm.DataRoot, shm.DonorID = dockerDataRoot, donorID
 	}
-	opts = append(opts, dockerspec.IPC(mode, shm))
+	opts = append(opts, translate.IPC(mode, shm))
 	if words, m, ok := userShm(svc); ok {
 		opts = append(opts, oci.WithUserShm(words, m))
 	}
@@ -228,11 +228,11 @@ func gpus(v any) oci.Opt {
 }
 
 // runtime is runtime: with dockerd's rule for --runtime
-// (dockerspec.Runtime), named in the file's words.
+// (translate.Runtime), named in the file's words.
 func runtime(name string) oci.Opt {
 	return func(c *oci.Container) error {
 		n := len(c.GPURequests)
-		if err := dockerspec.Runtime(name)(c); err != nil {
+		if err := translate.Runtime(name)(c); err != nil {
 			return err
 		}
 		for i := n; i < len(c.GPURequests); i++ {
@@ -304,7 +304,7 @@ func userShm(svc map[string]any) (string, specs.Mount, bool) {
 	}
 	for _, t := range tmpfs {
 		if dst, _, _ := strings.Cut(str(t), ":"); cleanPath(dst) == oci.ShmPath {
-			words, m, ok = "tmpfs "+str(t), dockerspec.UserMount("tmpfs", str(t)), true
+			words, m, ok = "tmpfs "+str(t), translate.UserMount("tmpfs", str(t)), true
 		}
 	}
 	return words, m, ok

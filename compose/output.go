@@ -7,7 +7,7 @@ import (
 
 	"github.com/aymanbagabas/go-udiff"
 
-	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/internal/atomicfile"
 )
 
 // Diff returns a unified diff of the file's change ("" when none), as

@@ -25,8 +25,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // Where the tests put gpurun's image: the test-local overlay's `images:`

@@ -24,8 +24,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/observe/shmstats"
-	"github.com/gpurun/gpurun/podspec"
 	"github.com/gpurun/gpurun/policy"
 )
 

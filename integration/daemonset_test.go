@@ -18,10 +18,10 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/nodeagent"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // containerd2Binary is containerd 2.x for `containerd config default`:
@@ -134,11 +134,11 @@ func nodeCmd(t *testing.T, args ...string) (string, error) {
 // gpurun-runtime; once the pod is gone a second uninstall leaves the host
 // root as it was.
 func TestDaemonSetEntrypoint(t *testing.T) {
-	debianEtc, err := os.ReadFile("../runtime/engineconf/containerd/testdata/debian-bookworm-containerd-1.6.20-etc-config.toml")
+	debianEtc, err := os.ReadFile("../engine/containerd/testdata/debian-bookworm-containerd-1.6.20-etc-config.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	v3, err := os.ReadFile("../runtime/engineconf/containerd/testdata/containerd-2.2.9-config-default.toml")
+	v3, err := os.ReadFile("../engine/containerd/testdata/containerd-2.2.9-config-default.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,12 +19,13 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpurun/gpurun/engine/hooksd"
+	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/engineconf"
-	"github.com/gpurun/gpurun/runtime/remount"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // withHook adds `gpurun hook --config CONFIG [--stage STAGE]` to a runc
@@ -51,7 +52,7 @@ func plannedKiB(t *testing.T, config, bundle string) (int64, oci.Action) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := oci.LoadConfig(filepath.Join(bundle, "config.json"))
+	cfg, err := specfile.Load(filepath.Join(bundle, "config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,12 +466,12 @@ func TestHookPodman(t *testing.T) {
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("gpurun install podman: %v\n%s", err, out)
 	}
-	entry := filepath.Join(hooksDir, engineconf.HookFileName)
+	entry := filepath.Join(hooksDir, hooksd.HookFileName)
 	data, err := os.ReadFile(entry)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := engineconf.ValidateHookJSON(entry, data); err != nil || !engineconf.IsGPURunHook(data) {
+	if err := hooksd.ValidateHookJSON(entry, data); err != nil || !hooksd.IsGPURunHook(data) {
 		t.Fatalf("hooks.d entry: %v\n%s", err, data)
 	}
 

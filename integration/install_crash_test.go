@@ -32,7 +32,7 @@ func installCrashCases() []installCrashCase {
 	return []installCrashCase{{
 		name: "docker: set as default over nvidia",
 		files: map[string]string{
-			"/etc/docker/daemon.json":       "runtime/engineconf/docker/testdata/nvidia-ctk-set-as-default.json",
+			"/etc/docker/daemon.json":       "engine/docker/testdata/nvidia-ctk-set-as-default.json",
 			"/usr/local/bin/gpurun-runtime": "=#!/bin/sh\n",
 		},
 		install:   []string{"docker", "--set-as-default", "--data-root", "/var/lib/docker"},
@@ -40,7 +40,7 @@ func installCrashCases() []installCrashCase {
 	}, {
 		name: "containerd 1.6: set as default, chaining nvidia",
 		files: map[string]string{
-			"/etc/containerd/config.toml":   "runtime/engineconf/containerd/testdata/nvidia-ctk-containerd-1.6.20-set-as-default.toml",
+			"/etc/containerd/config.toml":   "engine/containerd/testdata/nvidia-ctk-containerd-1.6.20-set-as-default.toml",
 			"/usr/local/bin/gpurun-runtime": "=#!/bin/sh\n",
 		},
 		install:   []string{"containerd", "--set-as-default"},
@@ -48,7 +48,7 @@ func installCrashCases() []installCrashCase {
 	}, {
 		name: "containerd 2.x: a drop-in",
 		files: map[string]string{
-			"/etc/containerd/config.toml":   "runtime/engineconf/containerd/testdata/containerd-2.4.2-config-default.toml",
+			"/etc/containerd/config.toml":   "engine/containerd/testdata/containerd-2.4.2-config-default.toml",
 			"/usr/local/bin/gpurun-runtime": "=#!/bin/sh\n",
 		},
 		install:   []string{"containerd", "--drop-in", "/etc/containerd/conf.d"},

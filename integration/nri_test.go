@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // engineDefaultKiB is the /dev/shm containerd gives every pod: 64 MiB.

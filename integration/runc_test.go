@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // runcEnv runs bundles through gpurun-runtime (or plain runc) directly,
@@ -351,7 +352,7 @@ func TestShimConcurrentCycles(t *testing.T) {
 				if _, stderr, err := e.run(e.rt, "delete", "--force", id); err != nil {
 					fail("%s delete: %v %s", id, err, stderr)
 				}
-				c, err := oci.LoadConfig(filepath.Join(b, "config.json"))
+				c, err := specfile.Load(filepath.Join(b, "config.json"))
 				if err != nil {
 					fail("%s: corrupt config.json: %v", id, err)
 					continue

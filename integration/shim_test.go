@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // shimConfig writes a gpurun policy for gpurun-runtime: the default policy

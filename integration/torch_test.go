@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // torchImage is the tag hack/build-torch-image.sh imports the image as.

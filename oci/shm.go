@@ -258,3 +258,13 @@ func HasPrivateIPC(s *specs.Spec) bool {
 	}
 	return false
 }
+
+// ShmMount is the tmpfs engines give a container at /dev/shm, of the given size.
+func ShmMount(size int64) specs.Mount {
+	return specs.Mount{
+		Destination: ShmPath,
+		Type:        "tmpfs",
+		Source:      "shm",
+		Options:     []string{"nosuid", "noexec", "nodev", "mode=1777", policy.MountSizeOption(size, false)},
+	}
+}

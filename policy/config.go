@@ -14,7 +14,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
-	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/internal/atomicfile"
 )
 
 // DefaultConfigPath is where gpurun looks for its configuration when neither

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpurun/gpurun/docgen"
+	"github.com/gpurun/gpurun/internal/docgen"
 )
 
 // availableCommands walks gpurun's command tree as `gpurun --help` shows

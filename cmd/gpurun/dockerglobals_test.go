@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpurun/gpurun/dockerargs"
+	"github.com/gpurun/gpurun/docker/runargs"
 )
 
 // dryDispatch is main's dispatch of a gpurun command line (after the CLI
@@ -35,7 +35,7 @@ func dryDispatch(t *testing.T, g *globals, args []string) (string, error) {
 
 // globalSpellings returns each way to write a docker global option with a
 // value that works here: --name value, --name=value, -x value, -xvalue.
-func globalSpellings(t *testing.T, f dockerargs.Flag) [][]string {
+func globalSpellings(t *testing.T, f runargs.Flag) [][]string {
 	value := map[string]string{
 		"config": t.TempDir(), "context": "gpurun-test-ctx", "host": "unix:///nonexistent/docker.sock",
 		"log-level": "debug", "tlscacert": "/nonexistent/ca.pem", "tlscert": "/nonexistent/cert.pem",
@@ -64,7 +64,7 @@ func TestDockerGlobalsEveryCommand(t *testing.T) {
 	runArgs := []string{"--rm", "-e", "NVIDIA_VISIBLE_DEVICES=all", "--memory", "4g", "busybox", "true"}
 	commands := [][]string{{"run"}, {"create"}, {"container", "run"}, {"container", "create"}}
 	const sized = " --shm-size=2147483648 --rm -e NVIDIA_VISIBLE_DEVICES=all --memory 4g busybox true\n"
-	for _, f := range dockerargs.GlobalFlags() {
+	for _, f := range runargs.GlobalFlags() {
 		if f.Name == "help" || f.Name == "version" {
 			continue // gpurun's own --help and --version
 		}

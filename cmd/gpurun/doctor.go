@@ -15,10 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/diagnose/doctor"
-	"github.com/gpurun/gpurun/dockercli"
+	"github.com/gpurun/gpurun/engine/criclient"
+	"github.com/gpurun/gpurun/engine/dockerapi"
 	"github.com/gpurun/gpurun/kube"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/criclient"
 )
 
 func newDoctorCmd(g *globals) *cobra.Command {
@@ -107,7 +107,7 @@ status (ok|warn|problem|error), detail, fix, data}]}; see docs/doctor.md.`,
 				defer conn.Close()
 				rep = doctor.CRIContainer(ctx, sys, conn.Runtime, args[0], doctor.TargetOptions{Policy: pol})
 			case len(args) == 1:
-				c, err := dockercli.NewClient(os.Getenv)
+				c, err := dockerapi.NewClient(os.Getenv)
 				if err != nil {
 					return &exitError{2, fmt.Errorf("doctor: %w", err)}
 				}
@@ -142,10 +142,10 @@ status (ok|warn|problem|error), detail, fix, data}]}; see docs/doctor.md.`,
 						return os.Getenv(k)
 					}
 				}
-				if ep, err := dockercli.ResolveEndpoint(getenv); err == nil {
+				if ep, err := dockerapi.ResolveEndpoint(getenv); err == nil {
 					opts.DockerHost = ep.Host
 				}
-				if c, err := dockercli.NewClient(getenv); err == nil {
+				if c, err := dockerapi.NewClient(getenv); err == nil {
 					defer c.Close()
 					opts.Docker = c
 				} else {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpurun/gpurun/atomicfile"
-	"github.com/gpurun/gpurun/docgen"
-	"github.com/gpurun/gpurun/version"
+	"github.com/gpurun/gpurun/internal/atomicfile"
+	"github.com/gpurun/gpurun/internal/docgen"
+	"github.com/gpurun/gpurun/internal/version"
 )
 
 // newGenDocsCmd is the hidden `__gendocs`: it writes the man pages,

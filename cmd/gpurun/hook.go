@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/engine/crio"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/engineconf"
 	"github.com/gpurun/gpurun/runtime/hook"
 	"github.com/gpurun/gpurun/runtime/install"
 )
@@ -133,9 +133,9 @@ storage driver other than overlay.`, defDir, install.HookFileName, name),
 		fl.StringVar(&h.GPURunPath, "hook-path", "", "gpurun as the runtime will run it (a path on the node; default: this gpurun, else /usr/local/bin/gpurun)")
 		if engine == install.EngineCRIO {
 			fl.StringVar(&annot, "allow-shm-annotation", "", fmt.Sprintf("also let pods size /dev/shm with CRI-O's annotation (--allow-shm-annotation alone: %s; =%s for older CRI-O): a drop-in %s/%s (restart CRI-O)",
-				engineconf.CRIOShmAnnotation, engineconf.CRIOShmAnnotationV1, engineconf.CRIODropInDir, engineconf.CRIODropInName))
-			fl.Lookup("allow-shm-annotation").NoOptDefVal = engineconf.CRIOShmAnnotation
-			fl.StringVar(&h.DropInDir, "crio-drop-in-dir", engineconf.CRIODropInDir, "CRI-O's drop-in directory (a path on the node)")
+				crio.ShmAnnotation, crio.ShmAnnotationV1, crio.DropInDir, crio.DropInName))
+			fl.Lookup("allow-shm-annotation").NoOptDefVal = crio.ShmAnnotation
+			fl.StringVar(&h.DropInDir, "crio-drop-in-dir", crio.DropInDir, "CRI-O's drop-in directory (a path on the node)")
 		}
 	}
 	return cmd

@@ -10,10 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpurun/gpurun/dockercli"
+	"github.com/gpurun/gpurun/engine/dockerapi"
+	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // installFlags are common to install and uninstall.
@@ -152,7 +152,7 @@ func dockerRootDir(ctx context.Context) func() (string, error) {
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		c, err := dockercli.NewClient(os.Getenv)
+		c, err := dockerapi.NewClient(os.Getenv)
 		if err != nil {
 			return "", err
 		}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/version"
 )
 
 func newInstallCLIPluginCmd(g *globals, uninstall bool) *cobra.Command {

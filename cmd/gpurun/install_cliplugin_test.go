@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/version"
 )
 
 // pluginEnv isolates the variables docker-gpurun reads and sets; t.Setenv

@@ -30,12 +30,12 @@ var heavyPackages = []struct{ prefix, why string }{
 	{"github.com/prometheus/", "metrics registries and collectors"},
 	{"html/template", "template escaper tables"},
 	{"github.com/gpurun/gpurun/compose", "compose-go"},
-	{"github.com/gpurun/gpurun/podspec", "Kubernetes API types"},
-	{"github.com/gpurun/gpurun/webhook", "Kubernetes API types"},
+	{"github.com/gpurun/gpurun/kube/podspec", "Kubernetes API types"},
+	{"github.com/gpurun/gpurun/kube/webhook", "Kubernetes API types"},
 	{"github.com/gpurun/gpurun/diagnose/doctor", "CRI, Kubernetes"},
-	{"github.com/gpurun/gpurun/runtime/criclient", "gRPC, CRI"},
+	{"github.com/gpurun/gpurun/engine/criclient", "gRPC, CRI"},
 	{"github.com/gpurun/gpurun/runtime/nri", "NRI"},
-	{"github.com/gpurun/gpurun/docgen", "man pages"},
+	{"github.com/gpurun/gpurun/internal/docgen", "man pages"},
 }
 
 func heavy(pkg string) (string, bool) {

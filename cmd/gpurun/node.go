@@ -16,11 +16,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/nodeagent"
-	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // nodeFlags are the node agent's settings, common to its subcommands.

@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/nri"
-	"github.com/gpurun/gpurun/version"
 )
 
 // nriFlags are `gpurun nri`'s own options.

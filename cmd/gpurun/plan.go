@@ -11,11 +11,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/internal/sysinfo"
+	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/podspec"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 func newPlanCmd(g *globals) *cobra.Command {
@@ -71,7 +72,7 @@ policy file).`,
 			if podPath != "" {
 				return planPod(cmd, pol, podPath, asJSON, peak)
 			}
-			cfg, err := oci.LoadConfig(specPath)
+			cfg, err := specfile.Load(specPath)
 			if err != nil {
 				return &exitError{2, err}
 			}

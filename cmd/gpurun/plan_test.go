@@ -165,7 +165,7 @@ func TestGlobalsFromEnv(t *testing.T) {
 // TestPlanPod: --pod prints the webhook's decision; --json one object.
 func TestPlanPod(t *testing.T) {
 	t.Setenv("GPURUN_CONFIG", "")
-	pods := filepath.Join("..", "..", "podspec", "testdata", "pods")
+	pods := filepath.Join("..", "..", "kube", "podspec", "testdata", "pods")
 	stdout, stderr, code := execute(t, "plan", "--pod", filepath.Join(pods, "kubeflow-pytorchjob-worker.yaml"))
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -191,7 +191,7 @@ func TestPlanPod(t *testing.T) {
 
 func TestPlanMeasuredPeak(t *testing.T) {
 	t.Setenv("GPURUN_CONFIG", "")
-	pod := filepath.Join("..", "..", "podspec", "testdata", "pods", "kubeflow-pytorchjob-worker.yaml")
+	pod := filepath.Join("..", "..", "kube", "podspec", "testdata", "pods", "kubeflow-pytorchjob-worker.yaml")
 	spec := filepath.Join("..", "..", "oci", "testdata", "fixtures", "docker-20.10-env-nvidia-all.json")
 	tests := []struct {
 		name string

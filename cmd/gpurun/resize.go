@@ -10,10 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpurun/gpurun/dockercli"
+	"github.com/gpurun/gpurun/engine/criclient"
+	"github.com/gpurun/gpurun/engine/dockerapi"
+	"github.com/gpurun/gpurun/engine/resize"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/criclient"
-	"github.com/gpurun/gpurun/runtime/resize"
 )
 
 func newResizeCmd(g *globals) *cobra.Command {
@@ -82,7 +82,7 @@ Needs root (or CAP_SYS_ADMIN) on the host where the container runs.`,
 					return err
 				}
 			} else {
-				c, err := dockercli.NewClient(os.Getenv)
+				c, err := dockerapi.NewClient(os.Getenv)
 				if err != nil {
 					return &exitError{2, err}
 				}

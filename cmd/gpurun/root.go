@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/version"
 )
 
 // globals are gpurun's own options, given before the subcommand.

@@ -14,11 +14,12 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gpurun/gpurun/dockerargs"
-	"github.com/gpurun/gpurun/dockercli"
+	"github.com/gpurun/gpurun/docker/launch"
+	"github.com/gpurun/gpurun/docker/runargs"
+	"github.com/gpurun/gpurun/engine/dockerapi"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // DockerEnv names the docker CLI gpurun runs, when it is not "docker" on PATH.
@@ -82,7 +83,7 @@ func runDocker(g *globals, command, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return &exitError{2, err}
 	}
-	req := dockercli.Request{
+	req := launch.Request{
 		Args:       args,
 		Policy:     pol,
 		LookupEnv:  os.LookupEnv,
@@ -93,22 +94,22 @@ func runDocker(g *globals, command, args []string, stdout, stderr io.Writer) err
 	if err != nil && g.verbose {
 		fmt.Fprintf(stderr, "gpurun: docker options %q: %v; asking the daemon the environment names\n", g.dockerGlobals, err)
 	}
-	if ep, err := dockercli.ResolveEndpoint(getenv); err == nil && strings.HasPrefix(ep.Host, "unix://") {
+	if ep, err := dockerapi.ResolveEndpoint(getenv); err == nil && strings.HasPrefix(ep.Host, "unix://") {
 		var why string
-		if req.DaemonLocal, why = dockercli.OnThisHost(ep.Host); !req.DaemonLocal && g.verbose {
+		if req.DaemonLocal, why = dockerapi.OnThisHost(ep.Host); !req.DaemonLocal && g.verbose {
 			fmt.Fprintf(stderr, "gpurun: %s: asking the daemon for its host's memory\n", why)
 		}
 	}
-	if d, err := dockercli.NewAPIDaemon(getenv, files); err == nil {
+	if d, err := dockerapi.NewAPIDaemon(getenv, files); err == nil {
 		defer d.Close()
 		d.Local = req.DaemonLocal
-		d.Cache = dockercli.ShmCache{Path: dockercli.DefaultShmCachePath(os.Getenv)}
+		d.Cache = dockerapi.ShmCache{Path: dockerapi.DefaultShmCachePath(os.Getenv)}
 		req.Daemon = d
 	} else if g.verbose {
 		fmt.Fprintf(stderr, "gpurun: %v\n", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), daemonTimeout)
-	res := dockercli.Prepare(ctx, req)
+	res := launch.Prepare(ctx, req)
 	cancel()
 
 	for _, w := range res.Warnings {
@@ -123,7 +124,7 @@ func runDocker(g *globals, command, args []string, stdout, stderr io.Writer) err
 	argv := make([]string, 0, 1+len(g.dockerGlobals)+len(command)+len(res.Args))
 	argv = append(append(append(append(argv, dockerPath), g.dockerGlobals...), command...), res.Args...)
 	if g.dryRun {
-		fmt.Fprintln(stdout, dockercli.ShellQuote(argv))
+		fmt.Fprintln(stdout, launch.ShellQuote(argv))
 		fmt.Fprintf(stdout, "# %s\n", describe(res))
 		return nil
 	}
@@ -143,23 +144,23 @@ func runDocker(g *globals, command, args []string, stdout, stderr io.Writer) err
 // docker options (-H, --context, --config, --tls...) name, else the one the
 // environment names. Options it cannot read (a newer docker's, given to the
 // CLI plugin) leave the environment as it is, with the error.
-func dockerClientEnv(opts []string, getenv func(string) string) (func(string) string, dockercli.TLSFiles, error) {
+func dockerClientEnv(opts []string, getenv func(string) string) (func(string) string, dockerapi.TLSFiles, error) {
 	if len(opts) == 0 {
-		return getenv, dockercli.TLSFiles{}, nil
+		return getenv, dockerapi.TLSFiles{}, nil
 	}
-	dg, err := dockerargs.ParseGlobals(opts, nil)
+	dg, err := runargs.ParseGlobals(opts, nil)
 	if err != nil {
-		return getenv, dockercli.TLSFiles{}, err
+		return getenv, dockerapi.TLSFiles{}, err
 	}
 	env, err := dg.Env(getenv)
 	if err != nil {
-		return getenv, dockercli.TLSFiles{}, err
+		return getenv, dockerapi.TLSFiles{}, err
 	}
-	return env, dockercli.TLSFiles{CACert: dg.TLSCACert, Cert: dg.TLSCert, Key: dg.TLSKey}, nil
+	return env, dockerapi.TLSFiles{CACert: dg.TLSCACert, Cert: dg.TLSCert, Key: dg.TLSKey}, nil
 }
 
 // describe is the one-line answer for people.
-func describe(res dockercli.Result) string {
+func describe(res launch.Result) string {
 	pl := res.Plan
 	switch pl.Action {
 	case oci.ActionNone:
@@ -173,8 +174,8 @@ func describe(res dockercli.Result) string {
 // ownOptions are gpurun's own options that may come before the command,
 // mixed with docker's global options. gpurun's -v is --verbose (docker's
 // -v, --version, would only print docker's version).
-func ownOptions() []dockerargs.Flag {
-	return []dockerargs.Flag{
+func ownOptions() []runargs.Flag {
+	return []runargs.Flag{
 		{Name: "dry-run", Type: "bool"},
 		{Name: "verbose", Shorthand: "v", Type: "bool"},
 		{Name: "policy", Type: "string"},
@@ -184,7 +185,7 @@ func ownOptions() []dockerargs.Flag {
 // splitGlobals separates the options before the command from the command:
 // gpurun's own (--dry-run, -v, --policy, and --config naming a file) go
 // into g; docker's global options (-H, --context, --config naming a
-// directory, --tls..., see dockerargs.GlobalFlags) are appended, in order
+// directory, --tls..., see runargs.GlobalFlags) are appended, in order
 // and as written, to g.dockerGlobals, for the docker CLI gpurun runs and for
 // gpurun's own questions to the daemon. It stops at the first argument that
 // is neither: the command, or, in the short form "gpurun -it IMAGE", the
@@ -192,10 +193,10 @@ func ownOptions() []dockerargs.Flag {
 // gpurun's.
 func splitGlobals(args []string, g *globals) (rest []string, err error) {
 	g.fromEnv(os.Getenv)
-	dg, err := dockerargs.ParseGlobals(args, ownOptions())
+	dg, err := runargs.ParseGlobals(args, ownOptions())
 	end := dg.Command
 	if err != nil {
-		fe, ok := errors.AsType[*dockerargs.FlagError](err)
+		fe, ok := errors.AsType[*runargs.FlagError](err)
 		if !ok {
 			return nil, err
 		}
@@ -252,7 +253,7 @@ func isRunInvocation(root *cobra.Command, rest []string, g *globals) (command, a
 		}
 		return nil, nil, false, nil
 	}
-	if n, _, isContainer := dockerargs.IsContainerCommand(rest); isContainer {
+	if n, _, isContainer := runargs.IsContainerCommand(rest); isContainer {
 		return rest[:n], rest[n:], true, nil
 	}
 	first := rest[0]
@@ -271,7 +272,7 @@ func isRunInvocation(root *cobra.Command, rest []string, g *globals) (command, a
 		return nil, nil, false, fmt.Errorf("docker options %s: gpurun %s does not use them; they go before run, create, container run or container create", strings.Join(g.dockerGlobals, " "), first)
 	case own:
 		return nil, nil, false, nil
-	case dockerargs.IsDockerCommand(first):
+	case runargs.IsDockerCommand(first):
 		what := first
 		if first == "container" && len(rest) > 1 {
 			what += " " + rest[1]

@@ -17,10 +17,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/kube"
+	"github.com/gpurun/gpurun/kube/webhook"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/version"
-	"github.com/gpurun/gpurun/webhook"
 )
 
 // webhookFlags are `gpurun webhook`'s own options.

@@ -13,15 +13,15 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/containerdconf"
 )
 
 // loadContainerd reads containerd's config under the System's root, with
 // the files it imports, merged as containerd merges them (runtime/
 // containerdconf): a missing config gives containerd's defaults.
-func loadContainerd(sys *System, nodePath string) (*containerdconf.Config, error) {
-	return containerdconf.Load(context.Background(), nodePath, containerdconf.Options{Root: sys.Root})
+func loadContainerd(sys *System, nodePath string) (*containerd.Config, error) {
+	return containerd.Load(context.Background(), nodePath, containerd.LoadOptions{Root: sys.Root})
 }
 
 // containerdChecks looks at containerd: its config (with imports) and,
@@ -33,7 +33,7 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 	}
 	var out installed
 	cfg, err := loadContainerd(sys, cfgPath)
-	var v1 *containerdconf.UnsupportedVersionError
+	var v1 *containerd.UnsupportedVersionError
 	exists := err != nil || cfg.Exists
 	present := exists || o.CRI != nil || sys.exists("/run/containerd/containerd.sock") ||
 		slices.ContainsFunc([]string{"/usr/bin/containerd", "/usr/local/bin/containerd"}, sys.fileExists)
@@ -72,7 +72,7 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 		return out
 	}
 	def := cfg.DefaultRuntime()
-	rts := map[string]containerdconf.Runtime{}
+	rts := map[string]containerd.Runtime{}
 	paths := map[string]string{}
 	for _, rt := range cfg.Runtimes() {
 		rts[rt.Name] = rt
@@ -92,8 +92,8 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 		rt := rts[name]
 		rc.Data["binary"] = rt.BinaryName
 		var problems []string
-		if rt.Type != containerdconf.RuncV2 {
-			problems = append(problems, fmt.Sprintf("runtime_type is %q: gpurun-runtime is a runc-compatible binary, run by %s with options.BinaryName", rt.Type, containerdconf.RuncV2))
+		if rt.Type != containerd.RuncV2 {
+			problems = append(problems, fmt.Sprintf("runtime_type is %q: gpurun-runtime is a runc-compatible binary, run by %s with options.BinaryName", rt.Type, containerd.RuncV2))
 		}
 		if rt.BinaryName == "" {
 			problems = append(problems, "options.BinaryName is not set: containerd would run plain runc")
@@ -121,7 +121,7 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 // podAnnotationsCheck says whether the pod annotations the policy reads
 // reach gpurun-runtime: containerd passes only those its runtime's
 // pod_annotations list.
-func podAnnotationsCheck(name string, rt containerdconf.Runtime, pol *policy.Policy) Check {
+func podAnnotationsCheck(name string, rt containerd.Runtime, pol *policy.Policy) Check {
 	c := Check{Name: "containerd.pod_annotations", Status: OK, Data: map[string]any{"pod_annotations": rt.PodAnnotations}}
 	var missing []string
 	for _, a := range pol.AllowedAnnotations {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/docker/docker/api/types/system"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/internal/textpos"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/textpos"
 )
 
 // daemonJSON is the part of dockerd's daemon.json doctor reads.
@@ -247,11 +247,11 @@ func dockerRuntimeCheck(sys *System, cfg daemonJSON, cfgPath string, cfgOK bool,
 }
 
 // toldDataRoot returns the data-root in gpurun-runtime's runtimeArgs
-// (enginedirs.DockerRootFlag), "" when none.
+// (dirs.DockerRootFlag), "" when none.
 func toldDataRoot(args []string) string {
 	for i, a := range args {
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if "--"+name != enginedirs.DockerRootFlag {
+		if "--"+name != dirs.DockerRootFlag {
 			continue
 		}
 		if !hasValue && i+1 < len(args) {
@@ -292,7 +292,7 @@ func dockerDataRootCheck(sys *System, cfg daemonJSON, cfgPath, name string, info
 	switch {
 	case told == "" && underRoots(actual, pol.EngineRoots):
 		c.Status = Warn
-		c.Detail = fmt.Sprintf("gpurun-runtime is not told dockerd's data-root (runtimes.%s.runtimeArgs in %s has no %s): it grows a --ipc shareable group's /dev/shm only under the policy's engine_roots, which cover %s (from %s)", name, cfgPath, enginedirs.DockerRootFlag, actual, from)
+		c.Detail = fmt.Sprintf("gpurun-runtime is not told dockerd's data-root (runtimes.%s.runtimeArgs in %s has no %s): it grows a --ipc shareable group's /dev/shm only under the policy's engine_roots, which cover %s (from %s)", name, cfgPath, dirs.DockerRootFlag, actual, from)
 		c.Fix = fix
 	case told == "":
 		c.Status = Problem

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpurun/gpurun/textpos"
+	"github.com/gpurun/gpurun/internal/textpos"
 )
 
 // hookEntry is a hooks.d file (version 1.0.0 of the format Podman and

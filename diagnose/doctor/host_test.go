@@ -18,17 +18,17 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/containerdconf"
 )
 
 // dockerData is the daemon.json files of the Docker editor's tests: real
 // files, and what gpurun install makes of them.
-const dockerData = "../../runtime/engineconf/docker/testdata"
+const dockerData = "../../engine/docker/testdata"
 
 // containerdData is the containerd configs of the containerd editor's
 // tests: real config.toml files, and what gpurun install makes of them.
-const containerdData = "../../runtime/engineconf/containerd/testdata"
+const containerdData = "../../engine/containerd/testdata"
 
 // The path gpurun-runtime has in engineconf's golden files.
 const goldenRuntime = "/usr/local/bin/gpurun-runtime"
@@ -475,7 +475,7 @@ func TestHostContainerdLoaded(t *testing.T) {
 	loaded := func(def string, names ...string) string {
 		rts := map[string]any{}
 		for _, n := range names {
-			rts[n] = map[string]any{"runtimeType": containerdconf.RuncV2}
+			rts[n] = map[string]any{"runtimeType": containerd.RuncV2}
 		}
 		data, _ := json.Marshal(map[string]any{"containerd": map[string]any{"defaultRuntimeName": def, "runtimes": rts}})
 		return string(data)

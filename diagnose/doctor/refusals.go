@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
 )
 
 // logTail is how much of the end of gpurun's log file doctor reads.
@@ -76,7 +76,7 @@ func readLog(sys *System, nodePath string) ([]logRecord, error) {
 // engine's layout, else the path's directory.
 func hostRoot(path string) string {
 	if engine, owner, ok := oci.EngineHostShm(path); ok {
-		if r := enginedirs.Root(oci.Shm{Kind: oci.ShmEngine, Source: path, Engine: engine, OwnerID: owner}); r != "" {
+		if r := dirs.Root(oci.Shm{Kind: oci.ShmEngine, Source: path, Engine: engine, OwnerID: owner}); r != "" {
 			return r
 		}
 	}

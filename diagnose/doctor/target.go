@@ -14,8 +14,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/gpurun/gpurun/dockerspec"
+	"github.com/gpurun/gpurun/docker/translate"
 	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // TargetOptions configure DockerContainer and CRIContainer.
@@ -80,7 +81,7 @@ func DockerContainer(ctx context.Context, sys *System, api DockerAPI, ref string
 	}
 	if spec != nil {
 		sub.container = oci.FromSpec(spec)
-	} else if sub.container, err = dockerspec.FromInspect(c, info.DockerRootDir, donor); err != nil {
+	} else if sub.container, err = translate.FromInspect(c, info.DockerRootDir, donor); err != nil {
 		r.add(Check{Name: "container", Status: Error, Detail: fmt.Sprintf("container %s: %v", ref, err)})
 		r.add(pc)
 		return r.finish()
@@ -232,7 +233,7 @@ func bundleSpec(sys *System, pid int) (*specs.Spec, string, error) {
 		return nil, "", err
 	}
 	p := path.Join(bundle, "config.json")
-	cfg, err := oci.LoadConfig(sys.path(p))
+	cfg, err := specfile.Load(sys.path(p))
 	if err != nil {
 		return nil, "", err
 	}

@@ -12,11 +12,12 @@ import (
 	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/gpurun/gpurun/dockerargs"
-	"github.com/gpurun/gpurun/dockercli"
-	"github.com/gpurun/gpurun/dockerspec"
+	"github.com/gpurun/gpurun/docker/launch"
+	"github.com/gpurun/gpurun/docker/runargs"
+	"github.com/gpurun/gpurun/docker/translate"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 const fixtures = "../../oci/testdata/fixtures"
@@ -162,7 +163,7 @@ func TestDockerSpecMatchesLauncher(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			run, err := dockerargs.Parse(tt.args)
+			run, err := runargs.Parse(tt.args)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,12 +171,12 @@ func TestDockerSpecMatchesLauncher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ls, _, err := dockercli.Container(run, env, policy.EngineDefaultShm)
+			ls, _, err := launch.Container(run, env, policy.EngineDefaultShm)
 			if err != nil {
 				t.Fatal(err)
 			}
 			c := inspected("x", 1, tt.hc, tt.env...)
-			ds, err := dockerspec.FromInspect(c, "/var/lib/docker", nil)
+			ds, err := translate.FromInspect(c, "/var/lib/docker", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +201,7 @@ func TestCRIContainer(t *testing.T) {
 	pol := policy.Default()
 	target, _ := pol.Target(policy.Request{HostMemory: fakeHostMemory})
 	statusOf := func(t *testing.T, fixture string, pid int, state runtimeapi.ContainerState) *runtimeapi.ContainerStatusResponse {
-		cfg, err := oci.LoadConfig(fixtures + "/" + fixture)
+		cfg, err := specfile.Load(fixtures + "/" + fixture)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +212,7 @@ func TestCRIContainer(t *testing.T) {
 		}
 	}
 	sandboxShm := func(t *testing.T, fixture string) string {
-		cfg, err := oci.LoadConfig(fixtures + "/" + fixture)
+		cfg, err := specfile.Load(fixtures + "/" + fixture)
 		if err != nil {
 			t.Fatal(err)
 		}

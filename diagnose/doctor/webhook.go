@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpurun/gpurun/kube/webhook"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/webhook"
 )
 
 // PodLookup returns this pod's namespace, name and annotations from the

@@ -15,7 +15,7 @@
 // told not to use (--bridge=none), CNI bridges, veths, host-network
 // containers and pods — reaches the machine's own. Clients reach the engines
 // through unix sockets, which do not depend on the network namespace.
-// `make check-host` (hack/checkhost) compares the machine before and after
+// `make check-host` (integration/checkhost) compares the machine before and after
 // the tests.
 //
 // Methods that take no testing.TB report failures through the TB that created

@@ -14,10 +14,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // DefaultContainerdStates are the containerd state dirs looked at when
@@ -325,7 +325,7 @@ func (c *collector) readShm(ct *Container) {
 
 // containerd finds the running tasks under one containerd state dir.
 func (c *collector) containerd(state string) ([]found, error) {
-	dir := c.host(filepath.Join(state, enginedirs.ContainerdTaskDir))
+	dir := c.host(filepath.Join(state, dirs.ContainerdTaskDir))
 	nss, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil

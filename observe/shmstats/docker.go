@@ -13,8 +13,8 @@ import (
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 
-	"github.com/gpurun/gpurun/dockercli"
-	"github.com/gpurun/gpurun/dockerspec"
+	"github.com/gpurun/gpurun/docker/translate"
+	"github.com/gpurun/gpurun/engine/dockerapi"
 )
 
 // DockerAPI is the part of the Docker Engine API client Collect uses.
@@ -51,7 +51,7 @@ func (c *collector) dockerClient() (DockerAPI, bool, error) {
 			return os.Getenv(k)
 		}
 	}
-	cli, err := dockercli.NewClient(getenv)
+	cli, err := dockerapi.NewClient(getenv)
 	if err != nil {
 		return nil, explicit, err
 	}
@@ -121,7 +121,7 @@ func (c *collector) docker(ctx context.Context, all []found) ([]found, error) {
 				donor = &d
 			}
 		}
-		form, err := dockerspec.FromInspect(ins, info.DockerRootDir, donor)
+		form, err := translate.FromInspect(ins, info.DockerRootDir, donor)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("container %s: %w", name, err))
 			continue

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/internal/atomicfile"
 )
 
 // DefaultPeaksPath is where `gpurun stats` keeps the peaks it saw, so that

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gpurun/gpurun/runtime/enginedirs"
+	"github.com/gpurun/gpurun/engine/dirs"
 )
 
 // podman finds Podman's running containers under its storage roots: the
@@ -20,7 +20,7 @@ func (c *collector) podman(roots []string) ([]found, error) {
 	names := map[string]string{}
 	var errs []error
 	for _, r := range roots {
-		dir := c.host(filepath.Join(r, enginedirs.StorageContainersDir))
+		dir := c.host(filepath.Join(r, dirs.StorageContainersDir))
 		ents, err := os.ReadDir(dir)
 		if errors.Is(err, os.ErrNotExist) {
 			continue

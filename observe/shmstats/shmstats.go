@@ -17,7 +17,7 @@
 //   - dockerd: the Docker Engine API (names, IPC mode, --shm-size) for the
 //     containers whose bundles lie in the moby namespace of one of those
 //     state dirs, or, where the bundle is not found, a spec built from
-//     docker inspect (dockerspec.FromInspect);
+//     docker inspect (translate.FromInspect);
 //   - Podman: <root>/overlay-containers/<id>/userdata/config.json under each
 //     storage root in Options.Podman, its pidfile and containers.json.
 package shmstats

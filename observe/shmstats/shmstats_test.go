@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 const fixtures = "../../oci/testdata/fixtures"
@@ -46,7 +47,7 @@ func bundle(t testing.TB, state, ns, id, fixture string, pid int) {
 // fixtureAnnotation reads one annotation of a fixture.
 func fixtureAnnotation(t *testing.T, fixture, key string) string {
 	t.Helper()
-	cfg, err := oci.LoadConfig(filepath.Join(fixtures, fixture))
+	cfg, err := specfile.Load(filepath.Join(fixtures, fixture))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +472,7 @@ func TestDecisionAsMade(t *testing.T) {
 	pol := policy.Default()
 	const hostMemory = 16 << 30
 	before := func(t *testing.T, fixture string, made int64) oci.Plan {
-		cfg, err := oci.LoadConfig(filepath.Join(fixtures, fixture))
+		cfg, err := specfile.Load(filepath.Join(fixtures, fixture))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,7 +507,7 @@ func TestDecisionAsMade(t *testing.T) {
 			if want.Action != tc.action {
 				t.Fatalf("fixture's plan %s (%s), want %s", want.Action, want.Reason, tc.action)
 			}
-			cfg, err := oci.LoadConfig(filepath.Join(fixtures, tc.fixture))
+			cfg, err := specfile.Load(filepath.Join(fixtures, tc.fixture))
 			if err != nil {
 				t.Fatal(err)
 			}

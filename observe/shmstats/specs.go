@@ -8,7 +8,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // Specs keeps the runtime specs Collect reads, so that a sampler that
@@ -44,11 +44,11 @@ type fileVersion struct {
 func NewSpecs() *Specs { return &Specs{m: map[string]specEntry{}} }
 
 // load returns the spec in the config.json at path, from the cache when the
-// file has not changed since it was read. Its errors are oci.LoadConfig's,
+// file has not changed since it was read. Its errors are specfile.Load's,
 // or a stat error of the same form ("load spec: stat PATH: …").
 func (s *Specs) load(path string) (*specs.Spec, error) {
 	if s == nil {
-		cfg, err := oci.LoadConfig(path)
+		cfg, err := specfile.Load(path)
 		if err != nil {
 			return nil, err
 		}
@@ -71,7 +71,7 @@ func (s *Specs) load(path string) (*specs.Spec, error) {
 	// Read after the stat: were the file replaced in between, the entry
 	// would hold the newer spec under the older file's identity, and be
 	// read again next time.
-	cfg, err := oci.LoadConfig(path)
+	cfg, err := specfile.Load(path)
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,8 @@ package shmstats
 import (
 	"fmt"
 
+	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/podspec"
 	"github.com/gpurun/gpurun/policy"
 )
 

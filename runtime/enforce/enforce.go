@@ -11,9 +11,9 @@
 //     (sysinfo.Facts unless a test injects others);
 //   - grows an engine-made host tmpfs itself (a pod's sandbox /dev/shm, a
 //     Docker IPC group's, Podman's userdata/shm), only the one the engine
-//     named for this container (runtime/enginedirs) — or, where the engine
+//     named for this container (engine/dirs) — or, where the engine
 //     named nothing, one under the policy's engine_roots — with
-//     runtime/remount's safety rules;
+//     engine/remount's safety rules;
 //   - hands every other action (set-size, inject, ipc-host) to the front
 //     door's Carry;
 //   - turns a panic into an error, fails open (logs and lets the container
@@ -36,11 +36,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/runtime/remount"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // The messages of the records an Enforcer writes; doctor reads them back.
@@ -176,7 +176,7 @@ type Request struct {
 	Container *oci.Container
 	// Dirs are the directories the engine named for it (the bundle path it
 	// handed over, dockerd's data-root, NRI's pod).
-	Dirs enginedirs.Dirs
+	Dirs dirs.Dirs
 	// Carry carries out a plan that changes the container itself (set-size,
 	// inject, ipc-host) the way the front door can; nil when it can do none
 	// of them. An action it leaves undone on purpose is Done.Skipped; one
@@ -247,7 +247,7 @@ func Refused(err error) (ref *RefusedError, refused bool) {
 	if !errors.As(err, &ref) {
 		return nil, false
 	}
-	return ref, errors.Is(ref.Err, remount.ErrUnsafe) || errors.Is(ref.Err, enginedirs.ErrNotNamed)
+	return ref, errors.Is(ref.Err, remount.ErrUnsafe) || errors.Is(ref.Err, dirs.ErrNotNamed)
 }
 
 // The causes Cause names.
@@ -264,9 +264,9 @@ func Cause(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, enginedirs.ErrNotNamed):
+	case errors.Is(err, dirs.ErrNotNamed):
 		return CauseNotNamed
-	case errors.Is(err, enginedirs.ErrUnknownRoot), errors.Is(err, remount.ErrUnproven):
+	case errors.Is(err, dirs.ErrUnknownRoot), errors.Is(err, remount.ErrUnproven):
 		return CauseUnknownRoot
 	case errors.Is(err, remount.ErrUnsafe):
 		return CauseUnsafe
@@ -373,7 +373,7 @@ func (e *Enforcer) enforce(base func() []any, req Request, res *Result) {
 
 // growHost grows the engine-made host tmpfs of a remount plan: the one the
 // engine named for the container, else one under the policy's engine_roots.
-func (e *Enforcer) growHost(dirs enginedirs.Dirs, pl oci.Plan) (remount.Result, error) {
+func (e *Enforcer) growHost(dirs dirs.Dirs, pl oci.Plan) (remount.Result, error) {
 	src := pl.Shm.Source
 	scope := remount.Scope{Roots: e.pol.EngineRoots}
 	named, ok, err := dirs.Shm(pl.Shm, pl.Pod)
@@ -393,7 +393,7 @@ func (e *Enforcer) growHost(dirs enginedirs.Dirs, pl oci.Plan) (remount.Result, 
 // fix says what makes a failed remount of sh work; named says the engine
 // named the tmpfs.
 func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
-	root := enginedirs.Root(sh)
+	root := dirs.Root(sh)
 	where := root
 	if where == "" {
 		where = filepath.Dir(sh.Source)
@@ -401,11 +401,11 @@ func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
 	pol := policySource(e.pol)
 	msg := err.Error()
 	switch {
-	case errors.Is(err, enginedirs.ErrUnknownRoot):
+	case errors.Is(err, dirs.ErrUnknownRoot):
 		return fmt.Sprintf("if %s is the runtime's state dir, add %q to engine_roots in %s (a runtime that gives NRI plugins the pod's pid, containerd 1.7 and later, needs no entry when the plugin runs in the host's PID namespace)", where, where, pol)
 	case errors.Is(err, remount.ErrUnproven):
 		return fmt.Sprintf("add %q to engine_roots in %s, or run gpurun in the host's PID namespace (a DaemonSet needs hostPID: true) so that it reads the pod's own /dev/shm to prove the tmpfs is the pod's", where, pol)
-	case errors.Is(err, enginedirs.ErrNotNamed):
+	case errors.Is(err, dirs.ErrNotNamed):
 		return "none to make: /dev/shm binds a tmpfs its engine did not make for this container (another pod's, or another engine's), and gpurun grows only that one; check the container's mounts"
 	case strings.Contains(msg, "symbolic link"):
 		return fmt.Sprintf("point the engine at the real directory (resolve %s with readlink -f and configure that path): gpurun never remounts through a symbolic link", where)

@@ -13,10 +13,10 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/runtime/remount"
 )
 
 const (
@@ -101,18 +101,18 @@ func TestRemountScope(t *testing.T) {
 	tests := []struct {
 		name    string
 		ctr     *oci.Container
-		dirs    enginedirs.Dirs
+		dirs    dirs.Dirs
 		grow    string // the Grow call's scope; "" for none
 		refused string // the refusal's text; "" for none
 	}{
-		{"containerd named the pod's tmpfs", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.FromBundle(bundle, ctrID), "named " + named, ""},
-		{"a bundle of another shape: the policy's engine roots", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.FromBundle("/tmp/bundle", ""), "engine roots " + strings.Join(defaults, ", "), ""},
-		{"NRI: the pod's tmpfs, from the mounts, proved by its pid", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.ForPod(podID, 42, defaults), "named " + named + " (the filesystem of /proc/42/root/dev/shm)", ""},
-		{"NRI: the pod's tmpfs under a default state dir", container(sandboxBind("/run/containerd", podID), criAnnotations(podID)), enginedirs.ForPod(podID, 42, defaults), "named /run/containerd/io.containerd.grpc.v1.cri/sandboxes/" + podID + "/shm", ""},
-		{"NRI: a moved state dir, no pid", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), enginedirs.ForPod(podID, 0, defaults), "", "not a containerd dir in engine_roots"},
-		{"under the state dir, not the pod's", container(sandboxBind("/data/ctd/io.containerd.grpc.v1.cri/x", podID), criAnnotations(podID)), enginedirs.FromBundle(bundle, ctrID), "", "containerd named " + named},
-		{"another containerd's state dir", container(sandboxBind("/run/containerd", podID), criAnnotations(podID)), enginedirs.FromBundle(bundle, ctrID), "", "named"},
-		{"NRI: another pod's tmpfs", container(sandboxBind("/data/ctd", otherID), criAnnotations(otherID)), enginedirs.ForPod(podID, 42, defaults), "", otherID},
+		{"containerd named the pod's tmpfs", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), dirs.FromBundle(bundle, ctrID), "named " + named, ""},
+		{"a bundle of another shape: the policy's engine roots", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), dirs.FromBundle("/tmp/bundle", ""), "engine roots " + strings.Join(defaults, ", "), ""},
+		{"NRI: the pod's tmpfs, from the mounts, proved by its pid", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), dirs.ForPod(podID, 42, defaults), "named " + named + " (the filesystem of /proc/42/root/dev/shm)", ""},
+		{"NRI: the pod's tmpfs under a default state dir", container(sandboxBind("/run/containerd", podID), criAnnotations(podID)), dirs.ForPod(podID, 42, defaults), "named /run/containerd/io.containerd.grpc.v1.cri/sandboxes/" + podID + "/shm", ""},
+		{"NRI: a moved state dir, no pid", container(sandboxBind("/data/ctd", podID), criAnnotations(podID)), dirs.ForPod(podID, 0, defaults), "", "not a containerd dir in engine_roots"},
+		{"under the state dir, not the pod's", container(sandboxBind("/data/ctd/io.containerd.grpc.v1.cri/x", podID), criAnnotations(podID)), dirs.FromBundle(bundle, ctrID), "", "containerd named " + named},
+		{"another containerd's state dir", container(sandboxBind("/run/containerd", podID), criAnnotations(podID)), dirs.FromBundle(bundle, ctrID), "", "named"},
+		{"NRI: another pod's tmpfs", container(sandboxBind("/data/ctd", otherID), criAnnotations(otherID)), dirs.ForPod(podID, 42, defaults), "", otherID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,7 +141,7 @@ func TestRemountScope(t *testing.T) {
 				t.Errorf("grew %q, want a refusal before any remount", h.grows)
 			}
 			var ref *RefusedError
-			if !errors.As(res.Err, &ref) || !errors.Is(res.Err, enginedirs.ErrNotNamed) || !strings.Contains(res.Err.Error(), tt.refused) {
+			if !errors.As(res.Err, &ref) || !errors.Is(res.Err, dirs.ErrNotNamed) || !strings.Contains(res.Err.Error(), tt.refused) {
 				t.Fatalf("err = %v, want a refusal saying %q", res.Err, tt.refused)
 			}
 			if len(recs) != 1 || recs[0]["msg"] != MsgFailed || recs[0]["refused"] != true || recs[0]["path"] != tt.ctr.Spec.Mounts[0].Source || recs[0]["fix"] == "" {
@@ -167,11 +167,11 @@ func TestRemountRefusedForReal(t *testing.T) {
 	}
 	tests := []struct {
 		name, state string
-		dirs        enginedirs.Dirs
+		dirs        dirs.Dirs
 		err, fix    string
 	}{
-		{"containerd's state dir is a symbolic link", link, enginedirs.FromBundle(link+"/io.containerd.runtime.v2.task/k8s.io/"+ctrID, ctrID), "symbolic link", "real directory"},
-		{"no bundle layout, not under the engine roots", real, enginedirs.Dirs{}, "not under an engine root", "engine_roots"},
+		{"containerd's state dir is a symbolic link", link, dirs.FromBundle(link+"/io.containerd.runtime.v2.task/k8s.io/"+ctrID, ctrID), "symbolic link", "real directory"},
+		{"no bundle layout, not under the engine roots", real, dirs.Dirs{}, "not under an engine root", "engine_roots"},
 	}
 	for _, tt := range tests {
 		for _, closed := range []bool{false, true} {
@@ -394,8 +394,8 @@ func TestCauseAndFix(t *testing.T) {
 		fix   []string
 	}{
 		{"unproven: the plugin outside the host's PID namespace", unproven, CauseUnknownRoot, []string{"engine_roots", "host's PID namespace", "hostPID: true", "/data/ctd"}},
-		{"an unknown root", fmt.Errorf("grow: %w", enginedirs.ErrUnknownRoot), CauseUnknownRoot, []string{"engine_roots", "/data/ctd"}},
-		{"not the engine's", fmt.Errorf("grow: %w", enginedirs.ErrNotNamed), CauseNotNamed, []string{"none to make"}},
+		{"an unknown root", fmt.Errorf("grow: %w", dirs.ErrUnknownRoot), CauseUnknownRoot, []string{"engine_roots", "/data/ctd"}},
+		{"not the engine's", fmt.Errorf("grow: %w", dirs.ErrNotNamed), CauseNotNamed, []string{"none to make"}},
 		{"another refusal", fmt.Errorf("%w: %s is not under an engine root", remount.ErrUnsafe, sh.Source), CauseUnsafe, []string{"engine_roots"}},
 		{"an error", errors.New("remount: permission denied"), CauseError, []string{"findmnt"}},
 	}

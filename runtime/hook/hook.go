@@ -15,7 +15,7 @@
 //     it from the host side — only the one the engine named for this
 //     container, which the bundle path shows (Podman's graph root or CRI-O's
 //     run root, <root>/overlay-containers/<id>/userdata; containerd's state
-//     dir) — with runtime/remount's rules;
+//     dir) — with engine/remount's rules;
 //   - set-size: /dev/shm is the container's own tmpfs, which exists only in
 //     its mount namespace: the hook grows it there with
 //     remount.GrowInNamespace, at <rootfs>/dev/shm, since createRuntime,
@@ -36,12 +36,13 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/internal/logfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/runtime/logfile"
-	"github.com/gpurun/gpurun/runtime/remount"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // Component names the hook in its log records and fail-closed errors.
@@ -112,13 +113,13 @@ func (h *Hook) Run() error {
 // the bundle path shows, and carries out a set-size plan in the container's
 // mount namespace.
 func (h *Hook) prepare(st State) (enforce.Request, error) {
-	cfg, err := oci.LoadConfig(filepath.Join(st.Bundle, "config.json"))
+	cfg, err := specfile.Load(filepath.Join(st.Bundle, "config.json"))
 	if err != nil {
 		return enforce.Request{}, err
 	}
 	return enforce.Request{
 		Container: oci.FromSpec(cfg.Spec),
-		Dirs:      enginedirs.FromBundle(st.Bundle, st.ID),
+		Dirs:      dirs.FromBundle(st.Bundle, st.ID),
 		Carry: func(pl oci.Plan) (enforce.Done, error) {
 			if pl.Action != oci.ActionSetSize {
 				return enforce.Done{}, fmt.Errorf("%w: plan %q (%s)", ErrSpecOnly, pl.Action, pl.Reason)

@@ -9,7 +9,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpurun/gpurun/runtime/remount"
+	"github.com/gpurun/gpurun/engine/remount"
 )
 
 // Target says where a container's own /dev/shm tmpfs is while a hook runs.

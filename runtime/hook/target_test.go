@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/gpurun/gpurun/runtime/remount"
+	"github.com/gpurun/gpurun/engine/remount"
 )
 
 func TestNamespacesGrowOrder(t *testing.T) {

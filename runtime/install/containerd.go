@@ -9,14 +9,13 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gpurun/gpurun/atomicfile"
-	"github.com/gpurun/gpurun/runtime/containerdconf"
-	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
-	"github.com/gpurun/gpurun/runtime/restart"
+	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/internal/atomicfile"
 )
 
 // DefaultContainerdConfig is containerd's configuration file.
-const DefaultContainerdConfig = containerdconf.DefaultConfigPath
+const DefaultContainerdConfig = containerd.DefaultConfigPath
 
 // DropInName is the file a drop-in install writes in the drop-in directory.
 const DropInName = "99-gpurun.toml"
@@ -62,12 +61,12 @@ func (c Containerd) configPath() string {
 	return c.host(c.ConfigPath)
 }
 
-func (c Containerd) options() containerd.Options {
+func (c Containerd) options() containerd.Handler {
 	ann := c.PodAnnotations
 	if ann == nil {
 		ann = DefaultPodAnnotations
 	}
-	return containerd.Options{Name: RuntimeName, BinaryName: c.RuntimePath, SetAsDefault: c.SetAsDefault, PodAnnotations: ann}
+	return containerd.Handler{Name: RuntimeName, BinaryName: c.RuntimePath, SetAsDefault: c.SetAsDefault, PodAnnotations: ann}
 }
 
 // dropIn returns the drop-in's node path (as containerd's imports name it)
@@ -219,21 +218,21 @@ func (c Containerd) binary() string {
 // config and its imports), with the files of overlay (node paths) in
 // place of the disk's. The node's containerd binary, when there is one,
 // tells its release (containerd 1.x or 2.x merge the files differently).
-func (c Containerd) effective(overlay map[string][]byte) (*containerdconf.Config, error) {
-	o := containerdconf.Options{Root: c.HostRoot, Overlay: overlay, Containerd: c.binary()}
-	return containerdconf.Load(context.Background(), c.node(), o)
+func (c Containerd) effective(overlay map[string][]byte) (*containerd.Config, error) {
+	o := containerd.LoadOptions{Root: c.HostRoot, Overlay: overlay, Containerd: c.binary()}
+	return containerd.Load(context.Background(), c.node(), o)
 }
 
 // verify checks that containerd, reading the config as the install leaves
 // it (after, and the drop-in when there is one), sees gpurun's runtime
 // handler with gpurun-runtime, and as the default when asked: a file that
 // containerd reads later (an import) may set them otherwise.
-func (c Containerd) verify(before *containerdconf.Config, after []byte, dropNode string, dropIn []byte) error {
+func (c Containerd) verify(before *containerd.Config, after []byte, dropNode string, dropIn []byte) error {
 	overlay := map[string][]byte{c.node(): after}
 	if dropNode != "" {
 		overlay[dropNode] = dropIn
 	}
-	cfg, err := containerdconf.Load(context.Background(), c.node(), containerdconf.Options{
+	cfg, err := containerd.Load(context.Background(), c.node(), containerd.LoadOptions{
 		Root: c.HostRoot, Overlay: overlay, Generation: before.Generation, Release: before.Release,
 	})
 	if err != nil {

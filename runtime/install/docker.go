@@ -10,11 +10,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/docker"
+	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/engineconf/docker"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // DefaultDockerConfig is dockerd's configuration file.
@@ -89,11 +89,11 @@ func (d Docker) dataRoot(config []byte) string {
 			fmt.Fprintf(d.Out, "warning: daemon.json sets userns-remap, so dockerd keeps containers in a subdirectory of %s that only the running daemon names, and none answered (%v): run gpurun install docker while dockerd runs, or --data-root DIR\n", root, liveErr)
 		}
 	}
-	if err := enginedirs.CheckDockerRoot(root); err != nil {
+	if err := dirs.CheckDockerRoot(root); err != nil {
 		fmt.Fprintf(d.Out, "warning: %v: gpurun-runtime is not told it, and grows a --ipc shareable group's /dev/shm only under the policy's engine_roots%s\n", err, d.coveredNote(root))
 		return ""
 	}
-	fmt.Fprintf(d.Out, "dockerd data-root %s (from %s): passed to gpurun-runtime in runtimeArgs (%s)\n", root, from, enginedirs.DockerRootFlag)
+	fmt.Fprintf(d.Out, "dockerd data-root %s (from %s): passed to gpurun-runtime in runtimeArgs (%s)\n", root, from, dirs.DockerRootFlag)
 	return root
 }
 
@@ -142,7 +142,7 @@ func (d Docker) Install() error {
 	// gpurun-runtime each time, and the shim knows exactly where a
 	// --ipc shareable group's tmpfs may be, wherever the data-root is.
 	if root := d.dataRoot(before); root != "" {
-		opts.RuntimeArgs = []string{enginedirs.DockerRootFlag + "=" + root}
+		opts.RuntimeArgs = []string{dirs.DockerRootFlag + "=" + root}
 	}
 	after, ch, err := docker.Install(before, opts)
 	if err != nil {

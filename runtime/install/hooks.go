@@ -15,15 +15,16 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
-	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/engine/crio"
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/hooksd"
+	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/engineconf"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
 )
 
 // HookFileName is the name of gpurun's hook definition in a hooks.d
 // directory.
-const HookFileName = engineconf.HookFileName
+const HookFileName = hooksd.HookFileName
 
 // The engines that take gpurun's OCI hook from a hooks.d directory.
 const (
@@ -36,8 +37,8 @@ const (
 // (the administrator's); CRI-O reads only the directories of its hooks_dir,
 // which is /usr/share/containers/oci/hooks.d unless configured.
 const (
-	DefaultPodmanHooksDir = engineconf.HooksDirEtc
-	DefaultCRIOHooksDir   = engineconf.HooksDirShare
+	DefaultPodmanHooksDir = hooksd.HooksDirEtc
+	DefaultCRIOHooksDir   = hooksd.HooksDirShare
 )
 
 // PodmanGraphRoot is where root Podman keeps containers' userdata, its
@@ -79,10 +80,10 @@ type Hooks struct {
 	// PassPolicy passes Options.PolicyPath to the hook as --config.
 	PassPolicy bool
 	// ShmAnnotation, for CRI-O, is the annotation the drop-in allows
-	// (engineconf.CRIOShmAnnotation or CRIOShmAnnotationV1); "" for none.
+	// (crio.ShmAnnotation or CRIOShmAnnotationV1); "" for none.
 	ShmAnnotation string
 	// DropInDir is CRI-O's drop-in directory (a node path); "" means
-	// engineconf.CRIODropInDir.
+	// crio.DropInDir.
 	DropInDir string
 }
 
@@ -120,13 +121,13 @@ func (h Hooks) hookFile() string {
 func (h Hooks) dropIn() string {
 	dir := h.DropInDir
 	if dir == "" {
-		dir = engineconf.CRIODropInDir
+		dir = crio.DropInDir
 	}
-	return filepath.Join(filepath.Clean(dir), engineconf.CRIODropInName)
+	return filepath.Join(filepath.Clean(dir), crio.DropInName)
 }
 
-func (h Hooks) hookOptions() engineconf.HookOptions {
-	o := engineconf.HookOptions{Path: h.GPURunPath}
+func (h Hooks) hookOptions() hooksd.HookOptions {
+	o := hooksd.HookOptions{Path: h.GPURunPath}
 	if h.PassPolicy {
 		o.PolicyPath = h.PolicyPath
 	}
@@ -146,7 +147,7 @@ func (h Hooks) Install() error {
 	if err := h.validate(); err != nil {
 		return err
 	}
-	want, err := engineconf.HookJSON(h.hookOptions())
+	want, err := hooksd.HookJSON(h.hookOptions())
 	if err != nil {
 		return err
 	}
@@ -164,7 +165,7 @@ func (h Hooks) Install() error {
 	if h.ShmAnnotation != "" {
 		dropNode = h.dropIn()
 		dropHere = h.host(dropNode)
-		if dropWant, err = engineconf.CRIOShmDropIn(h.ShmAnnotation); err != nil {
+		if dropWant, err = crio.ShmDropIn(h.ShmAnnotation); err != nil {
 			return err
 		}
 		if dropBefore, _, err = readConfig(dropHere); err != nil {
@@ -208,7 +209,7 @@ func (h Hooks) Install() error {
 			return err
 		}
 		changed = true
-		fmt.Fprintf(h.Out, "%s: gpurun hook installed for %s (%s hook at %s, every container; the hook decides)", here, h.Engine, h.GPURunPath, engineconf.HookStage)
+		fmt.Fprintf(h.Out, "%s: gpurun hook installed for %s (%s hook at %s, every container; the hook decides)", here, h.Engine, h.GPURunPath, hooksd.HookStage)
 		if ch.Replaced != "" && ch.Replaced != old.Replaced {
 			fmt.Fprintf(h.Out, "; the previous file is kept as %s", ch.Replaced)
 		}
@@ -314,7 +315,7 @@ func (h Hooks) uninstallOne(st state, here string) error {
 		fmt.Fprintf(h.Out, "%s: does not exist; nothing to remove\n", here)
 	case sharedWith != "":
 		fmt.Fprintf(h.Out, "%s: kept: the %s install uses it too\n", here, sharedWith)
-	case !engineconf.IsGPURunHook(data) && (!recorded || digest(data) != ch.SHA256):
+	case !hooksd.IsGPURunHook(data) && (!recorded || digest(data) != ch.SHA256):
 		fmt.Fprintf(h.Out, "%s: does not run gpurun hook (changed since install?); left as it is\n", here)
 	case h.DryRun:
 		if ch.Replaced != "" {
@@ -380,7 +381,7 @@ func (h Hooks) ours(st state, here string, data []byte) bool {
 			return true
 		}
 	}
-	return engineconf.IsGPURunHook(data)
+	return hooksd.IsGPURunHook(data)
 }
 
 // checkExecutable refuses a hook path that is not an executable file on the
@@ -425,7 +426,7 @@ func (h Hooks) warnings() {
 	}
 	if st.Driver != "" && st.Driver != "overlay" && st.Driver != "overlay2" {
 		fmt.Fprintf(h.Out, "warning: %s sets driver = %q: %s then keeps /dev/shm under %s/%s-containers, which gpurun does not take for an engine's tmpfs, so GPU containers keep their /dev/shm (the overlay driver's %s is supported)\n",
-			h.host(StorageConf), st.Driver, h.Engine, root, st.Driver, enginedirs.StorageContainersDir)
+			h.host(StorageConf), st.Driver, h.Engine, root, st.Driver, dirs.StorageContainersDir)
 	}
 	if resolved, err := filepath.EvalSymlinks(h.host(root)); err == nil && resolved != filepath.Clean(h.host(root)) {
 		fmt.Fprintf(h.Out, "warning: %s %s goes through a symbolic link (to %s): the hook refuses to grow /dev/shm through a link; set %s to the real directory in %s\n",

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpurun/gpurun/runtime/engineconf"
+	"github.com/gpurun/gpurun/engine/crio"
+	"github.com/gpurun/gpurun/engine/hooksd"
 )
 
 // hookRoot is a node root with gpurun installed at /usr/local/bin/gpurun.
@@ -57,7 +58,7 @@ func TestHooksInstallRoundTrip(t *testing.T) {
 		{"podman, default dir", EnginePodman, "", false, "", "etc/containers/oci/hooks.d/gpurun.json", ""},
 		{"podman, own dir, policy", EnginePodman, "/srv/hooks", true, "", "srv/hooks/gpurun.json", ""},
 		{"crio, default dir", EngineCRIO, "", false, "", "usr/share/containers/oci/hooks.d/gpurun.json", ""},
-		{"crio with the shm annotation", EngineCRIO, "", false, engineconf.CRIOShmAnnotation, "usr/share/containers/oci/hooks.d/gpurun.json", "etc/crio/crio.conf.d/99-gpurun.conf"},
+		{"crio with the shm annotation", EngineCRIO, "", false, crio.ShmAnnotation, "usr/share/containers/oci/hooks.d/gpurun.json", "etc/crio/crio.conf.d/99-gpurun.conf"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,7 +67,7 @@ func TestHooksInstallRoundTrip(t *testing.T) {
 			h := hooksFor(root, tt.engine, &out)
 			h.HooksDir, h.PassPolicy, h.ShmAnnotation = tt.dir, tt.policy, tt.ann
 			file := filepath.Join(root, tt.wantFile)
-			wantJSON, err := engineconf.HookJSON(h.hookOptions())
+			wantJSON, err := hooksd.HookJSON(h.hookOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +91,7 @@ func TestHooksInstallRoundTrip(t *testing.T) {
 				t.Errorf("%s =\n%s\nwant\n%s", tt.wantFile, got, wantJSON)
 			}
 			if tt.wantDrop != "" {
-				wantDrop, _ := engineconf.CRIOShmDropIn(tt.ann)
+				wantDrop, _ := crio.ShmDropIn(tt.ann)
 				if got := read(t, filepath.Join(root, tt.wantDrop)); got != string(wantDrop) {
 					t.Errorf("drop-in =\n%s", got)
 				}
@@ -206,7 +207,7 @@ func TestHooksUninstallLeavesForeignFiles(t *testing.T) {
 		t.Errorf("uninstall without a record touched a foreign file:\n%s", out.String())
 	}
 	// Without a record, gpurun's own entry (a lost state file) is removed.
-	own, _ := engineconf.HookJSON(h.hookOptions())
+	own, _ := hooksd.HookJSON(h.hookOptions())
 	write(t, file, string(own))
 	if err := h.Uninstall(); err != nil {
 		t.Fatal(err)
@@ -220,7 +221,7 @@ func TestHooksChangedDropInIsLeft(t *testing.T) {
 	root := hookRoot(t)
 	var out bytes.Buffer
 	h := hooksFor(root, EngineCRIO, &out)
-	h.ShmAnnotation = engineconf.CRIOShmAnnotationV1
+	h.ShmAnnotation = crio.ShmAnnotationV1
 	if err := h.Install(); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestHooksRefusals(t *testing.T) {
 		{"missing gpurun", func(h *Hooks) { h.GPURunPath = "/usr/bin/gpurun" }, "--hook-path"},
 		{"relative gpurun", func(h *Hooks) { h.GPURunPath = "gpurun" }, "clean absolute path"},
 		{"unknown engine", func(h *Hooks) { h.Engine = "docker" }, `engine "docker"`},
-		{"annotation for podman", func(h *Hooks) { h.ShmAnnotation = engineconf.CRIOShmAnnotation }, "for CRI-O"},
+		{"annotation for podman", func(h *Hooks) { h.ShmAnnotation = crio.ShmAnnotation }, "for CRI-O"},
 		{"unknown annotation", func(h *Hooks) { h.Engine, h.ShmAnnotation = EngineCRIO, "io.kubernetes.cri-o.Devices" }, "want"},
 		{"relative hooks dir", func(h *Hooks) { h.HooksDir = "hooks.d" }, "--hooks-dir"},
 	}

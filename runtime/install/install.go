@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/internal/atomicfile"
+	"github.com/gpurun/gpurun/internal/unidiff"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/engineconf"
 )
 
 // RuntimeName is the name gpurun-runtime is registered under.
@@ -249,7 +249,7 @@ func (o Options) ensureChained(runtime string) error {
 
 // showDiff prints what a change would do.
 func (o Options) showDiff(path string, before, after []byte) {
-	if d := engineconf.UnifiedDiff(path, before, after); d != "" {
+	if d := unidiff.Unified(path, before, after); d != "" {
 		fmt.Fprint(o.Out, d)
 	} else {
 		fmt.Fprintf(o.Out, "%s: no change\n", path)

@@ -3,8 +3,8 @@ package install
 import (
 	"encoding/json"
 
-	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
-	"github.com/gpurun/gpurun/runtime/engineconf/docker"
+	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/docker"
 )
 
 // mergeDocker folds a later install's change into the first one's, so that

@@ -10,9 +10,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gpurun/gpurun/atomicfile"
-	"github.com/gpurun/gpurun/runtime/containerdconf"
-	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
+	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/internal/atomicfile"
 )
 
 // BaseTemplateLine starts a template gpurun creates: it renders k3s's (and
@@ -318,10 +317,10 @@ type EmbeddedContainerd struct {
 	// Release is the embedded containerd's release ("" when unknown).
 	Release string
 	// Generation says whose config rules apply (containerd 1.x or 2.x).
-	Generation containerdconf.Generation
+	Generation containerd.Generation
 	// NRI is the NRI plugin's configuration as the generated config and
 	// the release leave it.
-	NRI containerdconf.NRI
+	NRI containerd.NRI
 }
 
 // Binary returns the embedded containerd binary on the node under
@@ -336,11 +335,11 @@ func (l Layout) Binary(hostRoot string) string {
 // binary is asked (containerd --version, chrooted into hostRoot).
 func Embedded(ctx context.Context, hostRoot string, l Layout, release string) (EmbeddedContainerd, error) {
 	e := EmbeddedContainerd{Binary: l.Binary(hostRoot)}
-	o := containerdconf.Options{Root: hostRoot, Release: release}
+	o := containerd.LoadOptions{Root: hostRoot, Release: release}
 	if release == "" {
 		o.Containerd = e.Binary
 	}
-	cfg, err := containerdconf.Load(ctx, l.Config(), o)
+	cfg, err := containerd.Load(ctx, l.Config(), o)
 	if err != nil {
 		return e, err
 	}

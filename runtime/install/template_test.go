@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/internal/k3stest"
-	"github.com/gpurun/gpurun/runtime/containerdconf"
 )
 
 // k3sData is the data rel's k3s executes its containerd template with on
@@ -143,7 +143,7 @@ func TestTemplateInstallUninstall(t *testing.T) {
 					t.Errorf("rendered config lost line %q", line)
 				}
 			}
-			cfg, err := containerdconf.Load(context.Background(), l.Config(), containerdconf.Options{Root: root})
+			cfg, err := containerd.Load(context.Background(), l.Config(), containerd.LoadOptions{Root: root})
 			if err != nil {
 				t.Fatalf("containerd would not read the rendered config: %v\n%s", err, rendered)
 			}
@@ -158,7 +158,7 @@ func TestTemplateInstallUninstall(t *testing.T) {
 			}
 			// containerd itself (of the release's generation) reads what
 			// k3s rendered.
-			dumped, err := containerdconf.Load(context.Background(), host(l.Config()), containerdconf.Options{Containerd: containerdFor(t, tc.rel), Dump: true})
+			dumped, err := containerd.Load(context.Background(), host(l.Config()), containerd.LoadOptions{Containerd: containerdFor(t, tc.rel), Dump: true})
 			if err != nil || !dumped.Dumped {
 				t.Fatalf("containerd config dump of the rendered config: %v, %v\n%s", err, dumped.DumpErr, rendered)
 			}
@@ -277,7 +277,7 @@ func TestTemplateSetAsDefault(t *testing.T) {
 			}
 			tmpl := read(t, filepath.Join(root, l.TemplateV3()))
 			write(t, filepath.Join(root, l.Config()), renderK3s(t, tc.rel, tmpl, data))
-			cfg, err := containerdconf.Load(context.Background(), l.Config(), containerdconf.Options{Root: root})
+			cfg, err := containerd.Load(context.Background(), l.Config(), containerd.LoadOptions{Root: root})
 			if err != nil {
 				t.Fatal(err)
 			}

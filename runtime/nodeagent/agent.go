@@ -4,7 +4,7 @@
 // node (atomically, backing up files it replaces), keeps the node's policy
 // file in step with a source file (the DaemonSet's ConfigMap), registers
 // gpurun-runtime as containerd's runtime handler with runtime/install, and
-// restarts containerd as its restart mode says (runtime/restart). It
+// restarts containerd as its restart mode says (engine/restart). It
 // records all of that on the node, reports whether containerd runs with it,
 // and uninstalls exactly what it installed: the config restored byte for
 // byte, its files removed or their previous versions put back, the
@@ -26,11 +26,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/internal/atomicfile"
+	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/restart"
-	"github.com/gpurun/gpurun/version"
 )
 
 // Defaults (node paths).

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/containerdconf"
 	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // fakeEnv makes the test binary act as a containerd that waits for
@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const containerdTestdata = "../engineconf/containerd/testdata/"
+const containerdTestdata = "../../engine/containerd/testdata/"
 
 // node is a fake node: a host root with a containerd config, and an image
 // directory with the two binaries.
@@ -174,7 +174,7 @@ func diffSnapshots(a, b map[string]string) string {
 // reads the node's config.
 func (n *node) handler(t *testing.T) (registered, isDefault bool) {
 	t.Helper()
-	c, err := containerdconf.Load(context.Background(), install.DefaultContainerdConfig, containerdconf.Options{Root: n.root})
+	c, err := containerd.Load(context.Background(), install.DefaultContainerdConfig, containerd.LoadOptions{Root: n.root})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 const k3sTestdata = "../install/testdata/k3s/"

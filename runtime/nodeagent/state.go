@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpurun/gpurun/atomicfile"
+	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // Record is what the agent installed on a node, kept in a JSON file on the

@@ -12,10 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpurun/gpurun/runtime/containerdconf"
-	"github.com/gpurun/gpurun/runtime/engineconf/containerd"
+	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/restart"
 )
 
 // containerdState is what the agent can tell about the node's containerd.
@@ -363,7 +362,7 @@ func otherContainerd(rec *Record, running []RunningContainerd) string {
 // reads it (its imports, the drop-in, included), registers the handler
 // with the recorded binary, and whether it is the default.
 func (a *Agent) registered(rec *Record) (handler, isDefault bool, err error) {
-	c, err := containerdconf.Load(context.Background(), rec.Containerd.Config, containerdconf.Options{Root: a.HostRoot})
+	c, err := containerd.Load(context.Background(), rec.Containerd.Config, containerd.LoadOptions{Root: a.HostRoot})
 	if err != nil {
 		return false, false, err
 	}
@@ -381,9 +380,9 @@ func (a *Agent) containerdStateDir(rec *Record) string {
 		// k3s and RKE2 give containerd its state dir on the command line.
 		return install.Layout{Distribution: d}.State()
 	}
-	c, err := containerdconf.Load(context.Background(), rec.Containerd.Config, containerdconf.Options{Root: a.HostRoot})
+	c, err := containerd.Load(context.Background(), rec.Containerd.Config, containerd.LoadOptions{Root: a.HostRoot})
 	if err != nil {
-		return containerdconf.DefaultState
+		return containerd.DefaultState
 	}
 	return c.State()
 }

@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpurun/gpurun/runtime/restart"
+	"github.com/gpurun/gpurun/engine/restart"
 )
 
 // Uninstall undoes what Install recorded: it takes the runtime handler out

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/gpurun/gpurun/runtime/logfile"
+	"github.com/gpurun/gpurun/internal/logfile"
 )
 
 // maxPending bounds the records a launched plugin keeps before it knows

@@ -36,12 +36,12 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/runtime/remount"
-	"github.com/gpurun/gpurun/runtime/sysinfo"
 )
 
 // Component names the plugin in fail-closed errors.
@@ -205,7 +205,7 @@ func (p *Plugin) handle(pod *api.PodSandbox, ctr *api.Container) (out Outcome, f
 		spec := ToSpec(runtime, pod, ctr)
 		return enforce.Request{
 			Container: oci.FromSpec(spec),
-			Dirs:      enginedirs.ForPod(podID, pod.GetPid(), e.Policy().EngineRoots),
+			Dirs:      dirs.ForPod(podID, pod.GetPid(), e.Policy().EngineRoots),
 			Carry: func(pl oci.Plan) (enforce.Done, error) {
 				if pl.Action != oci.ActionSetSize {
 					return enforce.Done{Skipped: fmt.Sprintf("the NRI plugin does not carry out %q plans: NRI cannot change a pod's IPC namespace, and it adds no /dev/shm to a CRI container", pl.Action)}, nil

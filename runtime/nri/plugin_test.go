@@ -12,10 +12,10 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/runtime/remount"
 )
 
 const (
@@ -419,7 +419,7 @@ func TestEngineNamesThePodsTmpfs(t *testing.T) {
 				}
 				return
 			}
-			if len(r.grows) != 0 || !errors.Is(err, enginedirs.ErrNotNamed) || !strings.Contains(err.Error(), tt.refused) {
+			if len(r.grows) != 0 || !errors.Is(err, dirs.ErrNotNamed) || !strings.Contains(err.Error(), tt.refused) {
 				t.Errorf("err %v, grows %+v; want a refusal saying %q before any remount", err, r.grows, tt.refused)
 			}
 			if !strings.Contains(r.log.String(), `"refused":true`) || !strings.Contains(r.log.String(), `"pod_id":"`+testPod+`"`) {

@@ -16,8 +16,8 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/remount"
 )
 
 // fakeRuntime is the runtime side of NRI (the adaptation containerd and

@@ -10,9 +10,10 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/remount"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // nriContainer describes an OCI spec the way containerd's CRI plugin
@@ -244,7 +245,7 @@ func TestFixturesPlanLikeTheShim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := oci.ParseConfig(f, data)
+		cfg, err := specfile.Parse(f, data)
 		if err != nil {
 			t.Fatal(err)
 		}

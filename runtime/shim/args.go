@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpurun/gpurun/runtime/enginedirs"
+	"github.com/gpurun/gpurun/engine/dirs"
 )
 
 // Invocation is what gpurun-runtime needs from a runc command line.
@@ -28,13 +28,13 @@ type Invocation struct {
 	// engine reads a runtime's error from ("json" or "text").
 	Log, LogFormat string
 	// DockerRoot is dockerd's data-root, when dockerd passed it in the
-	// runtime's runtimeArgs (enginedirs.DockerRootFlag, gpurun's own
+	// runtime's runtimeArgs (dirs.DockerRootFlag, gpurun's own
 	// global flag, which RuncArgs removes).
 	DockerRoot string
 }
 
 // ownFlag is gpurun-runtime's own global flag, without its dashes.
-var ownFlag = strings.TrimLeft(enginedirs.DockerRootFlag, "-")
+var ownFlag = strings.TrimLeft(dirs.DockerRootFlag, "-")
 
 // valueFlags are the runc and crun flags, global or of create and run,
 // that take a value. runc parses with urfave/cli, which accepts one dash or

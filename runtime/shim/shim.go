@@ -12,11 +12,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/internal/logfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/enginedirs"
-	"github.com/gpurun/gpurun/runtime/logfile"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // Component names the shim in its log records and fail-closed errors.
@@ -101,11 +102,11 @@ func (s *Shim) Main() int {
 // carries out the plans that change the spec by rewriting config.json.
 func prepare(inv Invocation) (enforce.Request, error) {
 	cfgPath := filepath.Join(inv.Bundle, "config.json")
-	cfg, err := oci.LoadConfig(cfgPath)
+	cfg, err := specfile.Load(cfgPath)
 	if err != nil {
 		return enforce.Request{}, err
 	}
-	dirs := enginedirs.FromBundle(inv.Bundle, inv.ID)
+	dirs := dirs.FromBundle(inv.Bundle, inv.ID)
 	dirs.DockerRoot = inv.DockerRoot
 	return enforce.Request{
 		Container: oci.FromSpec(cfg.Spec),

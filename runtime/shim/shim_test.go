@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 const gpuSpec = `{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=all"],"args":["sh"],"cwd":"/"},
@@ -71,7 +72,7 @@ func readShm(t *testing.T, bundle string) (oci.Shm, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := oci.ParseConfig("config.json", data)
+	c, err := specfile.Parse("config.json", data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,10 +13,11 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/remount"
+	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // Fixtures of real engines' container specs.
@@ -85,7 +86,7 @@ func Run(t testing.TB, cases ...Case) (log []byte, observed []records.Record) {
 }
 
 // Fixture reads a real engine's spec from oci/testdata/fixtures.
-func Fixture(t testing.TB, name string) *oci.Config {
+func Fixture(t testing.TB, name string) *specfile.Config {
 	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
 	path := filepath.Join(filepath.Dir(self), "..", "..", "..", "oci", "testdata", "fixtures", name+".json")
@@ -93,7 +94,7 @@ func Fixture(t testing.TB, name string) *oci.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := oci.ParseConfig(path, data)
+	cfg, err := specfile.Parse(path, data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,299 @@
+// Package translate knows what dockerd writes into a container's OCI spec
+// for the parts gpurun plans over — the IPC mode and its /dev/shm, GPU
+// device requests, devices, privileged mode, the memory limit — and gives
+// it as oci.Opts. Two front doors see a Docker container from outside
+// dockerd and translate it with these: `gpurun run` (docker run's
+// arguments, package docker/launch) and the host-side tools that read docker
+// inspect (doctor, resize), through FromInspect.
+package translate
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+)
+
+// ParseGPUs reads a --gpus value the way the docker CLI's GpuOpts does:
+// "all", a count, or one CSV record of count=, device=, capabilities=,
+// driver= and options= fields. Like the CLI, it asks for the "gpu"
+// capability when none is named.
+func ParseGPUs(v string) (container.DeviceRequest, error) {
+	req := container.DeviceRequest{}
+	fields, err := csv.NewReader(strings.NewReader(v)).Read()
+	if err != nil {
+		return req, fmt.Errorf("--gpus %q: %w", v, err)
+	}
+	for _, field := range fields {
+		key, val, ok := strings.Cut(field, "=")
+		if !ok {
+			if len(fields) > 1 {
+				return req, fmt.Errorf("--gpus %q: %q is not key=value", v, field)
+			}
+			switch field {
+			case "all":
+				req.Count = -1
+			default:
+				n, err := strconv.Atoi(field)
+				if err != nil {
+					return req, fmt.Errorf("--gpus %q: want all, a count or key=value fields", v)
+				}
+				req.Count = n
+			}
+			continue
+		}
+		switch key {
+		case "count":
+			if val == "all" {
+				req.Count = -1
+				continue
+			}
+			n, err := strconv.Atoi(val)
+			if err != nil {
+				return req, fmt.Errorf("--gpus %q: count %q: want all or a number", v, val)
+			}
+			req.Count = n
+		case "device":
+			req.DeviceIDs = strings.Split(val, ",")
+		case "capabilities":
+			req.Capabilities = [][]string{strings.Split(val, ",")}
+		case "driver":
+			req.Driver = val
+		case "options":
+			// driver options are the driver's business, not gpurun's
+		default:
+			return req, fmt.Errorf("--gpus %q: unknown field %q", v, key)
+		}
+	}
+	if len(req.Capabilities) == 0 {
+		req.Capabilities = [][]string{{"gpu"}}
+	}
+	return req, nil
+}
+
+// GPURequest returns the Opt for one device request: a GPU request (driver
+// nvidia, or the gpu capability) named as `docker run --gpus` spells it, or
+// the CDI devices of a "cdi" request (docker 25+ turns --device
+// vendor/class=name into one). Other requests give nothing.
+func GPURequest(dr container.DeviceRequest) oci.Opt {
+	return func(c *oci.Container) error {
+		if dr.Driver == "cdi" {
+			return oci.WithCDIDevices("docker", dr.DeviceIDs...)(c)
+		}
+		gpu := dr.Driver == "nvidia"
+		for _, caps := range dr.Capabilities {
+			for _, cp := range caps {
+				gpu = gpu || cp == "gpu"
+			}
+		}
+		if !gpu {
+			return nil
+		}
+		words, n := gpusWords(dr)
+		return oci.WithGPURequest(words, n)(c)
+	}
+}
+
+// gpusWords writes a device request as the --gpus flag that asks for it,
+// and its GPU count (0: all).
+func gpusWords(dr container.DeviceRequest) (string, int) {
+	switch {
+	case len(dr.DeviceIDs) > 0:
+		return "--gpus device=" + strings.Join(dr.DeviceIDs, ","), len(dr.DeviceIDs)
+	case dr.Count < 0:
+		return "--gpus all", 0
+	default:
+		return "--gpus " + strconv.Itoa(dr.Count), dr.Count
+	}
+}
+
+// Runtime returns the Opt for `--runtime NAME`: NVIDIA's runtimes give the
+// container the GPUs its NVIDIA_VISIBLE_DEVICES names, which CUDA images
+// set; it counts as a request for GPUs, count unknown.
+func Runtime(name string) oci.Opt {
+	return func(c *oci.Container) error {
+		if strings.Contains(name, "nvidia") {
+			return oci.WithGPURequest("--runtime "+name, 0)(c)
+		}
+		return nil
+	}
+}
+
+// Shm is what dockerd needs to lay out a container's /dev/shm.
+type Shm struct {
+	// Size is the container's ShmSize (--shm-size, else the daemon's
+	// default-shm-size), in bytes.
+	Size int64
+	// Choice is the user's --shm-size in their words, "" when not given.
+	Choice string
+	// DataRoot is the daemon's data root (DockerRootDir), "" when unknown.
+	DataRoot string
+	// ID is the container's id; DonorID the full id of the container whose
+	// IPC namespace it joins (--ipc container:<x>). "" when unknown.
+	ID, DonorID string
+}
+
+// IPC returns the Opt for an IPC mode as dockerd sets /dev/shm up:
+//
+//   - "", "private": a namespace of its own and a tmpfs of shm.Size;
+//   - "shareable": a namespace of its own and a tmpfs of shm.Size that
+//     dockerd mounts on the host at <data-root>/containers/<id>/mounts/shm
+//     and binds, so that others can join; before the container exists
+//     (docker run) it is sized exactly like a private one;
+//   - "container:<x>": x's namespace, binding x's host tmpfs;
+//   - "host": the host's namespace and /dev/shm;
+//   - "none": a namespace of its own and nothing at /dev/shm.
+//
+// A mode whose host path cannot be told (no data root or id) is an error.
+func IPC(mode string, shm Shm) oci.Opt {
+	return func(c *oci.Container) error {
+		own := func() error {
+			if err := oci.WithPrivateShm(shm.Size)(c); err != nil {
+				return err
+			}
+			if shm.Choice != "" {
+				return oci.WithShmChoice(shm.Choice)(c)
+			}
+			return nil
+		}
+		hostShm := func(id string) (string, error) {
+			if shm.DataRoot == "" || id == "" {
+				return "", fmt.Errorf("--ipc %s: where dockerd keeps the shared /dev/shm is unknown (no data root or container id)", mode)
+			}
+			return filepath.Join(shm.DataRoot, "containers", id, "mounts", "shm"), nil
+		}
+		switch {
+		case mode == "" || mode == "private":
+			return own()
+		case mode == "shareable":
+			if shm.ID == "" {
+				return own()
+			}
+			p, err := hostShm(shm.ID)
+			if err != nil {
+				return err
+			}
+			return oci.WithSharedShm(p, "")(c)
+		case strings.HasPrefix(mode, "container:"):
+			p, err := hostShm(shm.DonorID)
+			if err != nil {
+				return err
+			}
+			return oci.WithSharedShm(p, "container:"+strings.TrimPrefix(mode, "container:"))(c)
+		case mode == "host":
+			return oci.WithHostIPC()(c)
+		case mode == "none":
+			return oci.WithNoShm()(c)
+		}
+		return fmt.Errorf("--ipc %q: not an IPC mode docker knows", mode)
+	}
+}
+
+// FromInspect translates what docker inspect says of a container into the
+// one form: its env (the image's and the user's, as dockerd merged them),
+// annotations, memory limit, GPU device requests and runtime, devices,
+// privileged mode, and its /dev/shm: the user's own mount there, else what
+// its IPC mode gives. dataRoot is the daemon's DockerRootDir, donor the
+// container whose IPC namespace it joins (nil when none or unknown).
+func FromInspect(c container.InspectResponse, dataRoot string, donor *container.InspectResponse) (*oci.Container, error) {
+	if c.ContainerJSONBase == nil || c.HostConfig == nil {
+		return nil, errors.New("docker inspect: incomplete answer (no HostConfig)")
+	}
+	h := c.HostConfig
+	var env []string
+	if c.Config != nil {
+		env = c.Config.Env
+	}
+	opts := []oci.Opt{
+		oci.WithEnv(env...),
+		oci.WithAnnotations(h.Annotations),
+		oci.WithMemoryLimit(h.Memory),
+		Runtime(h.Runtime),
+	}
+	for _, dr := range h.DeviceRequests {
+		opts = append(opts, GPURequest(dr))
+	}
+	for _, d := range h.Devices {
+		opts = append(opts, oci.WithDevices(path.Clean(d.PathInContainer)))
+	}
+	if h.Privileged {
+		opts = append(opts, oci.WithPrivileged("--privileged"))
+	}
+	shm := Shm{Size: h.ShmSize, DataRoot: dataRoot, ID: c.ID}
+	if shm.Size <= 0 {
+		shm.Size = policy.EngineDefaultShm
+	}
+	if donor != nil && donor.ContainerJSONBase != nil {
+		shm.DonorID = donor.ID
+	}
+	opts = append(opts, IPC(string(h.IpcMode), shm))
+	// The user's own mount at /dev/shm wins, as in dockerd.
+	for _, m := range c.Mounts {
+		if path.Clean(m.Destination) == oci.ShmPath {
+			opts = append(opts, oci.WithUserShm(fmt.Sprintf("a %s mount of %s", m.Type, m.Source), specs.Mount{Type: userMountType(string(m.Type)), Source: m.Source}))
+		}
+	}
+	if o, ok := h.Tmpfs[oci.ShmPath]; ok {
+		opts = append(opts, oci.WithUserShm(strings.TrimSuffix("--tmpfs /dev/shm:"+o, ":"), tmpfsMount(o)))
+	}
+	return oci.NewContainer(opts...)
+}
+
+// userMountType is the OCI mount type dockerd writes for a mount of a
+// docker mount type: its tmpfs stays a tmpfs, everything else is a bind.
+func userMountType(t string) string {
+	if t == "tmpfs" {
+		return "tmpfs"
+	}
+	return "bind"
+}
+
+// tmpfsMount is the OCI mount of `--tmpfs /dev/shm:<options>`.
+func tmpfsMount(options string) specs.Mount {
+	m := specs.Mount{Type: "tmpfs", Source: "tmpfs"}
+	if options != "" {
+		m.Options = strings.Split(options, ",")
+	}
+	return m
+}
+
+// UserMount returns the OCI mount dockerd makes for a docker run flag that
+// mounts something at /dev/shm ("--tmpfs /dev/shm:size=1g", "--mount
+// type=tmpfs,dst=/dev/shm", "--volume x:/dev/shm"): a tmpfs with the
+// flag's options for a tmpfs, else a bind.
+func UserMount(flag, value string) specs.Mount {
+	switch flag {
+	case "tmpfs":
+		_, opts, _ := strings.Cut(value, ":")
+		return tmpfsMount(opts)
+	case "mount":
+		fields, _ := csv.NewReader(strings.NewReader(value)).Read()
+		typ, size := "volume", ""
+		for _, f := range fields {
+			k, v, _ := strings.Cut(f, "=")
+			switch strings.ToLower(k) {
+			case "type":
+				typ = v
+			case "tmpfs-size":
+				size = v
+			}
+		}
+		if typ == "tmpfs" {
+			m := specs.Mount{Type: "tmpfs", Source: "tmpfs"}
+			if size != "" {
+				m.Options = []string{"size=" + size}
+			}
+			return m
+		}
+	}
+	return specs.Mount{Type: "bind"}
+}

@@ -1,0 +1,926 @@
+// Package containerd registers gpurun-runtime as a runtime handler in
+// containerd's config.toml: versions 2 (containerd 1.x), 3 and 4
+// (containerd 2.x), in place or in a drop-in the main config imports. The
+// handler copies the settings of the runtime it stands in for (the default
+// handler, which may be NVIDIA's runtime: gpurun-runtime then chains to
+// it), can be made the default, and uninstall undoes exactly what install
+// did. Every other byte of the files is kept (package tomledit does the
+// editing), and every edit is checked, re-parsed, to change nothing but
+// gpurun's settings. The functions are pure (bytes in, bytes out);
+// writing, backups and restarting containerd are the caller's.
+package containerd
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/gpurun/gpurun/internal/cfgtree"
+	"github.com/gpurun/gpurun/internal/tomledit"
+)
+
+// Handler describes the runtime handler that Install and
+// DropIn register in containerd's CRI plugin.
+type Handler struct {
+	// Name is the runtime handler name, normally "gpurun". It must be a TOML
+	// bare key (ASCII letters, digits, '-' and '_') and must not be "runc".
+	Name string
+	// BinaryName is the absolute path of gpurun-runtime; it becomes
+	// options.BinaryName of the runtime.
+	BinaryName string
+	// SetAsDefault also makes Name the CRI plugin's default_runtime_name.
+	SetAsDefault bool
+	// PodAnnotations are the pod annotations (globs such as "gpurun.io/*")
+	// containerd passes to the runtime; they are merged with those of the
+	// runtime whose settings are copied.
+	PodAnnotations []string
+	// Effective, when set, is the configuration as containerd reads it now
+	// (the main config and the files it imports, engine/containerd):
+	// the runtime gpurun stands in for is then its default handler, even
+	// when a drop-in sets it, and that runtime's settings are copied from
+	// wherever they are set. Without it only the edited file is read.
+	Effective *Config
+}
+
+// Change records what an install did, for the report and for
+// Uninstall. An install that changes nothing (Changed false)
+// carries no undo information: keep the record of the install that made the
+// change.
+type Change struct {
+	// Changed reports whether the output differs from the input. For
+	// DropIn it reports whether the main config changed; compare
+	// the drop-in with the file on disk.
+	Changed bool
+	// Version is the config version: 2 (containerd 1.x), 3 (containerd
+	// 2.0-2.2) or 4 (containerd 2.3 and later). An empty config counts as 2.
+	Version int
+	// AddedRuntime reports that the runtimes.<Name> tables were added (in
+	// the block Uninstall removes). A version 2 config that
+	// defined no runtime also gets a runtimes.runc table there, because
+	// containerd 1.x replaces its built-in runc with the config's runtimes.
+	// When the runtime existed already, only its options.BinaryName was set.
+	AddedRuntime bool
+	// SetDefault reports that default_runtime_name was set to Name.
+	SetDefault bool
+	// PreviousDefault is the value default_runtime_name had, when
+	// HadDefaultKey; without the key containerd's default is "runc".
+	PreviousDefault string
+	// HadDefaultKey reports whether default_runtime_name was present.
+	HadDefaultKey bool
+	// Chain is the low-level runtime gpurun-runtime must exec so that an
+	// existing wrapper keeps working: the options.BinaryName of the runtime
+	// whose settings were copied (for example
+	// /usr/bin/nvidia-container-runtime when "nvidia" was the default), or
+	// "" for plain runc.
+	Chain string
+	// CopiedFrom is the runtime whose settings were copied: the default
+	// runtime handler when it is a runc-type runtime defined in the config,
+	// else "runc" (containerd's built-in runc when the config does not
+	// define it: nothing to copy).
+	CopiedFrom string
+}
+
+// marker starts the block of tables an install appends, and ends the
+// imports line it adds; uninstall looks for it.
+const marker = "# added by gpurun install; remove with gpurun uninstall containerd"
+
+// Marker is the comment that starts gpurun's block: a file that holds it
+// holds gpurun's tables.
+const Marker = marker
+
+// copiedRuntimeKey reports whether a runtime setting other than options
+// is copied from the runtime gpurun replaces. runtime_type is always
+// io.containerd.runc.v2 and pod_annotations are merged; runtime_path,
+// runtime_engine and runtime_root select other shims and are not copied.
+func copiedRuntimeKey(k string) bool {
+	switch k {
+	case "privileged_without_host_devices",
+		"privileged_without_host_devices_all_devices_allowed",
+		"base_runtime_spec",
+		"cni_conf_dir",
+		"cni_max_conf_num",
+		"container_annotations",
+		"sandbox_mode",
+		"sandboxer",
+		"snapshotter",
+		"cgroup_writable",
+		"disable_pause_image_pull",
+		"io_type",
+		"treat_ro_mounts_as_rro":
+		return true
+	}
+	return false
+}
+
+// Version returns the version of a containerd config: 2
+// (containerd 1.x), 3 (containerd 2.0-2.2) or 4 (containerd 2.3 and later,
+// same CRI layout as 3). An empty config (nothing but blank lines and
+// comments) means containerd's defaults and counts as 2, the version both
+// containerd 1.x and 2.x accept. A config without a version key is version 1,
+// which is not supported.
+func Version(data []byte) (int, error) {
+	d, err := parse(data)
+	if err != nil {
+		return 0, err
+	}
+	return d.version, nil
+}
+
+// Install registers o.Name as a runc-type runtime handler running
+// o.BinaryName in a containerd config, and with o.SetAsDefault makes it the
+// default. New tables go to the end of the file after a marker comment;
+// default_runtime_name is replaced in place, or inserted after the
+// [... .containerd] header, or appended with the new tables. The settings of
+// the runtime gpurun replaces (the default runtime handler, else runc) are
+// copied, and its BinaryName becomes Chain. A runtime that exists already only
+// gets its options.BinaryName set. Every other byte is kept, a second install
+// is a no-op, and the result is checked to parse and to change nothing but
+// gpurun's settings.
+func Install(data []byte, o Handler) ([]byte, Change, error) {
+	if err := o.validate(); err != nil {
+		return nil, Change{}, err
+	}
+	d, err := parse(data)
+	if err != nil {
+		return nil, Change{}, err
+	}
+	return install(d, d, o)
+}
+
+// Uninstall undoes Install: it removes the block of
+// tables the install appended (found by its marker comment) and, when
+// default_runtime_name still names o.Name, restores c.PreviousDefault or
+// removes the key when c.HadDefaultKey is false. It does so when c.SetDefault,
+// or, when c records no change (lost, or that of a second install), when the
+// runtime is removed: a default naming a missing runtime would stop the CRI
+// plugin. A runtime that existed before the install keeps the BinaryName the
+// install set. install followed by uninstall returns the original bytes.
+func Uninstall(data []byte, o Handler, c Change) ([]byte, bool, error) {
+	if err := validName(o.Name); err != nil {
+		return nil, false, err
+	}
+	d, err := parse(data)
+	if err != nil {
+		return nil, false, err
+	}
+	if d.empty {
+		return data, false, nil
+	}
+	handlers := []string{"plugins", RuntimePluginID(d.version), "containerd"}
+	rt := cfgtree.Join(handlers, "runtimes", o.Name)
+	runc := cfgtree.Join(handlers, "runtimes", "runc")
+	ours := func(path []string) bool {
+		return slices.Equal(path, handlers) || slices.Equal(path, rt) || slices.Equal(path, cfgtree.Join(rt, "options")) || slices.Equal(path, runc)
+	}
+	var edits []tomledit.Edit
+	removedRuntime := false
+	blocks := d.markerBlocks(ours, true)
+	for _, b := range blocks {
+		edits = append(edits, tomledit.Edit{Start: b.from, End: b.to})
+		if b.hasTable(rt) {
+			removedRuntime = true
+		}
+	}
+	inBlock := func(off int) bool {
+		for _, b := range blocks {
+			if off >= b.from && off < b.to {
+				return true
+			}
+		}
+		return false
+	}
+	defPath := cfgtree.Join(handlers, "default_runtime_name")
+	if i := d.FindKV(defPath); i >= 0 && !inBlock(d.KVs[i].Start) {
+		kv := d.KVs[i]
+		// Without a record of the install (c zero, or that of a second
+		// install), a default naming the removed runtime goes too.
+		if kv.Value.Kind == unstable.String && kv.Value.Str == o.Name && (c.SetDefault || removedRuntime && !c.Changed) {
+			switch {
+			case c.HadDefaultKey:
+				old := string(d.Data[kv.Value.Start:kv.Value.End])
+				edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, c.PreviousDefault)})
+			case kv.Nested:
+				return nil, false, fmt.Errorf("containerd config line %d: default_runtime_name is inside an inline table; remove it by hand", d.Line(kv.Start))
+			default:
+				from, to := d.LineRemoval(kv.Expr)
+				edits = append(edits, tomledit.Edit{Start: from, End: to})
+			}
+		}
+	}
+	if len(edits) == 0 {
+		return data, false, nil
+	}
+	out, err := apply(d.Data, edits)
+	if err != nil {
+		return nil, false, err
+	}
+	allowed := [][]string{rt, defPath, {"version"}, {"imports"}}
+	for _, b := range blocks {
+		if b.hasTable(runc) {
+			allowed = append(allowed, runc)
+		}
+	}
+	if err := d.CheckOnly(out, allowed); err != nil {
+		return nil, false, err
+	}
+	return out, !bytes.Equal(out, data), nil
+}
+
+// DropIn registers the runtime in a drop-in file instead: it returns
+// the main config with an imports entry for dropInPath (unchanged when an
+// entry or glob already covers it) and the drop-in's content. containerd 2.x
+// (version 3 and 4) merges imported files key by key, so the drop-in holds
+// only gpurun's tables, with settings copied from the main config.
+// containerd 1.x (version 2) replaces a plugin's whole section with the
+// imported file's, so there the drop-in holds a copy of the main config's
+// whole CRI plugin section plus gpurun's tables; later edits of that section
+// must then be made in the drop-in. The drop-in has the main config's version
+// (containerd 2.x ignores a drop-in with a newer one).
+func DropIn(main []byte, dropInPath string, o Handler) (newMain, dropIn []byte, c Change, err error) {
+	if err := o.validate(); err != nil {
+		return nil, nil, Change{}, err
+	}
+	if err := validImport(dropInPath); err != nil {
+		return nil, nil, Change{}, err
+	}
+	m, err := parse(main)
+	if err != nil {
+		return nil, nil, Change{}, err
+	}
+	newMain, err = addImport(m, dropInPath)
+	if err != nil {
+		return nil, nil, Change{}, err
+	}
+	var base strings.Builder
+	base.WriteString("# gpurun runtime handler for containerd, imported by the main config.\n")
+	base.WriteString("# Written by gpurun install; gpurun uninstall containerd removes it.\n")
+	fmt.Fprintf(&base, "version = %d\n", m.version)
+	cri := []string{"plugins", RuntimePluginID(m.version)}
+	if m.version == 2 {
+		sec, err := copySection(m, cri)
+		if err != nil {
+			return nil, nil, Change{}, err
+		}
+		if sec != "" {
+			base.WriteString("\n# containerd 1.x replaces a plugin's whole section with an imported file's:\n")
+			base.WriteString("# this is a copy of the CRI plugin section of the main config.\n")
+			base.WriteString(sec)
+		}
+	}
+	b, err := parse([]byte(base.String()))
+	if err != nil {
+		return nil, nil, Change{}, fmt.Errorf("containerd drop-in: %w", err)
+	}
+	src := m
+	if m.version == 2 {
+		want, _ := cfgtree.Get(m.Tree, cri...)
+		got, _ := cfgtree.Get(b.Tree, cri...)
+		if p, ok := cfgtree.Equal(want, got); !ok {
+			return nil, nil, Change{}, fmt.Errorf("containerd config: cannot copy the CRI plugin section into a drop-in (differs at %s); install in place instead", tomledit.PathText(cfgtree.Join(cri, p...)))
+		}
+		src = b
+	}
+	dropIn, c, err = install(b, src, o)
+	if err != nil {
+		return nil, nil, Change{}, err
+	}
+	c.Changed = !bytes.Equal(newMain, main)
+	return newMain, dropIn, c, nil
+}
+
+// UninstallDropIn removes dropInPath from the main config's
+// imports (the line, when the install added it; a glob entry that covers the
+// drop-in stays). The entry goes whenever present, because an import of a
+// missing file stops containerd; c is not needed for that and is accepted for
+// symmetry with Uninstall. Deleting the drop-in file is the
+// caller's.
+func UninstallDropIn(main []byte, dropInPath string, c Change) (newMain []byte, changed bool, err error) {
+	_ = c
+	d, err := parse(main)
+	if err != nil {
+		return nil, false, err
+	}
+	if d.empty {
+		return main, false, nil
+	}
+	var edits []tomledit.Edit
+	var blocks []block
+	for _, b := range d.markerBlocks(func([]string) bool { return false }, true) {
+		// Only the block written into an empty main config; not the
+		// marker of tables Install added.
+		if slices.Contains(b.rootKeys, "imports") {
+			blocks = append(blocks, b)
+			edits = append(edits, tomledit.Edit{Start: b.from, End: b.to})
+		}
+	}
+	if i := d.FindKV([]string{"imports"}); i >= 0 {
+		kv := d.KVs[i]
+		inBlock := false
+		for _, b := range blocks {
+			if kv.Start >= b.from && kv.Start < b.to {
+				inBlock = true
+			}
+		}
+		if !inBlock && kv.Value.Kind == unstable.Array {
+			if e := d.removeImport(i, dropInPath); e != nil {
+				edits = append(edits, *e)
+			}
+		}
+	}
+	if len(edits) == 0 {
+		return main, false, nil
+	}
+	out, err := apply(d.Data, edits)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := d.CheckOnly(out, [][]string{{"imports"}, {"version"}}); err != nil {
+		return nil, false, err
+	}
+	return out, !bytes.Equal(out, main), nil
+}
+
+// validate checks the options an install needs.
+func (o Handler) validate() error {
+	if err := validName(o.Name); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(o.BinaryName) {
+		return fmt.Errorf("containerd: BinaryName %q is not an absolute path", o.BinaryName)
+	}
+	if !tomledit.PlainString(o.BinaryName) {
+		return fmt.Errorf("containerd: BinaryName %q has invalid UTF-8 or control characters", o.BinaryName)
+	}
+	for _, a := range o.PodAnnotations {
+		if a == "" || !tomledit.PlainString(a) {
+			return fmt.Errorf("containerd: pod annotation %q is empty or has invalid characters", a)
+		}
+	}
+	return nil
+}
+
+func validName(name string) error {
+	if !tomledit.Bare(name) {
+		return fmt.Errorf("containerd: runtime name %q must be letters, digits, '-' or '_'", name)
+	}
+	if name == "runc" {
+		return errors.New(`containerd: runtime name "runc" would replace runc itself`)
+	}
+	return nil
+}
+
+func validImport(p string) error {
+	if !filepath.IsAbs(p) || !tomledit.PlainString(p) {
+		return fmt.Errorf("containerd: drop-in path %q must be an absolute path without control characters", p)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Install.
+
+// table is a table to append: its path and its lines (without
+// indentation or newline).
+type table struct {
+	path  []string
+	lines []string
+}
+
+// install edits d, reading the runtime to copy and the current default
+// from src (d itself, or the main config for a drop-in).
+func install(d, src *doc, o Handler) ([]byte, Change, error) {
+	c := Change{Version: d.version}
+	handlers := []string{"plugins", RuntimePluginID(d.version), "containerd"}
+	rt := cfgtree.Join(handlers, "runtimes", o.Name)
+	opts := cfgtree.Join(rt, "options")
+	want := cfgtree.Copy(d.Tree).(map[string]any)
+	var edits []tomledit.Edit
+	var tables []table
+	var root []string
+	if d.empty {
+		root = append(root, "version = 2")
+		want["version"] = int64(2)
+	}
+
+	// The current default, from the config gpurun-runtime is added to.
+	defPath := cfgtree.Join(handlers, "default_runtime_name")
+	current, hasDefault := "runc", false
+	if v, ok := cfgtree.Get(src.Tree, defPath...); ok {
+		s, ok := v.(string)
+		if !ok {
+			return nil, c, fmt.Errorf("containerd config line %d: default_runtime_name is not a string", src.Line(src.KVStart(defPath)))
+		}
+		current, hasDefault = s, true
+	}
+	if o.Effective != nil {
+		current = o.Effective.DefaultRuntime()
+	}
+
+	// The runtime.
+	if existing, ok := cfgtree.Get(d.Tree, rt...); ok {
+		if _, isMap := existing.(map[string]any); !isMap {
+			return nil, c, fmt.Errorf("containerd config line %d: %s is not a table", d.Line(d.KVStart(rt)), tomledit.PathText(rt))
+		}
+		binPath := cfgtree.Join(opts, "BinaryName")
+		if i := d.FindKV(binPath); i >= 0 {
+			kv := d.KVs[i]
+			if kv.Value.Kind != unstable.String {
+				return nil, c, fmt.Errorf("containerd config line %d: %s is not a string", d.Line(kv.Start), tomledit.PathText(binPath))
+			}
+			if kv.Value.Str != o.BinaryName {
+				old := string(d.Data[kv.Value.Start:kv.Value.End])
+				edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, o.BinaryName)})
+			}
+		} else {
+			e, ok, err := d.SetKey(opts, "BinaryName", tomledit.Quote(o.BinaryName))
+			if err != nil {
+				return nil, c, err
+			}
+			if ok {
+				edits = append(edits, e)
+			} else {
+				if def := d.Def(rt); def.Form == tomledit.Inline || def.Form == tomledit.NotTable {
+					_, _, err := d.SetKey(rt, "options", "")
+					return nil, c, err
+				}
+				tables = append(tables, table{path: opts, lines: []string{"BinaryName = " + tomledit.Quote(o.BinaryName)}})
+			}
+		}
+		cfgtree.Set(want, binPath, o.BinaryName)
+	} else {
+		if def := d.Def(rt); def.Form == tomledit.Inline || def.Form == tomledit.NotTable {
+			_, _, err := d.SetKey(rt, "runtime_type", "")
+			return nil, c, err
+		}
+		plan, err := sourcePlan(src, handlers, current, o)
+		if err != nil {
+			return nil, c, err
+		}
+		c.AddedRuntime = true
+		c.Chain, c.CopiedFrom = plan.chain, plan.name
+		if runc := cfgtree.Join(handlers, "runtimes", "runc"); d.version == 2 && !hasRuntimes(d.Tree, handlers) {
+			// containerd 1.x replaces its built-in runtimes (runc) with
+			// those of the config: keep runc, or its default would vanish.
+			tables = append(tables, table{path: runc, lines: []string{"runtime_type = " + tomledit.Quote(RuncV2)}})
+			cfgtree.Set(want, runc, map[string]any{"runtime_type": RuncV2})
+		}
+		tables = append(tables, table{path: rt, lines: plan.rtLines}, table{path: opts, lines: plan.optLines})
+		cfgtree.Set(want, rt, plan.value)
+	}
+
+	// The default.
+	if o.SetAsDefault && !(hasDefault && current == o.Name) {
+		c.SetDefault, c.HadDefaultKey = true, hasDefault
+		if hasDefault {
+			c.PreviousDefault = current
+		}
+		if i := d.FindKV(defPath); i >= 0 {
+			kv := d.KVs[i]
+			if kv.Value.Kind != unstable.String {
+				return nil, c, fmt.Errorf("containerd config line %d: default_runtime_name is not a string", d.Line(kv.Start))
+			}
+			old := string(d.Data[kv.Value.Start:kv.Value.End])
+			edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, o.Name)})
+		} else {
+			e, ok, err := d.SetKey(handlers, "default_runtime_name", tomledit.Quote(o.Name))
+			if err != nil {
+				return nil, c, err
+			}
+			if ok {
+				edits = append(edits, e)
+			} else {
+				tables = append([]table{{path: handlers, lines: []string{"default_runtime_name = " + tomledit.Quote(o.Name)}}}, tables...)
+			}
+		}
+		cfgtree.Set(want, defPath, o.Name)
+	}
+
+	if len(edits) == 0 && len(tables) == 0 {
+		return d.Data, c, nil
+	}
+	if len(tables) > 0 {
+		edits = append(edits, tomledit.Edit{Start: len(d.Data), End: len(d.Data), Text: d.block(root, tables)})
+	}
+	out, err := apply(d.Data, edits)
+	if err != nil {
+		return nil, c, err
+	}
+	if err := d.CheckIntent(out, want); err != nil {
+		return nil, c, err
+	}
+	c.Changed = !bytes.Equal(out, d.Data)
+	return out, c, nil
+}
+
+// hasRuntimes reports whether the config defines any runtime.
+func hasRuntimes(tree map[string]any, handlers []string) bool {
+	v, _ := cfgtree.Get(tree, cfgtree.Join(handlers, "runtimes")...)
+	m, _ := v.(map[string]any)
+	return len(m) > 0
+}
+
+// block renders the marker block appended at the end of d.
+func (d *doc) block(root []string, tables []table) string {
+	var b strings.Builder
+	if len(d.Data) > 0 {
+		b.WriteString(d.NL)
+	}
+	b.WriteString(marker + d.NL)
+	for _, l := range root {
+		b.WriteString(l + d.NL)
+	}
+	for i, t := range tables {
+		if i > 0 || len(root) > 0 {
+			b.WriteString(d.NL)
+		}
+		b.WriteString("[" + tomledit.KeyText(t.path) + "]" + d.NL)
+		for _, l := range t.lines {
+			b.WriteString("  " + l + d.NL)
+		}
+	}
+	return b.String()
+}
+
+// runtimePlan is the runtime table an install adds.
+type runtimePlan struct {
+	name, chain string
+	rtLines     []string
+	optLines    []string
+	value       map[string]any
+}
+
+// sourcePlan builds gpurun's runtime from the runtime it replaces: the
+// current default when it is a runc-type runtime defined in src, else runc
+// when defined, else nothing but gpurun's own keys.
+func sourcePlan(src *doc, handlers []string, current string, o Handler) (runtimePlan, error) {
+	plan := runtimePlan{name: "runc", value: map[string]any{}}
+	var srcMap map[string]any
+	fromEffective := false
+	for _, cand := range []string{current, "runc"} {
+		if cand == o.Name {
+			continue
+		}
+		v, ok := cfgtree.Get(src.Tree, cfgtree.Join(handlers, "runtimes", cand)...)
+		m, isMap := v.(map[string]any)
+		if o.Effective != nil {
+			// containerd reads it elsewhere too, or only elsewhere: copy
+			// what containerd sees.
+			if r, found := o.Effective.Runtime(cand); found {
+				if _, same := cfgtree.Equal(m, r.Settings); !isMap || !same {
+					m, ok, isMap, fromEffective = r.Settings, true, true, true
+				}
+			}
+		}
+		if !ok || !isMap {
+			continue
+		}
+		if t, ok := m["runtime_type"]; ok && t != RuncV2 && t != "" {
+			fromEffective = false
+			continue
+		}
+		plan.name, srcMap = cand, m
+		break
+	}
+	annotations := []string{}
+	var rtCopied, optCopied []string
+	optValues := map[string]any{}
+	if fromEffective {
+		var err error
+		if rtCopied, optCopied, plan.chain, err = formatRuntime(srcMap, o); err != nil {
+			return plan, fmt.Errorf("containerd config: runtime %s, as containerd reads it: %w", plan.name, err)
+		}
+	} else if srcMap != nil {
+		srcRT := cfgtree.Join(handlers, "runtimes", plan.name)
+		for _, e := range src.Exprs {
+			if e.Kind == unstable.ArrayTable && len(e.Path) > len(srcRT) && tomledit.NamesEqual(e.Path[:len(srcRT)], srcRT) {
+				return plan, fmt.Errorf("containerd config line %d: cannot copy the array of tables %s", src.Line(e.Start), tomledit.PathText(tomledit.Names(e.Path)))
+			}
+		}
+		for _, kv := range src.KVs {
+			if kv.Value.Kind == unstable.InlineTable || len(kv.Path) <= len(srcRT) || !tomledit.NamesEqual(kv.Path[:len(srcRT)], srcRT) {
+				continue
+			}
+			rel := kv.Path[len(srcRT):]
+			text := string(src.Data[kv.Value.Start:kv.Value.End])
+			switch {
+			case rel[0].Name == "options" && len(rel) == 1:
+				return plan, fmt.Errorf("containerd config line %d: %s.options is not a table", src.Line(kv.Start), tomledit.PathText(srcRT))
+			case rel[0].Name == "options":
+				if len(rel) == 2 && rel[1].Name == "BinaryName" {
+					if kv.Value.Kind == unstable.String && kv.Value.Str != o.BinaryName {
+						plan.chain = kv.Value.Str
+					}
+					continue
+				}
+				optCopied = append(optCopied, tomledit.RawKey(rel[1:])+" = "+text)
+			case copiedRuntimeKey(rel[0].Name):
+				rtCopied = append(rtCopied, tomledit.RawKey(rel)+" = "+text)
+			}
+		}
+	}
+	if srcMap != nil {
+		if v, ok := srcMap["pod_annotations"].([]any); ok {
+			for _, a := range v {
+				if s, ok := a.(string); ok && !slices.Contains(annotations, s) {
+					annotations = append(annotations, s)
+				}
+			}
+		}
+		for k, v := range srcMap {
+			if copiedRuntimeKey(k) {
+				plan.value[k] = cfgtree.Copy(v)
+			}
+		}
+		if m, ok := srcMap["options"].(map[string]any); ok {
+			for k, v := range m {
+				if k != "BinaryName" {
+					optValues[k] = cfgtree.Copy(v)
+				}
+			}
+		}
+	}
+	for _, a := range o.PodAnnotations {
+		if !slices.Contains(annotations, a) {
+			annotations = append(annotations, a)
+		}
+	}
+	plan.rtLines = append(plan.rtLines, "runtime_type = "+tomledit.Quote(RuncV2))
+	plan.value["runtime_type"] = RuncV2
+	if len(annotations) > 0 {
+		q := make([]string, len(annotations))
+		vals := make([]any, len(annotations))
+		for i, a := range annotations {
+			q[i], vals[i] = tomledit.Quote(a), a
+		}
+		plan.rtLines = append(plan.rtLines, "pod_annotations = ["+strings.Join(q, ", ")+"]")
+		plan.value["pod_annotations"] = vals
+	}
+	plan.rtLines = append(plan.rtLines, rtCopied...)
+	plan.optLines = append([]string{"BinaryName = " + tomledit.Quote(o.BinaryName)}, optCopied...)
+	optValues["BinaryName"] = o.BinaryName
+	plan.value["options"] = optValues
+	return plan, nil
+}
+
+// formatRuntime writes the settings of a runtime that gpurun copies from
+// the configuration containerd reads (not from the edited file's text):
+// the lines of the runtime's table and of its options table, and the
+// BinaryName to chain to.
+func formatRuntime(m map[string]any, o Handler) (rtLines, optLines []string, chain string, err error) {
+	for _, k := range sortedKeys(m) {
+		if !copiedRuntimeKey(k) {
+			continue
+		}
+		text, err := tomledit.Format(m[k])
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("%s: %w", k, err)
+		}
+		rtLines = append(rtLines, tomledit.KeyText([]string{k})+" = "+text)
+	}
+	opts, _ := m["options"].(map[string]any)
+	for _, k := range sortedKeys(opts) {
+		if k == "BinaryName" {
+			if s, ok := opts[k].(string); ok && s != o.BinaryName {
+				chain = s
+			}
+			continue
+		}
+		text, err := tomledit.Format(opts[k])
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("options.%s: %w", k, err)
+		}
+		optLines = append(optLines, tomledit.KeyText([]string{k})+" = "+text)
+	}
+	return rtLines, optLines, chain, nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// ---------------------------------------------------------------------------
+// Uninstall.
+
+// block is an appended block of an install, and the range that removes
+// it.
+type block struct {
+	from, to int
+	tables   [][]string
+	rootKeys []string
+}
+
+func (b block) hasTable(path []string) bool {
+	for _, t := range b.tables {
+		if slices.Equal(t, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// markerBlocks finds the blocks an install appended: the marker comment, the
+// root keys version and imports (written into an empty config) and then the
+// tables for which ours is true with their keys. A block ends at any other
+// comment line, table or key.
+func (d *doc) markerBlocks(ours func([]string) bool, rootKeys bool) []block {
+	var blocks []block
+	for i := 0; i < len(d.Exprs); i++ {
+		e := d.Exprs[i]
+		if e.Kind != unstable.Comment || strings.TrimRight(e.Text, " \t") != marker {
+			continue
+		}
+		b := block{}
+		last, header := i, -1
+	scan:
+		for j := i + 1; j < len(d.Exprs); j++ {
+			n := d.Exprs[j]
+			switch n.Kind {
+			case unstable.KeyValue:
+				name := tomledit.Names(n.Path)
+				rootKey := n.Header < 0 && header < 0 && rootKeys && len(name) == 1 && (name[0] == "version" || name[0] == "imports")
+				if !rootKey && (header < 0 || n.Header != header) {
+					break scan
+				}
+				if rootKey {
+					b.rootKeys = append(b.rootKeys, name[0])
+				}
+			case unstable.Table:
+				if !ours(tomledit.Names(n.Path)) {
+					break scan
+				}
+				header = j
+				b.tables = append(b.tables, tomledit.Names(n.Path))
+			default:
+				break scan
+			}
+			last = j
+		}
+		b.from, b.to = e.LineStart, d.Exprs[last].LineEnd
+		if b.from > 0 {
+			from := b.from - 1
+			if from > 0 && d.Data[from-1] == '\r' {
+				from--
+			}
+			// Take the newline the install added before the block, unless
+			// that would join the line before with text after the block.
+			if b.to == len(d.Data) || (from > 0 && d.Data[from-1] == '\n') {
+				b.from = from
+			}
+		}
+		blocks = append(blocks, b)
+		i = last
+	}
+	return blocks
+}
+
+// ---------------------------------------------------------------------------
+// Imports.
+
+// addImport returns the main config with path in its imports.
+func addImport(d *doc, path string) ([]byte, error) {
+	if d.empty {
+		block := marker + d.NL + "version = 2" + d.NL + "imports = [" + tomledit.Quote(path) + "]" + d.NL
+		if len(d.Data) > 0 {
+			block = d.NL + block
+		}
+		return append(slices.Clip(d.Data), block...), nil
+	}
+	var edit tomledit.Edit
+	if i := d.FindKV([]string{"imports"}); i >= 0 {
+		kv := d.KVs[i]
+		if kv.Value.Kind != unstable.Array || kv.Nested {
+			return nil, fmt.Errorf("containerd config line %d: imports is not an array", d.Line(kv.Start))
+		}
+		var last *tomledit.Value
+		for k := range kv.Value.Elems {
+			el := &kv.Value.Elems[k]
+			if el.Kind != unstable.String {
+				return nil, fmt.Errorf("containerd config line %d: imports has an element that is not a string", d.Line(kv.Start))
+			}
+			if el.Str == path {
+				return d.Data, nil
+			}
+			if filepath.IsAbs(el.Str) {
+				if ok, _ := filepath.Match(el.Str, path); ok {
+					return d.Data, nil
+				}
+			}
+			last = el
+		}
+		if last == nil {
+			edit = tomledit.Edit{Start: kv.Value.Start + 1, End: kv.Value.Start + 1, Text: tomledit.Quote(path)}
+		} else {
+			edit = tomledit.Edit{Start: last.End, End: last.End, Text: ", " + tomledit.Quote(path)}
+		}
+	} else {
+		i := d.FindKV([]string{"version"})
+		if i < 0 || d.KVs[i].Nested {
+			return nil, errors.New("containerd config: no top-level version key to add imports after")
+		}
+		e := d.KVs[i].Expr
+		edit = d.InsertAfter(e, d.Indent(d.Exprs[e]), "imports = ["+tomledit.Quote(path)+"] "+marker)
+	}
+	out, err := apply(d.Data, []tomledit.Edit{edit})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.CheckOnly(out, [][]string{{"imports"}}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// removeImport returns the edit that removes path from the imports
+// key/value kvi, or nil when it is not there.
+func (d *doc) removeImport(kvi int, path string) *tomledit.Edit {
+	kv := d.KVs[kvi]
+	at := -1
+	for k, el := range kv.Value.Elems {
+		if el.Kind == unstable.String && el.Str == path {
+			at = k
+			break
+		}
+	}
+	if at < 0 {
+		return nil
+	}
+	e := d.Exprs[kv.Expr]
+	if len(kv.Value.Elems) == 1 && !kv.Nested && strings.TrimRight(e.Text, " \t") == marker {
+		from, to := d.LineRemoval(kv.Expr)
+		return &tomledit.Edit{Start: from, End: to}
+	}
+	edit := d.RemoveArrayElement(kvi, at)
+	return &edit
+}
+
+// copySection returns the text of every table and key under prefix, for
+// a drop-in that must carry the whole section.
+func copySection(d *doc, prefix []string) (string, error) {
+	var root, body strings.Builder
+	emitted := map[int]bool{}
+	line := func(b *strings.Builder, from, to int) {
+		b.Write(d.Data[from:to])
+		if to == len(d.Data) && (to == 0 || d.Data[to-1] != '\n') {
+			b.WriteString(d.NL)
+		}
+	}
+	for i, e := range d.Exprs {
+		switch e.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			if len(e.Path) < len(prefix) || !tomledit.NamesEqual(e.Path[:len(prefix)], prefix) {
+				continue
+			}
+			end := len(d.Data)
+			for j := i + 1; j < len(d.Exprs); j++ {
+				if k := d.Exprs[j].Kind; k == unstable.Table || k == unstable.ArrayTable {
+					end = d.Exprs[j].LineStart
+					break
+				}
+			}
+			line(&body, e.LineStart, end)
+		case unstable.KeyValue:
+			kv := d.KVs[e.KV]
+			if e.Header >= 0 {
+				h := d.Exprs[e.Header].Path
+				if len(h) >= len(prefix) && tomledit.NamesEqual(h[:len(prefix)], prefix) {
+					continue
+				}
+			}
+			switch {
+			case len(kv.Path) >= len(prefix) && tomledit.NamesEqual(kv.Path[:len(prefix)], prefix):
+				if e.Header < 0 {
+					line(&root, e.LineStart, e.LineEnd)
+					continue
+				}
+				if !emitted[e.Header] {
+					h := d.Exprs[e.Header]
+					line(&body, h.LineStart, h.LineEnd)
+					emitted[e.Header] = true
+				}
+				line(&body, e.LineStart, e.LineEnd)
+			case tomledit.NamesEqual(kv.Path, prefix[:min(len(kv.Path), len(prefix))]):
+				return "", fmt.Errorf("containerd config line %d: %s is written inside %s = {...}; gpurun cannot copy it into a drop-in: install in place instead", d.Line(kv.Start), tomledit.PathText(prefix), tomledit.PathText(tomledit.Names(kv.Path)))
+			}
+		}
+	}
+	return root.String() + body.String(), nil
+}
+
+// apply applies the edits, naming the config in an error.
+func apply(data []byte, edits []tomledit.Edit) ([]byte, error) {
+	out, err := tomledit.Apply(data, edits)
+	if err != nil {
+		return nil, fmt.Errorf("containerd config: %w", err)
+	}
+	return out, nil
+}

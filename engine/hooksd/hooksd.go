@@ -1,0 +1,149 @@
+// Package hooksd reads, checks and writes OCI hook definitions in the
+// hooks.d directories Podman and CRI-O load (oci-hooks(5), schema 1.0.0):
+// gpurun's own entry, and every entry doctor looks at.
+package hooksd
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/gpurun/gpurun/internal/textpos"
+)
+
+// HookFileName is the name of gpurun's hook definition in a hooks.d
+// directory (oci-hooks(5)).
+const HookFileName = "gpurun.json"
+
+// The hooks.d directories Podman and CRI-O read (oci-hooks(5)).
+const (
+	// HooksDirShare is the packaged hooks.d: Podman (as root, without
+	// --hooks-dir) and CRI-O (its default hooks_dir) both read it.
+	HooksDirShare = "/usr/share/containers/oci/hooks.d"
+	// HooksDirEtc is the administrator's hooks.d: Podman (as root, without
+	// --hooks-dir) reads it after HooksDirShare, a file there masking one of
+	// the same name in HooksDirShare; CRI-O reads it only where its
+	// hooks_dir lists it (older releases did by default).
+	HooksDirEtc = "/etc/containers/oci/hooks.d"
+)
+
+// HookStage is the one OCI hook stage gpurun's hooks.d entry runs in.
+// createRuntime runs after the runtime has set up the container's mounts,
+// /dev/shm included, and before pivot_root and the container's process: the
+// hook sees the container's own tmpfs at <rootfs>/dev/shm in the container's
+// mount namespace and the engine's host tmpfs on the host, and no
+// application code has run yet. prestart runs at the same point but is
+// deprecated in the runtime spec; createContainer runs inside the
+// container's namespaces, where host paths are not guaranteed.
+const HookStage = "createRuntime"
+
+// HookOptions describe gpurun's hooks.d entry.
+type HookOptions struct {
+	// Path is gpurun's absolute path on the node, as the runtime execs it.
+	Path string
+	// PolicyPath, when set, is passed to the hook as --config: runtimes run
+	// a hook with the entry's env only, so the engine's $GPURUN_CONFIG
+	// never reaches it.
+	PolicyPath string
+}
+
+// hookFile is the 1.0.0 hooks.d schema, as far as gpurun writes it.
+type hookFile struct {
+	Version string   `json:"version"`
+	Hook    hookSpec `json:"hook"`
+	When    hookWhen `json:"when"`
+	Stages  []string `json:"stages"`
+}
+
+type hookSpec struct {
+	Path    string   `json:"path"`
+	Args    []string `json:"args,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	Timeout *int     `json:"timeout,omitempty"`
+}
+
+type hookWhen struct {
+	Always        *bool             `json:"always,omitempty"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
+	Commands      []string          `json:"commands,omitempty"`
+	HasBindMounts *bool             `json:"hasBindMounts,omitempty"`
+}
+
+// HookJSON returns gpurun's hooks.d entry (oci-hooks(5), schema 1.0.0):
+// `gpurun hook --stage createRuntime [--config POLICY]` in the createRuntime
+// stage of every container ("when": {"always": true}). The hook itself
+// decides which containers to size: `when` can match annotations and the
+// command, not the environment, and most GPU containers show their GPU only
+// there (NVIDIA_VISIBLE_DEVICES, which CUDA images set).
+func HookJSON(o HookOptions) ([]byte, error) {
+	if !filepath.IsAbs(o.Path) || filepath.Clean(o.Path) != o.Path {
+		return nil, fmt.Errorf("hook path %q: want gpurun's clean absolute path on the node", o.Path)
+	}
+	if o.PolicyPath != "" && !filepath.IsAbs(o.PolicyPath) {
+		return nil, fmt.Errorf("policy path %q: want an absolute path on the node", o.PolicyPath)
+	}
+	always := true
+	h := hookFile{
+		Version: "1.0.0",
+		Hook:    hookSpec{Path: o.Path, Args: []string{"gpurun", "hook", "--stage", HookStage}},
+		When:    hookWhen{Always: &always},
+		Stages:  []string{HookStage},
+	}
+	if o.PolicyPath != "" {
+		h.Hook.Args = append(h.Hook.Args, "--config", o.PolicyPath)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(h); err != nil {
+		return nil, fmt.Errorf("hook JSON: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// hookStages are the OCI stages a 1.0.0 hooks.d entry may name.
+var hookStages = []string{"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
+
+// IsGPURunHook reports whether data is a hooks.d entry that runs
+// `gpurun hook`: a 1.0.0 entry whose args are gpurun's and whose path is a
+// file named gpurun. It tells gpurun's own file from someone else's.
+func IsGPURunHook(data []byte) bool {
+	var h hookFile
+	if err := json.Unmarshal(data, &h); err != nil {
+		return false
+	}
+	return h.Version == "1.0.0" && filepath.Base(h.Hook.Path) == "gpurun" &&
+		len(h.Hook.Args) >= 2 && h.Hook.Args[1] == "hook"
+}
+
+// ValidateHookJSON applies the checks Podman and CRI-O make when they load a
+// hooks.d entry (containers/common pkg/hooks, schema 1.0.0), except that
+// the hook's path exists: version, an absolute hook path, a when condition,
+// known stages. The line and column of malformed JSON are reported.
+func ValidateHookJSON(name string, data []byte) error {
+	var h hookFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return textpos.JSONError(name, data, err)
+	}
+	switch {
+	case h.Version != "1.0.0":
+		return fmt.Errorf("%s: version %q, want \"1.0.0\"", name, h.Version)
+	case !filepath.IsAbs(h.Hook.Path):
+		return fmt.Errorf("%s: hook.path %q is not absolute", name, h.Hook.Path)
+	case h.When.Always == nil && h.When.Annotations == nil && h.When.Commands == nil && h.When.HasBindMounts == nil:
+		return fmt.Errorf("%s: when has no condition", name)
+	case len(h.Stages) == 0:
+		return fmt.Errorf("%s: no stages", name)
+	}
+	for _, s := range h.Stages {
+		if !slices.Contains(hookStages, s) {
+			return fmt.Errorf("%s: unknown stage %q", name, s)
+		}
+	}
+	return nil
+}
