@@ -48,33 +48,106 @@ type Shm struct {
 	// SizeInKiB is true when the size option was written in kibibytes
 	// ("size=65536k"), so a rewrite can keep the engine's style.
 	SizeInKiB bool
-	// Engine names who made an engine host tmpfs: "docker",
-	// "containerd-cri" or "cri-o" (CRI-O and Podman share the layout).
+	// Engine names who made an engine host tmpfs: EngineDocker,
+	// EngineContainerdCRI or EngineCRIO (CRI-O and Podman share the layout).
 	Engine string
 	// OwnerID is the id in the host path: the Docker container that owns
 	// the shareable IPC, or the pod sandbox.
 	OwnerID string
 }
 
-// engineShmLayout is a host path where an engine mounts a pod's or a
-// shareable container's /dev/shm: <anything>/<dir>/<owner id>/<suffix>.
-type engineShmLayout struct {
-	engine, dir, suffix string
-	owner               func(string) bool
+// The engines whose host-side /dev/shm gpurun knows: the values of
+// Shm.Engine and Pod.Engine.
+const (
+	// EngineDocker is dockerd (shareable IPC and the containers that join it).
+	EngineDocker = "docker"
+	// EngineContainerdCRI is containerd's CRI plugin (Kubernetes pods).
+	EngineContainerdCRI = "containerd-cri"
+	// EngineCRIO is CRI-O, and Podman, which shares containers/storage's
+	// layout with it.
+	EngineCRIO = "cri-o"
+)
+
+// ShmLayout is where an engine mounts, on the host, the tmpfs that a pod's
+// containers or a shareable container's IPC group share at /dev/shm:
+// <root>/<Dir>/<owner id>/<Suffix>, root being the engine's own directory
+// (RootName). It is the one table of these layouts: classification
+// (ClassifyShm), the dirs an engine names for a container (engine/dirs),
+// resize and the docker translator all read it.
+type ShmLayout struct {
+	// Engine is EngineDocker, EngineContainerdCRI or EngineCRIO.
+	Engine string
+	// RootName names the engine's root in messages: "dockerd" (its
+	// data-root), "containerd" (its state dir), "containers/storage" (the
+	// graph root of Podman, the run root of CRI-O).
+	RootName string
+	// Dir is the path from the root to the owners' directories, Suffix
+	// the path from an owner's directory to the tmpfs.
+	Dir, Suffix string
+	// hexOwner says owners are container ids (12 to 64 lower-case hex
+	// digits); otherwise they are containerd identifiers (sandbox ids).
+	hexOwner bool
 }
 
-// engineShmLayouts are the engines' layouts, in the order they are tried.
-func engineShmLayouts() [3]engineShmLayout {
-	return [...]engineShmLayout{
-		{"docker", "containers", "mounts/shm", isContainerID},
-		{EngineContainerdCRI, "sandboxes", "shm", isSandboxID},
-		{"cri-o", "overlay-containers", "userdata/shm", isContainerID},
+// ShmLayouts returns the engines' layouts, in the order they are tried.
+func ShmLayouts() []ShmLayout {
+	return []ShmLayout{
+		{Engine: EngineDocker, RootName: "dockerd", Dir: "containers", Suffix: "mounts/shm", hexOwner: true},
+		{Engine: EngineContainerdCRI, RootName: "containerd", Dir: "io.containerd.grpc.v1.cri/sandboxes", Suffix: "shm"},
+		{Engine: EngineCRIO, RootName: "containers/storage", Dir: "overlay-containers", Suffix: "userdata/shm", hexOwner: true},
 	}
 }
 
-// isContainerID reports whether s is a Docker, CRI-O or Podman container id
+// LayoutOf returns an engine's layout.
+func LayoutOf(engine string) (ShmLayout, bool) {
+	for _, l := range ShmLayouts() {
+		if l.Engine == engine {
+			return l, true
+		}
+	}
+	return ShmLayout{}, false
+}
+
+// Path is the tmpfs the engine mounts for owner under root.
+func (l ShmLayout) Path(root, owner string) string {
+	return path.Join(root, l.Dir, owner, l.Suffix)
+}
+
+// ValidOwner reports whether id can name an owner's directory.
+func (l ShmLayout) ValidOwner(id string) bool {
+	if l.hexOwner {
+		return IsContainerID(id)
+	}
+	return IsSandboxID(id)
+}
+
+// Root returns the engine root of a tmpfs path in this layout: the part
+// before /<Dir>/<owner>/<Suffix>, with a valid owner.
+func (l ShmLayout) Root(source string) (string, bool) {
+	rest, owner, ok := l.split(path.Clean(source), l.Dir)
+	if !ok || rest == "" || !l.ValidOwner(owner) {
+		return "", false
+	}
+	return rest, true
+}
+
+// split cuts <rest>/<dir>/<owner>/<Suffix> into rest and owner.
+func (l ShmLayout) split(src, dir string) (rest, owner string, ok bool) {
+	r, ok := strings.CutSuffix(src, "/"+l.Suffix)
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(r, '/')
+	if i < 0 {
+		return "", "", false
+	}
+	rest, ok = strings.CutSuffix(r[:i], "/"+dir)
+	return rest, r[i+1:], ok
+}
+
+// IsContainerID reports whether s is a Docker, CRI-O or Podman container id
 // as they name dirs: 12 to 64 lower-case hex digits.
-func isContainerID(s string) bool {
+func IsContainerID(s string) bool {
 	if len(s) < 12 || len(s) > 64 {
 		return false
 	}
@@ -86,16 +159,30 @@ func isContainerID(s string) bool {
 	return true
 }
 
-// isSandboxID reports whether s can be a containerd sandbox dir's name:
-// letters, digits, '_', '.' and '-'.
-func isSandboxID(s string) bool {
+// IsSandboxID reports whether s is a valid containerd identifier (what a
+// sandbox dir is named): letters and digits joined by single '.', '_' or
+// '-', at most 76 bytes — one clean path element. (A loop, not a regular
+// expression: the shim is a new process for every container, and would
+// compile it every time.)
+func IsSandboxID(s string) bool {
+	if s == "" || len(s) > 76 {
+		return false
+	}
+	sep := true // at the start, as after a separator
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+		switch c := s[i]; {
+		case isAlnum(c):
+			sep = false
+		case c == '.' || c == '_' || c == '-':
+			if sep {
+				return false
+			}
+			sep = true
+		default:
 			return false
 		}
 	}
-	return s != ""
+	return !sep
 }
 
 // hostShmPaths are the host's own POSIX shared memory directories.
@@ -119,10 +206,6 @@ func SizeOption(options []string) (string, int) {
 	return "", -1
 }
 
-// EngineContainerdCRI is Shm.Engine's and Pod.Engine's name for
-// containerd's CRI plugin.
-const EngineContainerdCRI = "containerd-cri"
-
 // WithSizeOption returns a copy of a mount's options with its last "size="
 // option replaced by n bytes (policy.MountSizeOption's form), or one added.
 func WithSizeOption(options []string, n int64, inKiB bool) []string {
@@ -136,19 +219,16 @@ func WithSizeOption(options []string, n int64, inKiB bool) []string {
 }
 
 // EngineHostShm reports whether a host path is a tmpfs an engine made for
-// a container's or pod's /dev/shm, and which engine and owner id.
+// a container's or pod's /dev/shm, and which engine and owner id. It
+// matches the last element of each layout's Dir (an engine whose state
+// dir sits elsewhere still shows its layout); where the engine itself
+// named its root, engine/dirs checks the whole path.
 func EngineHostShm(source string) (engine, owner string, ok bool) {
 	src := path.Clean(source)
-	for _, l := range engineShmLayouts() {
-		rest, ok := strings.CutSuffix(src, "/"+l.suffix)
-		if !ok {
-			continue
+	for _, l := range ShmLayouts() {
+		if _, owner, ok := l.split(src, path.Base(l.Dir)); ok && l.ValidOwner(owner) {
+			return l.Engine, owner, true
 		}
-		i := strings.LastIndexByte(rest, '/')
-		if i < 0 || !l.owner(rest[i+1:]) || !strings.HasSuffix(rest[:i], "/"+l.dir) {
-			continue
-		}
-		return l.engine, rest[i+1:], true
 	}
 	return "", "", false
 }
@@ -212,7 +292,8 @@ type Pod struct {
 	Sandbox bool
 	// SandboxID is the pod sandbox id where an engine says it.
 	SandboxID string
-	// Engine is "containerd-cri", "cri-o" or "" when no CRI annotation says.
+	// Engine is EngineContainerdCRI, EngineCRIO or "" when no CRI
+	// annotation says.
 	Engine string
 	// Namespace, Name and UID name the Kubernetes pod, and Container the
 	// container in its spec, where the engine's annotations say ("" where
@@ -228,7 +309,7 @@ func CRIPod(s *specs.Spec) Pod {
 			Namespace: a[AnnotationCRISandboxNamespace], Name: a[AnnotationCRISandboxName], UID: a[AnnotationCRISandboxUID], Container: a[AnnotationCRIContainerName]}
 	}
 	if t, ok := a[AnnotationCRIOContainerType]; ok {
-		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRIOSandboxID], Engine: "cri-o",
+		return Pod{Sandbox: t == "sandbox", SandboxID: a[AnnotationCRIOSandboxID], Engine: EngineCRIO,
 			Namespace: a[AnnotationCRIOPodNamespace], Name: a[AnnotationCRIOPodName], UID: a[AnnotationCRIOPodUID], Container: a[AnnotationCRIOContainerName]}
 	}
 	return Pod{}

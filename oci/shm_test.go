@@ -3,6 +3,7 @@ package oci
 import (
 	"path"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -14,11 +15,13 @@ func engineShmOracle(src string) (engine, owner string, ok bool) {
 		engine string
 		re     *regexp.Regexp
 	}{
-		{"docker", regexp.MustCompile(`/containers/([0-9a-f]{12,64})/mounts/shm$`)},
-		{EngineContainerdCRI, regexp.MustCompile(`/sandboxes/([0-9a-zA-Z_.-]+)/shm$`)},
-		{"cri-o", regexp.MustCompile(`/overlay-containers/([0-9a-f]{12,64})/userdata/shm$`)},
+		{EngineDocker, regexp.MustCompile(`/containers/([0-9a-f]{12,64})/mounts/shm$`)},
+		// containerd's identifiers.Validate: alphanumerics joined by
+		// single '.', '_' or '-', at most 76 bytes.
+		{EngineContainerdCRI, regexp.MustCompile(`/sandboxes/([A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*)/shm$`)},
+		{EngineCRIO, regexp.MustCompile(`/overlay-containers/([0-9a-f]{12,64})/userdata/shm$`)},
 	} {
-		if m := p.re.FindStringSubmatch(src); m != nil {
+		if m := p.re.FindStringSubmatch(src); m != nil && len(m[1]) <= 76 {
 			return p.engine, m[1], true
 		}
 	}
@@ -68,4 +71,36 @@ func FuzzEngineHostShm(f *testing.F) {
 			t.Fatalf("EngineHostShm(%q) = %q, %q, %v; the expressions say %q, %q, %v", source, engine, owner, ok, wEngine, wOwner, wOK)
 		}
 	})
+}
+
+// The owner ids the layouts accept: containerd identifiers for sandboxes,
+// hex container ids for dockerd and containers/storage.
+func TestIdentifiers(t *testing.T) {
+	for _, tt := range []struct {
+		s         string
+		id, isHex bool
+	}{
+		{"k8s.io", true, false},
+		{"moby", true, false},
+		{"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", true, true},
+		{"abc123def456", true, true},
+		{"a-b_c.d", true, false},
+		{"", false, false},
+		{"..", false, false},
+		{".a", false, false},
+		{"a.", false, false},
+		{"a..b", false, false},
+		{"a/b", false, false},
+		{strings.Repeat("a", 77), false, false},
+		{strings.Repeat("f", 65), true, false},
+		{"ABCDEF012345", true, false},
+		{"0123456789a", true, false},
+	} {
+		if got := IsSandboxID(tt.s); got != tt.id {
+			t.Errorf("IsSandboxID(%q) = %v, want %v", tt.s, got, tt.id)
+		}
+		if got := IsContainerID(tt.s); got != tt.isHex {
+			t.Errorf("IsContainerID(%q) = %v, want %v", tt.s, got, tt.isHex)
+		}
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -169,7 +168,8 @@ func IPC(mode string, shm Shm) oci.Opt {
 			if shm.DataRoot == "" || id == "" {
 				return "", fmt.Errorf("--ipc %s: where dockerd keeps the shared /dev/shm is unknown (no data root or container id)", mode)
 			}
-			return filepath.Join(shm.DataRoot, "containers", id, "mounts", "shm"), nil
+			l, _ := oci.LayoutOf(oci.EngineDocker)
+			return l.Path(shm.DataRoot, id), nil
 		}
 		switch {
 		case mode == "" || mode == "private":

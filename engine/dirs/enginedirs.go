@@ -36,9 +36,6 @@ const (
 	// ContainerdTaskDir holds containerd's task bundles under its state
 	// dir: <state>/io.containerd.runtime.v2.task/<namespace>/<id>.
 	ContainerdTaskDir = "io.containerd.runtime.v2.task"
-	// ContainerdCRIDir is the CRI plugin's state dir under containerd's:
-	// a pod's /dev/shm is <state>/io.containerd.grpc.v1.cri/sandboxes/<id>/shm.
-	ContainerdCRIDir = "io.containerd.grpc.v1.cri"
 	// StorageContainersDir holds containers/storage's per-container dirs
 	// (overlay driver) under Podman's graph root and CRI-O's run root.
 	StorageContainersDir = "overlay-containers"
@@ -94,45 +91,6 @@ type Dirs struct {
 	PodShm string
 }
 
-// identifier reports whether s is a valid containerd identifier:
-// alphanumerics joined by single '.', '_' or '-', at most 76 bytes — one
-// clean path element. (A loop, not a regular expression: the shim is a
-// new process for every container, and would compile it every time.)
-func identifier(s string) bool {
-	if s == "" || len(s) > 76 {
-		return false
-	}
-	sep := true // at the start, as after a separator
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-			sep = false
-		case c == '.' || c == '_' || c == '-':
-			if sep {
-				return false
-			}
-			sep = true
-		default:
-			return false
-		}
-	}
-	return !sep
-}
-
-// hexID reports whether s is a Docker, Podman or containers/storage id
-// (12 to 64 lower-case hexadecimal digits).
-func hexID(s string) bool {
-	if len(s) < 12 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // FromBundle returns what a bundle path names: containerd's state dir for
 // <state>/io.containerd.runtime.v2.task/<namespace>/<id>, the storage root
 // for <root>/overlay-containers/<id>/userdata. id, when not "", is the
@@ -147,14 +105,14 @@ func FromBundle(bundle, id string) Dirs {
 	base := filepath.Base(bundle)
 	nsDir := filepath.Dir(bundle)
 	taskDir := filepath.Dir(nsDir)
-	if filepath.Base(taskDir) == ContainerdTaskDir && identifier(filepath.Base(nsDir)) && identifier(base) && (id == "" || id == base) {
+	if filepath.Base(taskDir) == ContainerdTaskDir && oci.IsSandboxID(filepath.Base(nsDir)) && oci.IsSandboxID(base) && (id == "" || id == base) {
 		d.ContainerdState = filepath.Dir(taskDir)
 	}
 	if base == "userdata" {
 		ctrDir := filepath.Dir(bundle)
 		owner := filepath.Base(ctrDir)
 		listDir := filepath.Dir(ctrDir)
-		if filepath.Base(listDir) == StorageContainersDir && hexID(owner) && (id == "" || id == owner) {
+		if filepath.Base(listDir) == StorageContainersDir && oci.IsContainerID(owner) && (id == "" || id == owner) {
 			d.StorageRoot = filepath.Dir(listDir)
 		}
 	}
@@ -196,12 +154,12 @@ func (d Dirs) trusted(root string) bool {
 // sandbox's own /dev/shm (PodShm). The remount checks it on the directory
 // it opens (remount.Scope.SameAs).
 func (d Dirs) Confirm(sh oci.Shm) string {
-	l, ok := layouts[sh.Engine]
-	if !ok || !d.FromMounts || sh.Engine == "docker" {
+	l, ok := oci.LayoutOf(sh.Engine)
+	if !ok || !d.FromMounts || sh.Engine == oci.EngineDocker {
 		return ""
 	}
 	switch {
-	case sh.Engine == "containerd-cri" && d.ContainerdState != "", sh.Engine == "cri-o" && d.StorageRoot != "":
+	case sh.Engine == oci.EngineContainerdCRI && d.ContainerdState != "", sh.Engine == oci.EngineCRIO && d.StorageRoot != "":
 		return ""
 	}
 	root, err := rootOf(sh.Source, l)
@@ -209,18 +167,6 @@ func (d Dirs) Confirm(sh oci.Shm) string {
 		return ""
 	}
 	return d.PodShm
-}
-
-// layout is one engine's place for a shared /dev/shm tmpfs:
-// <root>/<prefix>/<owner>/<suffix>.
-type layout struct {
-	engine, prefix, suffix string
-}
-
-var layouts = map[string]layout{
-	"containerd-cri": {"containerd", ContainerdCRIDir + "/sandboxes", "shm"},
-	"cri-o":          {"containers/storage", StorageContainersDir, "userdata/shm"},
-	"docker":         {"dockerd", "containers", "mounts/shm"},
 }
 
 // Shm says which host tmpfs the engine named for a container whose
@@ -242,26 +188,26 @@ var layouts = map[string]layout{
 // the spec names neither); <data-root>/containers/<id>/mounts/shm for
 // dockerd (any container's: a peer's spec does not name its donor).
 func (d Dirs) Shm(sh oci.Shm, pod oci.Pod) (string, bool, error) {
-	l, ok := layouts[sh.Engine]
+	l, ok := oci.LayoutOf(sh.Engine)
 	if !ok || sh.Kind != oci.ShmEngine {
 		return "", false, nil
 	}
 	var root string
 	switch sh.Engine {
-	case "containerd-cri":
+	case oci.EngineContainerdCRI:
 		root = d.ContainerdState
-	case "cri-o":
+	case oci.EngineCRIO:
 		root = d.StorageRoot
-	case "docker":
+	case oci.EngineDocker:
 		root = d.DockerRoot
 	}
-	if root == "" && d.FromMounts && sh.Engine != "docker" {
+	if root == "" && d.FromMounts && sh.Engine != oci.EngineDocker {
 		r, err := rootOf(sh.Source, l)
 		if err != nil {
 			return "", true, err
 		}
 		if !d.trusted(r) && d.PodShm == "" {
-			return "", true, fmt.Errorf("%w (%w): /dev/shm binds %s, under %s, which is not a %s dir in engine_roots, and the runtime gave no pod sandbox pid to prove the tmpfs is the pod's", ErrNotNamed, ErrUnknownRoot, sh.Source, r, l.engine)
+			return "", true, fmt.Errorf("%w (%w): /dev/shm binds %s, under %s, which is not a %s dir in engine_roots, and the runtime gave no pod sandbox pid to prove the tmpfs is the pod's", ErrNotNamed, ErrUnknownRoot, sh.Source, r, l.RootName)
 		}
 		root = r
 	}
@@ -272,47 +218,41 @@ func (d Dirs) Shm(sh oci.Shm, pod oci.Pod) (string, bool, error) {
 	if err != nil {
 		return "", true, err
 	}
-	want := filepath.Join(root, l.prefix, owner, l.suffix)
+	want := l.Path(root, owner)
 	if sh.Source != want {
-		return "", true, fmt.Errorf("%w: /dev/shm binds %s; %s named %s", ErrNotNamed, sh.Source, l.engine, want)
+		return "", true, fmt.Errorf("%w: /dev/shm binds %s; %s named %s", ErrNotNamed, sh.Source, l.RootName, want)
 	}
 	return want, true, nil
 }
 
 // owner returns the sandbox or container id whose tmpfs the container may
 // grow.
-func (d Dirs) owner(sh oci.Shm, pod oci.Pod, l layout) (string, error) {
+func (d Dirs) owner(sh oci.Shm, pod oci.Pod, l oci.ShmLayout) (string, error) {
 	id := d.PodID
 	if id == "" && pod.Engine == sh.Engine {
 		id = pod.SandboxID
 	}
 	switch {
 	case id != "":
-		if !identifier(id) {
-			return "", fmt.Errorf("%w: sandbox id %q is not one %s gives", ErrNotNamed, id, l.engine)
+		if !oci.IsSandboxID(id) {
+			return "", fmt.Errorf("%w: sandbox id %q is not one %s gives", ErrNotNamed, id, l.RootName)
 		}
 		return id, nil
-	case sh.Engine == "containerd-cri":
+	case sh.Engine == oci.EngineContainerdCRI:
 		return "", fmt.Errorf("%w: /dev/shm binds %s, but containerd names no pod sandbox for this container", ErrNotNamed, sh.Source)
-	case !hexID(sh.OwnerID):
+	case !oci.IsContainerID(sh.OwnerID):
 		return "", fmt.Errorf("%w: %q in %s is not a container id", ErrNotNamed, sh.OwnerID, sh.Source)
 	}
 	return sh.OwnerID, nil
 }
 
 // rootOf returns the root of source in layout l: the part before
-// /<prefix>/<owner>/<suffix>.
-func rootOf(source string, l layout) (string, error) {
-	clean := filepath.Clean(source)
-	tail := "/" + l.suffix
-	rest, ok := strings.CutSuffix(clean, tail)
-	if ok {
-		dir := filepath.Dir(rest)
-		if root, ok := strings.CutSuffix(dir, "/"+l.prefix); ok && root != "" {
-			return root, nil
-		}
+// /<Dir>/<owner>/<Suffix>.
+func rootOf(source string, l oci.ShmLayout) (string, error) {
+	if root, ok := l.Root(source); ok {
+		return root, nil
 	}
-	return "", fmt.Errorf("%w: /dev/shm binds %s, which is not where %s makes a pod's /dev/shm (…/%s/<id>/%s)", ErrNotNamed, source, l.engine, l.prefix, l.suffix)
+	return "", fmt.Errorf("%w: /dev/shm binds %s, which is not where %s makes a pod's /dev/shm (…/%s/<id>/%s)", ErrNotNamed, source, l.RootName, l.Dir, l.Suffix)
 }
 
 // Root returns the engine directory a shared /dev/shm tmpfs lies under in
@@ -320,7 +260,7 @@ func rootOf(source string, l layout) (string, error) {
 // data-root — or "" when source has no such layout. It names the directory
 // in messages and fixes.
 func Root(sh oci.Shm) string {
-	l, ok := layouts[sh.Engine]
+	l, ok := oci.LayoutOf(sh.Engine)
 	if !ok {
 		return ""
 	}

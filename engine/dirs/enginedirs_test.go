@@ -216,36 +216,6 @@ func TestRoot(t *testing.T) {
 	}
 }
 
-func TestIdentifiers(t *testing.T) {
-	for _, tt := range []struct {
-		s         string
-		id, isHex bool
-	}{
-		{"k8s.io", true, false},
-		{"moby", true, false},
-		{ctrID, true, true},
-		{"abc123def456", true, true},
-		{"a-b_c.d", true, false},
-		{"", false, false},
-		{"..", false, false},
-		{".a", false, false},
-		{"a.", false, false},
-		{"a..b", false, false},
-		{"a/b", false, false},
-		{strings.Repeat("a", 77), false, false},
-		{strings.Repeat("f", 65), true, false},
-		{"ABCDEF012345", true, false},
-		{"0123456789a", true, false},
-	} {
-		if got := identifier(tt.s); got != tt.id {
-			t.Errorf("identifier(%q) = %v, want %v", tt.s, got, tt.id)
-		}
-		if got := hexID(tt.s); got != tt.isHex {
-			t.Errorf("hexID(%q) = %v, want %v", tt.s, got, tt.isHex)
-		}
-	}
-}
-
 func TestCheckDockerRoot(t *testing.T) {
 	for _, tt := range []struct {
 		root string

@@ -108,8 +108,9 @@ func DockerTarget(ctx context.Context, d Docker, ref string) (Target, error) {
 			return t, errors.New("docker info reports no DockerRootDir")
 		}
 		root = info.DockerRootDir
-		t.Roots = []string{filepath.Join(root, "containers")}
-		t.Named = filepath.Join(root, "containers", c.ID, "mounts", "shm")
+		l, _ := oci.LayoutOf(oci.EngineDocker)
+		t.Roots = []string{filepath.Join(root, l.Dir)}
+		t.Named = l.Path(root, c.ID)
 	}
 	form, err := translate.FromInspect(c, root, nil)
 	if err != nil {
@@ -199,7 +200,9 @@ func CRITarget(ctx context.Context, c CRI, id string) (Target, error) {
 		t.Kind, t.Path = HostTmpfs, sh.Source
 		t.SharedWith = "every container of pod sandbox " + sh.OwnerID
 		if state := criStateDir(ctx, c); state != "" && info.SandboxID != "" {
-			t.Named = filepath.Join(state, "sandboxes", info.SandboxID, "shm")
+			// The CRI plugin's state dir is <containerd state>/io.containerd.grpc.v1.cri.
+			l, _ := oci.LayoutOf(oci.EngineContainerdCRI)
+			t.Named = l.Path(filepath.Dir(state), info.SandboxID)
 			if t.Named != sh.Source {
 				return t, fmt.Errorf("CRI container %s binds %s at /dev/shm, not the tmpfs containerd made for its pod sandbox (%s)", id, sh.Source, t.Named)
 			}
