@@ -33,30 +33,19 @@ type service struct {
 	ncclOff   bool   // NCCL_SHM_DISABLE=1 in the environment
 }
 
-// donorID stands for the id of the container whose IPC namespace a
-// service joins (ipc: service:x, container:x): it exists only once compose
-// runs the project. What the plan needs is that /dev/shm is then that
-// container's engine-made tmpfs, which this id (and dockerd's default data
-// root) lets docker/translate lay out as dockerd does.
-const donorID = "0000000000000000000000000000000000000000000000000000000000000000"
-
-// dockerDataRoot is dockerd's default data root, where a shareable
-// container's /dev/shm lives; the real one is not known to a compose file.
-const dockerDataRoot = "/var/lib/docker"
-
 // translate turns a service's merged model into the one form through the
 // Opts every front door uses:
 //
-//   - deploy.resources.reservations.devices and gpus: GPU requests in the
-//     file's words (oci.WithGPURequest); CDI names among device_ids are
-//     judged by oci.ClassifyDevice;
-//   - runtime: dockerd's rule for --runtime (translate.Runtime);
+//   - deploy.resources.reservations.devices and gpus: device requests in
+//     the file's words (oci.WithDeviceRequest), judged by oci.Decide;
+//   - runtime: the runtime handler (oci.WithRuntime), judged by oci.Decide;
 //   - environment and env_file: the process env (oci.WithEnv);
 //   - devices: by their path in the container, CDI names too
-//     (oci.WithDevices; oci.ClassifyDevice judges them);
+//     (oci.WithDevices);
 //   - deploy.resources.limits.memory, else mem_limit: oci.WithMemoryLimit;
 //   - ipc and shm_size: /dev/shm as dockerd lays it out (translate.IPC),
-//     shm_size being the user's choice;
+//     shm_size being the user's choice; ipc: service:x and container:x
+//     join a namespace whose /dev/shm is not known to the file;
 //   - volumes and tmpfs at /dev/shm: oci.WithUserShm;
 //   - privileged: oci.WithPrivileged.
 //
@@ -68,16 +57,12 @@ func (p *project) translate(svc map[string]any) (service, error) {
 
 	for _, d := range list(dig(svc, "deploy", "resources", "reservations", "devices")) {
 		if dev, _ := d.(map[string]any); dev != nil {
-			if o := deployDevice(dev); o != nil {
-				opts = append(opts, o)
-			}
+			opts = append(opts, deployDevice(dev))
 		}
 	}
-	if o := gpus(svc["gpus"]); o != nil {
-		opts = append(opts, o)
-	}
+	opts = append(opts, gpus(svc["gpus"])...)
 	if rt := str(svc["runtime"]); rt != "" {
-		opts = append(opts, runtime(rt))
+		opts = append(opts, oci.WithRuntime("runtime: "+rt, rt))
 	}
 
 	env := p.serviceEnv(svc)
@@ -132,9 +117,9 @@ func (p *project) translate(svc map[string]any) (service, error) {
 	if from, ok := strings.CutPrefix(s.ipc, "service:"); ok {
 		mode = "container:" + from // compose joins that service's container
 	}
-	if strings.HasPrefix(mode, "container:") {
-		shm.DataRoot, shm.DonorID = dockerDataRoot, donorID
-	}
+	// The donor's container, and so where its /dev/shm lies, is not known
+	// to a compose file: the namespace is joined (oci.WithJoinedIPC).
+	shm.IPCWords = "ipc: " + s.ipc
 	opts = append(opts, translate.IPC(mode, shm))
 	if words, m, ok := userShm(svc); ok {
 		opts = append(opts, oci.WithUserShm(words, m))
@@ -154,37 +139,12 @@ func (p *project) translate(svc map[string]any) (service, error) {
 	return s, nil
 }
 
-// deployDevice is one entry of deploy.resources.reservations.devices: a
-// request for GPUs when it names the gpu capability, the nvidia driver, or
-// a GPU among CDI names in device_ids (driver: cdi). Its count: count:
-// (all: unknown), else the CDI names' own count, else one per device id.
+// deployDevice is one entry of deploy.resources.reservations.devices, as
+// compose hands it to dockerd: a device request of its driver,
+// capabilities, device_ids and count (all: -1), named in the file's words.
 func deployDevice(dev map[string]any) oci.Opt {
 	driver := str(dev["driver"])
 	caps := strs(dev["capabilities"])
-	ids := strs(dev["device_ids"])
-	gpu := slices.Contains(caps, "gpu") || strings.Contains(driver, "nvidia")
-	cdiCount, cdiAll := 0, false
-	for _, id := range ids {
-		if d := oci.ClassifyDevice(id); d.GPU && oci.IsCDIName(id) {
-			gpu = true
-			cdiCount += d.Count
-			cdiAll = cdiAll || d.Count == 0
-		}
-	}
-	if !gpu {
-		return nil
-	}
-	n := 0
-	switch c, err := strconv.Atoi(str(dev["count"])); {
-	case err == nil && c > 0:
-		n = c
-	case str(dev["count"]) != "":
-		// all, -1: as many as the host has
-	case cdiCount > 0 && !cdiAll:
-		n = cdiCount
-	case cdiCount == 0 && !cdiAll && len(ids) > 0 && !slices.Contains(ids, "all"):
-		n = len(ids)
-	}
 	var desc []string
 	if driver != "" {
 		desc = append(desc, "driver "+driver)
@@ -192,54 +152,69 @@ func deployDevice(dev map[string]any) oci.Opt {
 	if len(caps) > 0 {
 		desc = append(desc, "capabilities ["+strings.Join(caps, " ")+"]")
 	}
-	return oci.WithGPURequest("deploy.resources.reservations.devices: "+strings.Join(desc, ", "), n)
+	return oci.WithDeviceRequest(oci.DeviceRequest{
+		Words:  "deploy.resources.reservations.devices: " + strings.Join(desc, ", "),
+		Driver: driver, Capabilities: caps, DeviceIDs: strs(dev["device_ids"]), Count: requestCount(dev["count"]),
+	})
+}
+
+// requestCount is a device request's count: a number, -1 for "all" (or any
+// other word docker takes for as many as the host has), 0 when not given.
+func requestCount(v any) int {
+	c := str(v)
+	if c == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(c); err == nil && n >= 0 {
+		return n
+	}
+	return -1
 }
 
 // gpus is the gpus: key: "all" (compose-go makes it [{count: all}]), or a
-// list of device requests.
-func gpus(v any) oci.Opt {
+// list of device requests: each asks for GPUs, as docker's --gpus does
+// (the gpu capability), in the file's words.
+func gpus(v any) []oci.Opt {
 	switch g := v.(type) {
 	case string:
 		if g != "" {
-			return oci.WithGPURequest("gpus: "+g, 0)
+			return []oci.Opt{oci.WithDeviceRequest(oci.DeviceRequest{Words: "gpus: " + g, Capabilities: []string{"gpu"}, Count: requestCount(g)})}
 		}
 	case []any:
-		n, all := 0, false
+		var opts []oci.Opt
 		for _, r := range g {
 			m, _ := r.(map[string]any)
-			switch c, err := strconv.Atoi(str(m["count"])); {
-			case str(m["count"]) == "all" || err == nil && c < 0:
-				all = true
-			case err == nil && c > 0:
-				n += c
-			default:
-				n += len(strs(m["device_ids"]))
+			r := oci.DeviceRequest{
+				Driver: str(m["driver"]), Capabilities: append([]string{"gpu"}, strs(m["capabilities"])...),
+				DeviceIDs: strs(m["device_ids"]), Count: requestCount(m["count"]),
 			}
+			r.Words = "gpus: " + gpusWords(r)
+			opts = append(opts, oci.WithDeviceRequest(r))
 		}
-		switch {
-		case len(g) == 0:
-		case all:
-			return oci.WithGPURequest("gpus: all", 0)
-		default:
-			return oci.WithGPURequest(fmt.Sprintf("gpus: %d device request(s)", len(g)), n)
-		}
+		return opts
 	}
 	return nil
 }
 
-// runtime is runtime: with dockerd's rule for --runtime
-// (translate.Runtime), named in the file's words.
-func runtime(name string) oci.Opt {
-	return func(c *oci.Container) error {
-		n := len(c.GPURequests)
-		if err := translate.Runtime(name)(c); err != nil {
-			return err
-		}
-		for i := n; i < len(c.GPURequests); i++ {
-			c.GPURequests[i].Evidence = "runtime: " + name
-		}
-		return nil
+// gpusWords writes one request of a gpus: list as the file says it: "all"
+// (compose-go's form of gpus: all), else its driver, count and device ids.
+func gpusWords(r oci.DeviceRequest) string {
+	var w []string
+	if r.Driver != "" {
+		w = append(w, "driver "+r.Driver)
 	}
+	switch {
+	case r.Count < 0 && len(w) == 0 && len(r.DeviceIDs) == 0:
+		return "all"
+	case r.Count < 0:
+		w = append(w, "count all")
+	case r.Count > 0:
+		w = append(w, fmt.Sprintf("count %d", r.Count))
+	}
+	if len(r.DeviceIDs) > 0 {
+		w = append(w, "device_ids ["+strings.Join(r.DeviceIDs, " ")+"]")
+	}
+	return strings.Join(w, ", ")
 }
 
 // deviceTarget is a devices: entry's path in the container, as compose

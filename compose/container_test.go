@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/docker/go-units"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpurun/gpurun/compose/yamledit"
 	"github.com/gpurun/gpurun/oci"
@@ -49,15 +48,16 @@ func translateService(t *testing.T, body string, files map[string]string, enviro
 // Opts the other front doors use.
 func TestTranslate(t *testing.T) {
 	type want struct {
-		requests   []oci.GPURequest // nil: none
-		env        string           // an entry of the process env
-		devices    []string         // linux.devices paths
+		requests   []oci.DeviceRequest // nil: none
+		runtime    oci.Named
+		env        string   // an entry of the process env
+		devices    []string // linux.devices paths
 		memory     int64
 		shm        oci.ShmKind
 		shmSize    int64 // of the mount, for a tmpfs
 		choice     string
 		userShm    string
-		ipcJoin    string // the IPC namespace path
+		joined     string // the joined IPC namespace, in the file's words
 		privileged string
 		err        string
 	}
@@ -71,25 +71,25 @@ func TestTranslate(t *testing.T) {
 		{name: "nothing: dockerd's private 64 MiB tmpfs", body: "",
 			want: want{shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "deploy devices, driver nvidia", body: "    deploy: {resources: {reservations: {devices: [{driver: nvidia, count: 2, capabilities: [gpu]}]}}}\n",
-			want: want{requests: []oci.GPURequest{{Evidence: "deploy.resources.reservations.devices: driver nvidia, capabilities [gpu]", Count: 2}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+			want: want{requests: []oci.DeviceRequest{{Words: "deploy.resources.reservations.devices: driver nvidia, capabilities [gpu]", Driver: "nvidia", Capabilities: []string{"gpu"}, Count: 2}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "deploy devices, device ids", body: "    deploy: {resources: {reservations: {devices: [{capabilities: [gpu], device_ids: ['0', '3']}]}}}\n",
-			want: want{requests: []oci.GPURequest{{Evidence: "deploy.resources.reservations.devices: capabilities [gpu]", Count: 2}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+			want: want{requests: []oci.DeviceRequest{{Words: "deploy.resources.reservations.devices: capabilities [gpu]", Capabilities: []string{"gpu"}, DeviceIDs: []string{"0", "3"}}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "deploy devices, count all", body: "    deploy: {resources: {reservations: {devices: [{driver: nvidia, count: all, capabilities: [compute, utility]}]}}}\n",
-			want: want{requests: []oci.GPURequest{{Evidence: "deploy.resources.reservations.devices: driver nvidia, capabilities [compute utility]", Count: 0}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
-		{name: "deploy devices, CDI names judged by the classifier", body: "    deploy: {resources: {reservations: {devices: [{driver: cdi, capabilities: [compute], device_ids: [nvidia.com/gpu=0, nvidia.com/gpu=1]}]}}}\n",
-			want: want{requests: []oci.GPURequest{{Evidence: "deploy.resources.reservations.devices: driver cdi, capabilities [compute]", Count: 2}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
-		{name: "deploy devices, a CDI name that is no GPU", body: "    deploy: {resources: {reservations: {devices: [{driver: cdi, capabilities: [net], device_ids: [vendor.com/nic=0]}]}}}\n",
-			want: want{shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
-		{name: "deploy devices, no GPU capability", body: "    deploy: {resources: {reservations: {devices: [{capabilities: [tpu]}]}}}\n",
-			want: want{shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+			want: want{requests: []oci.DeviceRequest{{Words: "deploy.resources.reservations.devices: driver nvidia, capabilities [compute utility]", Driver: "nvidia", Capabilities: []string{"compute", "utility"}, Count: -1}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+		{name: "deploy devices, CDI names", body: "    deploy: {resources: {reservations: {devices: [{driver: cdi, capabilities: [compute], device_ids: [nvidia.com/gpu=0, nvidia.com/gpu=1]}]}}}\n",
+			want: want{requests: []oci.DeviceRequest{{Words: "deploy.resources.reservations.devices: driver cdi, capabilities [compute]", Driver: "cdi", Capabilities: []string{"compute"}, DeviceIDs: []string{"nvidia.com/gpu=0", "nvidia.com/gpu=1"}}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+		{name: "deploy devices, a CDI name that is no GPU: handed over all the same", body: "    deploy: {resources: {reservations: {devices: [{driver: cdi, capabilities: [net], device_ids: [vendor.com/nic=0]}]}}}\n",
+			want: want{requests: []oci.DeviceRequest{{Words: "deploy.resources.reservations.devices: driver cdi, capabilities [net]", Driver: "cdi", Capabilities: []string{"net"}, DeviceIDs: []string{"vendor.com/nic=0"}}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+		{name: "deploy devices, no GPU capability: handed over all the same", body: "    deploy: {resources: {reservations: {devices: [{capabilities: [tpu]}]}}}\n",
+			want: want{requests: []oci.DeviceRequest{{Words: "deploy.resources.reservations.devices: capabilities [tpu]", Capabilities: []string{"tpu"}}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "gpus: all", body: "    gpus: all\n",
-			want: want{requests: []oci.GPURequest{{Evidence: "gpus: all"}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+			want: want{requests: []oci.DeviceRequest{{Words: "gpus: all", Capabilities: []string{"gpu"}, Count: -1}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "gpus: a list", body: "    gpus: [{driver: nvidia, count: 1}, {device_ids: ['2', '3']}]\n",
-			want: want{requests: []oci.GPURequest{{Evidence: "gpus: 2 device request(s)", Count: 3}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
-		{name: "runtime: nvidia, dockerd's rule in the file's words", body: "    runtime: nvidia\n",
-			want: want{requests: []oci.GPURequest{{Evidence: "runtime: nvidia"}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+			want: want{requests: []oci.DeviceRequest{{Words: "gpus: driver nvidia, count 1", Driver: "nvidia", Capabilities: []string{"gpu"}, Count: 1}, {Words: "gpus: device_ids [2 3]", Capabilities: []string{"gpu"}, DeviceIDs: []string{"2", "3"}}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+		{name: "runtime: nvidia, in the file's words", body: "    runtime: nvidia\n",
+			want: want{runtime: oci.Named{Words: "runtime: nvidia", Name: "nvidia"}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "runtime: runc", body: "    runtime: runc\n",
-			want: want{shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+			want: want{runtime: oci.Named{Words: "runtime: runc", Name: "runc"}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "environment", body: "    environment: {NVIDIA_VISIBLE_DEVICES: all}\n",
 			want: want{env: "NVIDIA_VISIBLE_DEVICES=all", shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "environment from the shell", body: "    environment: [NVIDIA_VISIBLE_DEVICES]\n", environ: []string{"NVIDIA_VISIBLE_DEVICES=1"},
@@ -101,7 +101,7 @@ func TestTranslate(t *testing.T) {
 		{name: "a device's host path does not count", body: "    devices: [/dev/nvidia0:/dev/card]\n",
 			want: want{devices: []string{"/dev/card"}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "a CDI device", body: "    devices: [nvidia.com/gpu=all]\n",
-			want: want{requests: []oci.GPURequest{{Evidence: "device nvidia.com/gpu=all"}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
+			want: want{requests: []oci.DeviceRequest{{Words: "device nvidia.com/gpu=all", Driver: "cdi", DeviceIDs: []string{"nvidia.com/gpu=all"}}}, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "mem_limit", body: "    mem_limit: 3g\n",
 			want: want{memory: 3 << 30, shm: oci.ShmPrivate, shmSize: policy.EngineDefaultShm}},
 		{name: "deploy limits win over mem_limit", body: "    mem_limit: 3g\n    deploy: {resources: {limits: {memory: 16g}}}\n",
@@ -116,10 +116,10 @@ func TestTranslate(t *testing.T) {
 			want: want{shm: oci.ShmHost}},
 		{name: "ipc: none", body: "    ipc: none\n",
 			want: want{shm: oci.ShmNone}},
-		{name: "ipc: service:x binds x's engine tmpfs", body: "    ipc: service:donor\n",
-			want: want{shm: oci.ShmEngine, ipcJoin: "container:donor"}},
+		{name: "ipc: service:x joins x's namespace, whose /dev/shm the file cannot locate", body: "    ipc: service:donor\n",
+			want: want{shm: oci.ShmNone, joined: "ipc: service:donor"}},
 		{name: "ipc: container:x", body: "    ipc: container:abc\n",
-			want: want{shm: oci.ShmEngine, ipcJoin: "container:abc"}},
+			want: want{shm: oci.ShmNone, joined: "ipc: container:abc"}},
 		{name: "ipc: an unknown mode", body: "    ipc: lots\n",
 			want: want{err: "not an IPC mode docker knows"}},
 		{name: "a volume at /dev/shm", body: "    volumes: [dshm:/dev/shm]\n",
@@ -147,8 +147,8 @@ func TestTranslate(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := s.c
-			if !slices.Equal(c.GPURequests, w.requests) {
-				t.Errorf("GPU requests %+v, want %+v", c.GPURequests, w.requests)
+			if !reflect.DeepEqual(c.DeviceRequests, w.requests) || c.Runtime != w.runtime {
+				t.Errorf("device requests %+v, runtime %+v; want %+v, %+v", c.DeviceRequests, c.Runtime, w.requests, w.runtime)
 			}
 			if w.env != "" && !slices.Contains(c.Spec.Process.Env, w.env) {
 				t.Errorf("env %q, want %s in it", c.Spec.Process.Env, w.env)
@@ -170,20 +170,11 @@ func TestTranslate(t *testing.T) {
 			if c.ShmChoice != w.choice || c.UserShm != w.userShm || c.Privileged != w.privileged {
 				t.Errorf("choice %q, user mount %q, privileged %q; want %q, %q, %q", c.ShmChoice, c.UserShm, c.Privileged, w.choice, w.userShm, w.privileged)
 			}
-			if got := ipcPath(c.Spec); got != w.ipcJoin {
-				t.Errorf("IPC namespace path %q, want %q", got, w.ipcJoin)
+			if c.JoinedIPC != w.joined {
+				t.Errorf("joined IPC %q, want %q", c.JoinedIPC, w.joined)
 			}
 		})
 	}
-}
-
-func ipcPath(s *specs.Spec) string {
-	for _, ns := range s.Linux.Namespaces {
-		if ns.Type == specs.IPCNamespace {
-			return ns.Path
-		}
-	}
-	return ""
 }
 
 // TestDecideMapping: every way a plan maps onto migrate's actions, with

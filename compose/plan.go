@@ -98,7 +98,7 @@ func composePolicy(opts Options) *policy.Policy {
 // Portable set, since a compose file runs on hosts not known now — and
 // maps the plan onto migrate's actions:
 //
-//   - a container the policy does not apply to (no GPU, match "gpu"): none;
+//   - a container the policy does not apply to (oci.Plan.Applies): none;
 //   - set-size of the engine's own tmpfs: add shm_size (--size, when given,
 //     is the size), or raise the service's own shm_size (enforce_min);
 //     set-size of the user's own tmpfs (enforce_min): skip, raise it by hand;
@@ -119,7 +119,7 @@ func decide(p *project, opts Options, pol *policy.Policy, name string, defs []de
 	}
 	pl := oci.Decide(oci.Input{Container: s.c, Policy: pol, Portable: true})
 	d.gpu, d.evidence, d.shm = pl.GPU, pl.Evidence, pl.Shm.Kind
-	if !pl.GPU && pol.Match != policy.MatchAll {
+	if !pl.Applies {
 		d.action, d.reason, d.notGPU = ActionNone, "not a GPU service", true
 		return d
 	}

@@ -22,10 +22,18 @@ import (
 // chose even when it equals the engine's default.
 type Container struct {
 	Spec *specs.Spec
-	// GPURequests are GPUs asked for in a form the engine turns into
-	// devices only later: docker's --gpus and DeviceRequests, compose's
-	// deploy devices and gpus, a pod's GPU resources.
-	GPURequests []GPURequest
+	// DeviceRequests are requests for devices that the engine resolves
+	// only later, as the front door read them: docker's --gpus and
+	// DeviceRequests, a CDI name given as a device, compose's deploy
+	// devices and gpus. Decide judges them (Evidence).
+	DeviceRequests []DeviceRequest
+	// Runtime is the runtime handler the container runs under, as the user
+	// named it: docker's --runtime, compose's runtime:, a pod's
+	// runtimeClassName. Decide judges it (Evidence).
+	Runtime Named
+	// Resources are the Kubernetes extended resources the container asks
+	// for. Decide judges them (Evidence).
+	Resources []Resource
 	// Privileged names the user's request for every device of the host
 	// ("--privileged", "privileged: true"), "" when none: a GPU container
 	// where the host has GPUs.
@@ -39,15 +47,49 @@ type Container struct {
 	// ("--tmpfs /dev/shm:size=1g"), "" when none or where only the spec
 	// tells (a bundle).
 	UserShm string
+	// JoinedIPC names, in the user's words ("--ipc container:trainer",
+	// "ipc: service:trainer"), the IPC namespace of another container that
+	// this one joins where the front door cannot tell where that
+	// container's /dev/shm lies: it is the other container's shared tmpfs,
+	// of a size not known here. "" when none, or when the spec binds the
+	// shared tmpfs itself.
+	JoinedIPC string
 }
 
-// GPURequest is a request for GPUs, named as the user wrote it.
-type GPURequest struct {
-	// Evidence is the request as the user gave it: "--gpus all",
+// Named is a name and the words the user gave it with ("--runtime
+// nvidia", "runtimeClassName: nvidia").
+type Named struct {
+	Words, Name string
+}
+
+// DeviceRequest is a request for devices the engine resolves later, as the
+// front door read it (docker's container.DeviceRequest, compose's device
+// reservations): Decide, not the front door, says whether it asks for GPUs.
+type DeviceRequest struct {
+	// Words is the request as the user gave it: "--gpus all",
 	// "deploy.resources.reservations.devices: driver nvidia".
-	Evidence string
-	// Count is the number of GPUs asked for, 0 for all or unknown.
+	Words string
+	// Driver is the device driver named ("nvidia", "cdi"), "" for any.
+	Driver string
+	// Capabilities are the capabilities asked for, every set of them
+	// flattened ("gpu", "compute", "utility").
+	Capabilities []string
+	// DeviceIDs are the devices named: indexes or UUIDs, or CDI names for
+	// driver "cdi".
+	DeviceIDs []string
+	// Count is the number of devices asked for: -1 for all, 0 when the
+	// request names none (DeviceIDs may).
 	Count int
+}
+
+// Resource is a Kubernetes extended resource a container asks for.
+type Resource struct {
+	// Words is the request in the pod spec's words ("resources.limits
+	// nvidia.com/gpu: 2").
+	Words string
+	// Name is the resource ("nvidia.com/gpu") and Count its quantity.
+	Name  string
+	Count int64
 }
 
 // Opt changes a Container under construction: one small, separately
@@ -106,29 +148,52 @@ func WithEnv(env ...string) Opt {
 	}
 }
 
-// WithGPURequest records a request for count GPUs (0: all or unknown),
-// named as the user wrote it.
-func WithGPURequest(evidence string, count int) Opt {
+// WithDeviceRequest records a request for devices as the front door read
+// it; Decide judges whether it asks for GPUs.
+func WithDeviceRequest(r DeviceRequest) Opt {
 	return func(c *Container) error {
-		if evidence == "" {
-			return errors.New("a GPU request needs the words it was asked with")
+		if r.Words == "" {
+			return errors.New("a device request needs the words it was asked with")
 		}
-		c.GPURequests = append(c.GPURequests, GPURequest{Evidence: evidence, Count: max(count, 0)})
+		c.DeviceRequests = append(c.DeviceRequests, r)
+		return nil
+	}
+}
+
+// WithRuntime records the runtime handler the container runs under, named
+// as the user named it; Decide judges whether it gives GPUs.
+func WithRuntime(words, name string) Opt {
+	return func(c *Container) error {
+		if name != "" && words == "" {
+			return errors.New("a runtime needs the words it was named with")
+		}
+		c.Runtime = Named{Words: words, Name: name}
+		return nil
+	}
+}
+
+// WithResource records an extended resource the container asks for;
+// Decide judges whether it is a GPU.
+func WithResource(words, name string, count int64) Opt {
+	return func(c *Container) error {
+		if words == "" || name == "" {
+			return errors.New("a resource needs its name and the words it was asked with")
+		}
+		c.Resources = append(c.Resources, Resource{Words: words, Name: name, Count: count})
 		return nil
 	}
 }
 
 // WithDevices adds device nodes by their paths inside the container. A CDI
 // name among them (docker's --device vendor/class=name, compose's devices)
-// is a request the engine resolves later: a GPU one (ClassifyDevice) is
-// recorded as a GPU request named "device <name>", another is left out.
+// is a request the engine resolves later: it is recorded as a device
+// request of driver "cdi" named "device <name>", as docker 25+ turns it
+// into one.
 func WithDevices(paths ...string) Opt {
 	return func(c *Container) error {
 		for _, p := range paths {
 			if IsCDIName(p) {
-				if d := ClassifyDevice(p); d.GPU {
-					c.GPURequests = append(c.GPURequests, GPURequest{Evidence: "device " + p, Count: d.Count})
-				}
+				c.DeviceRequests = append(c.DeviceRequests, DeviceRequest{Words: "device " + p, Driver: DriverCDI, DeviceIDs: []string{p}})
 				continue
 			}
 			if !strings.HasPrefix(p, "/") {
@@ -245,6 +310,24 @@ func WithSharedShm(source, joinPath string) Opt {
 	}
 }
 
+// WithJoinedIPC puts the container in the IPC namespace of another
+// container whose /dev/shm the front door cannot locate (docker run --ipc
+// container:x before x is inspected, compose's ipc: service:x), named in
+// the user's words: its /dev/shm is that container's shared tmpfs, of a
+// size not known here.
+func WithJoinedIPC(words string) Opt {
+	return func(c *Container) error {
+		if words == "" {
+			return errors.New("a joined IPC namespace needs the words it was asked with")
+		}
+		// The namespace is joined; its path is not known here.
+		setIPC(c, specs.LinuxNamespace{Type: specs.IPCNamespace, Path: "(" + words + ")"})
+		setShm(c, specs.Mount{})
+		c.JoinedIPC = words
+		return nil
+	}
+}
+
 // WithHostIPC puts the container in the host's IPC namespace, with the
 // host's /dev/shm (docker --ipc host, Kubernetes hostIPC).
 func WithHostIPC() Opt {
@@ -307,7 +390,7 @@ func setIPC(c *Container, ipc specs.LinuxNamespace) {
 // setShm drops every mount at /dev/shm and, unless m is the zero Mount,
 // adds m.
 func setShm(c *Container, m specs.Mount) {
-	c.UserShm = ""
+	c.UserShm, c.JoinedIPC = "", ""
 	ms := c.Spec.Mounts[:0:0]
 	for _, x := range c.Spec.Mounts {
 		if path.Clean(x.Destination) != ShmPath {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gpurun/gpurun/policy"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -54,7 +55,7 @@ func TestDetectGPU(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := DetectGPU(FromSpec(tt.spec), 0)
+			g := EvidenceOf(nil).DetectGPU(FromSpec(tt.spec), 0)
 			if g.GPU != tt.gpu || g.Count != tt.count {
 				t.Errorf("DetectGPU = %+v, want gpu=%v count=%d", g, tt.gpu, tt.count)
 			}
@@ -116,6 +117,9 @@ func TestClassifyDevice(t *testing.T) {
 	}
 }
 
+// gpusAll is what docker run --gpus all asks dockerd for.
+var gpusAll = DeviceRequest{Words: "--gpus all", Capabilities: []string{"gpu"}, Count: -1}
+
 // TestDetectGPUFromFrontDoors: what only a front door knows — GPU requests
 // in the user's words, --privileged — is evidence named as the user gave it.
 func TestDetectGPUFromFrontDoors(t *testing.T) {
@@ -127,14 +131,20 @@ func TestDetectGPUFromFrontDoors(t *testing.T) {
 		count    int
 		evidence []string
 	}{
-		{"gpus all", []Opt{WithGPURequest("--gpus all", 0)}, 0, true, 0, []string{"--gpus all"}},
-		{"two requests add up", []Opt{WithGPURequest("--gpus device=0", 1), WithGPURequest("--gpus device=1", 1)}, 0, true, 2, []string{"--gpus device=0", "--gpus device=1"}},
+		{"gpus all", []Opt{WithDeviceRequest(gpusAll)}, 0, true, 0, []string{"--gpus all"}},
+		{"two requests add up", []Opt{WithDeviceRequest(DeviceRequest{Words: "--gpus device=0", Capabilities: []string{"gpu"}, DeviceIDs: []string{"0"}}), WithDeviceRequest(DeviceRequest{Words: "--gpus device=1", Capabilities: []string{"gpu"}, DeviceIDs: []string{"1"}})}, 0, true, 2, []string{"--gpus device=0", "--gpus device=1"}},
+		{"a request for another device", []Opt{WithDeviceRequest(DeviceRequest{Words: "--device-request x", Driver: "infiniband", Count: -1})}, 0, false, 0, nil},
+		{"a GPU runtime", []Opt{WithRuntime("--runtime nvidia", "nvidia")}, 0, true, 0, []string{"--runtime nvidia"}},
+		{"another runtime", []Opt{WithRuntime("--runtime runsc", "runsc")}, 0, false, 0, nil},
+		{"a GPU resource", []Opt{WithResource("resources.limits nvidia.com/gpu: 2", "nvidia.com/gpu", 2)}, 0, true, 2, []string{"resources.limits nvidia.com/gpu: 2"}},
+		{"a GPU resource of none", []Opt{WithResource("resources.limits nvidia.com/gpu: 0", "nvidia.com/gpu", 0)}, 0, false, 0, nil},
+		{"another resource", []Opt{WithResource("resources.limits example.com/foo: 1", "example.com/foo", 1)}, 0, false, 0, nil},
 		{"privileged on a GPU host", []Opt{WithPrivileged("--privileged")}, 4, true, 4, []string{"--privileged (every device of the host, its 4 GPU(s))"}},
 		{"privileged on a host without GPUs", []Opt{WithPrivileged("--privileged")}, 0, false, 0, nil},
 		{"dri directory", []Opt{WithDevices("/dev/dri")}, 0, true, 0, []string{"device /dev/dri"}},
 		{"nvidiactl alone", []Opt{WithDevices("/dev/nvidiactl")}, 0, false, 0, nil},
 		{"cdi name among devices", []Opt{WithDevices("nvidia.com/gpu=0", "nvidia.com/gpu=1", "intel.com/sgx=epc")}, 0, true, 2, []string{"device nvidia.com/gpu=0", "device nvidia.com/gpu=1"}},
-		{"request and devices: the best-informed count", []Opt{WithGPURequest("--gpus all", 0), WithDevices("/dev/nvidia0", "/dev/nvidia1")}, 8, true, 2, []string{"--gpus all", "device /dev/nvidia0", "device /dev/nvidia1"}},
+		{"request and devices: the best-informed count", []Opt{WithDeviceRequest(gpusAll), WithDevices("/dev/nvidia0", "/dev/nvidia1")}, 8, true, 2, []string{"--gpus all", "device /dev/nvidia0", "device /dev/nvidia1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +152,7 @@ func TestDetectGPUFromFrontDoors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := DetectGPU(c, tt.hostGPUs)
+			g := EvidenceOf(nil).DetectGPU(c, tt.hostGPUs)
 			if g.GPU != tt.gpu || g.Count != tt.count || !slices.Equal(g.Evidence, tt.evidence) {
 				t.Errorf("DetectGPU = %+v, want gpu=%v count=%d evidence=%q", g, tt.gpu, tt.count, tt.evidence)
 			}
@@ -176,6 +186,66 @@ func TestCDIName(t *testing.T) {
 		v, c, _, ok := cdiName(tt.in)
 		if v != tt.vendor || c != tt.class || ok != tt.ok || IsCDIName(tt.in) != tt.ok {
 			t.Errorf("cdiName(%q) = %q, %q, %v; want %q, %q, %v", tt.in, v, c, ok, tt.vendor, tt.class, tt.ok)
+		}
+	}
+}
+
+// TestEvidence is the table's answer for each kind of fact a front door
+// hands over raw: device requests, runtimes and extended resources, under
+// the default policy and one that lists more.
+func TestEvidence(t *testing.T) {
+	pol, err := policy.Parse("t.toml", []byte(`gpu_resources = ["example.com/tpu", "acme.io/*"]
+gpu_runtime_classes = ["nvidia", "kata-nvidia-gpu"]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, more := EvidenceOf(nil), EvidenceOf(pol)
+	for name, want := range map[string]bool{
+		"nvidia.com/gpu": true, "nvidia.com/mig-1g.10gb": true, "nvidia.com/gpu.shared": true, "amd.com/gpu": true,
+		"gpu.intel.com/i915": true, "gpu.intel.com/xe": true, "habana.ai/gaudi": true,
+		"example.com/tpu": true, "example.com/other": false, "acme.io/npu": true,
+		"memory": false, "cpu": false, "ephemeral-storage": false, "hugepages-2Mi": false, "intel.com/sriov": false,
+	} {
+		if got := more.Resource(name); got != want {
+			t.Errorf("Resource(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if def.Resource("example.com/tpu") {
+		t.Errorf("the default table takes example.com/tpu for a GPU")
+	}
+	for _, tt := range []struct {
+		ev   Evidence
+		name string
+		want bool
+	}{
+		{def, "nvidia", true}, {def, "nvidia-cdi", true}, {def, "nvidia-legacy", true},
+		{def, "runc", false}, {def, "", false}, {def, "kata-nvidia-gpu", false},
+		{more, "kata-nvidia-gpu", true}, {more, "nvidia-cdi", false},
+	} {
+		if got := tt.ev.Runtime(tt.name); got != tt.want {
+			t.Errorf("Runtime(%q) under %q = %v, want %v", tt.name, tt.ev.Runtimes, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		r     DeviceRequest
+		gpu   bool
+		count int
+	}{
+		{"--gpus all", gpusAll, true, 0},
+		{"--gpus 2", DeviceRequest{Capabilities: []string{"gpu"}, Count: 2}, true, 2},
+		{"--gpus device=0,2", DeviceRequest{Capabilities: []string{"gpu"}, DeviceIDs: []string{"0", "2"}}, true, 2},
+		{"driver nvidia, other capabilities", DeviceRequest{Driver: "nvidia", Capabilities: []string{"compute", "utility"}}, true, 0},
+		{"device_ids all", DeviceRequest{Capabilities: []string{"gpu"}, DeviceIDs: []string{"all"}}, true, 0},
+		{"cdi names", DeviceRequest{Driver: DriverCDI, DeviceIDs: []string{"nvidia.com/gpu=0", "nvidia.com/gpu=1"}}, true, 2},
+		{"cdi all", DeviceRequest{Driver: DriverCDI, DeviceIDs: []string{"nvidia.com/gpu=all"}}, true, 0},
+		{"cdi, not a GPU", DeviceRequest{Driver: DriverCDI, DeviceIDs: []string{"vendor.com/net=eth0"}}, false, 0},
+		{"another driver", DeviceRequest{Driver: "infiniband", Count: -1}, false, 0},
+		{"a driver named like nvidia is not nvidia", DeviceRequest{Driver: "nvidia-fake", Count: 1}, false, 0},
+	} {
+		gpu, n := def.DeviceRequest(tt.r)
+		if gpu != tt.gpu || n != tt.count {
+			t.Errorf("%s: DeviceRequest = %v, %d; want %v, %d", tt.name, gpu, n, tt.gpu, tt.count)
 		}
 	}
 }

@@ -33,10 +33,18 @@ type Plan struct {
 	// Current when the action is none; 0 where unknown (the host's /dev/shm).
 	Size int64 `json:"size_bytes"`
 	// Current is the size before the plan, 0 where unknown.
-	Current int64  `json:"current_bytes"`
-	GPU     bool   `json:"gpu"`
-	GPUs    int    `json:"gpus"`
-	Reason  string `json:"reason"`
+	Current int64 `json:"current_bytes"`
+	GPU     bool  `json:"gpu"`
+	GPUs    int   `json:"gpus"`
+	// Applies says the policy applies to the container: an allowed
+	// annotation asks for a size, it has GPU evidence, or the policy
+	// matches every container. Only such a container is ever sized; the
+	// front doors read this, never derive it.
+	Applies bool `json:"applies"`
+	// Requested says the target is the user's own request (an allowed
+	// annotation), capped by the policy, rather than the policy's size.
+	Requested bool   `json:"requested"`
+	Reason    string `json:"reason"`
 
 	// Target is the size the policy gives this container, whatever the
 	// action (a user's own choice may leave it smaller; a container the
@@ -98,7 +106,12 @@ func Decide(in Input) Plan {
 	}
 	facts := in.Facts
 	sh := ClassifyShm(s, facts.HostMemory)
-	gpu := DetectGPU(c, facts.HostGPUs)
+	if c.JoinedIPC != "" {
+		// Another container's shared tmpfs, somewhere the front door
+		// cannot tell: of a size not known here.
+		sh = Shm{Kind: ShmEngine, Index: -1}
+	}
+	gpu := EvidenceOf(p).DetectGPU(c, facts.HostGPUs)
 	pl := Plan{
 		Action:   ActionNone,
 		GPU:      gpu.GPU,
@@ -125,6 +138,7 @@ func Decide(in Input) Plan {
 	// A size asked for by an allowed annotation is the user's own choice.
 	target, why, requested := requestedSize(s, p)
 	applies := requested || gpu.GPU || p.Match == policy.MatchAll
+	pl.Applies, pl.Requested = applies, requested
 	if !requested {
 		req := policy.Request{MemoryLimit: MemoryLimit(s), HostMemory: facts.HostMemory, GPUs: pl.GPUs, Portable: in.Portable}
 		if in.Portable {
@@ -191,6 +205,12 @@ func Decide(in Input) Plan {
 		return act(pl, ActionSetSize, target, why)
 
 	case ShmEngine:
+		if c.JoinedIPC != "" {
+			if p.Mode == policy.ModeMount {
+				return leave("%s; but /dev/shm is the shared tmpfs of the IPC namespace it joins (%s) and mode \"mount\" never remounts on the host", why, c.JoinedIPC)
+			}
+			return act(pl, ActionRemount, target, why+fmt.Sprintf("; /dev/shm is the shared tmpfs of the IPC namespace it joins (%s), of a size not known here: grow that one", c.JoinedIPC))
+		}
 		if pod := pl.Pod; pod.SandboxID != "" && pod.Engine == sh.Engine && sh.OwnerID != pod.SandboxID {
 			return leave("/dev/shm binds %s, which belongs to sandbox %s, not this pod's %s; left alone", sh.Source, sh.OwnerID, pod.SandboxID)
 		}

@@ -23,7 +23,7 @@ func TestDecideContainers(t *testing.T) {
 		return p
 	}
 	const host = 64 * policy.GiB
-	gpus := WithGPURequest("--gpus all", 0)
+	gpus := WithDeviceRequest(gpusAll)
 	tests := []struct {
 		name     string
 		opts     []Opt
@@ -33,22 +33,29 @@ func TestDecideContainers(t *testing.T) {
 		size     int64
 		target   int64
 		reason   string // a part of the reason
+		// applies and requested are the plan's Applies and Requested.
+		applies, requested bool
 	}{
-		{"gpu, engine default", []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm)}, nil, false, ActionSetSize, 32 * policy.GiB, 32 * policy.GiB, "GPU container (--gpus all): 50% of the 64GiB host's memory"},
-		{"gpu, memory limit", []Opt{gpus, WithMemoryLimit(16 * policy.GiB), WithPrivateShm(policy.EngineDefaultShm)}, nil, false, ActionSetSize, 8 * policy.GiB, 8 * policy.GiB, "16GiB memory limit"},
-		{"explicit 64m is the user's choice", []Opt{gpus, WithPrivateShm(64 * policy.MiB), WithShmChoice("--shm-size 64m")}, nil, false, ActionNone, 64 * policy.MiB, 32 * policy.GiB, "chosen explicitly (--shm-size 64m)"},
-		{"explicit 64m under enforce_min", []Opt{gpus, WithPrivateShm(64 * policy.MiB), WithShmChoice("--shm-size 64m")}, pol("enforce_min = true"), false, ActionSetSize, policy.GiB, 32 * policy.GiB, "enforce_min: explicit /dev/shm size 64MiB (--shm-size 64m) raised to min 1GiB"},
-		{"explicit 2g", []Opt{gpus, WithPrivateShm(2 * policy.GiB)}, nil, false, ActionNone, 2 * policy.GiB, 32 * policy.GiB, "chosen explicitly"},
-		{"portable without a limit: compose default", []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm)}, nil, true, ActionSetSize, 8 * policy.GiB, 8 * policy.GiB, "compose default 8GiB"},
-		{"portable with a limit", []Opt{gpus, WithMemoryLimit(4 * policy.GiB), WithPrivateShm(policy.EngineDefaultShm)}, nil, true, ActionSetSize, 2 * policy.GiB, 2 * policy.GiB, "4GiB memory limit"},
-		{"shared engine tmpfs", []Opt{gpus, WithSharedShm("/var/lib/docker/containers/0123456789ab/mounts/shm", "")}, nil, false, ActionRemount, 32 * policy.GiB, 32 * policy.GiB, "grow the docker host tmpfs"},
-		{"host ipc", []Opt{gpus, WithHostIPC()}, nil, false, ActionNone, 0, 32 * policy.GiB, "host's /dev/shm"},
-		{"ipc none", []Opt{gpus, WithNoShm()}, nil, false, ActionNone, 0, 32 * policy.GiB, "mounts nothing at /dev/shm"},
-		{"ipc none, mode mount", []Opt{gpus, WithNoShm()}, pol(`mode = "mount"`), false, ActionInject, 32 * policy.GiB, 32 * policy.GiB, "add a tmpfs"},
-		{"user mount in the user's words", []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm), WithUserShm("--tmpfs /dev/shm:size=1g", specs.Mount{Type: "tmpfs", Source: "tmpfs", Options: []string{"size=1g"}})}, nil, false, ActionNone, policy.GiB, 32 * policy.GiB, "the user mounts --tmpfs /dev/shm:size=1g at /dev/shm"},
-		{"not a GPU container", []Opt{WithPrivateShm(policy.EngineDefaultShm)}, nil, false, ActionNone, 64 * policy.MiB, 32 * policy.GiB, "no GPU evidence"},
-		{"privileged on a GPU host", []Opt{WithPrivileged("--privileged"), WithPrivateShm(policy.EngineDefaultShm)}, nil, false, ActionSetSize, 32 * policy.GiB, 32 * policy.GiB, "--privileged (every device of the host, its 2 GPU(s))"},
-		{"per_gpu counts the host's GPUs for all", []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm)}, pol(`per_gpu = "4g"`), false, ActionSetSize, 8 * policy.GiB, 8 * policy.GiB, "4GiB per GPU x 2 GPUs"},
+		{name: "gpu, engine default", opts: []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm)}, action: ActionSetSize, size: 32 * policy.GiB, target: 32 * policy.GiB, reason: "GPU container (--gpus all): 50% of the 64GiB host's memory", applies: true},
+		{name: "gpu, memory limit", opts: []Opt{gpus, WithMemoryLimit(16 * policy.GiB), WithPrivateShm(policy.EngineDefaultShm)}, action: ActionSetSize, size: 8 * policy.GiB, target: 8 * policy.GiB, reason: "16GiB memory limit", applies: true},
+		{name: "explicit 64m is the user's choice", opts: []Opt{gpus, WithPrivateShm(64 * policy.MiB), WithShmChoice("--shm-size 64m")}, action: ActionNone, size: 64 * policy.MiB, target: 32 * policy.GiB, reason: "chosen explicitly (--shm-size 64m)", applies: true},
+		{name: "explicit 64m under enforce_min", opts: []Opt{gpus, WithPrivateShm(64 * policy.MiB), WithShmChoice("--shm-size 64m")}, policy: pol("enforce_min = true"), action: ActionSetSize, size: policy.GiB, target: 32 * policy.GiB, reason: "enforce_min: explicit /dev/shm size 64MiB (--shm-size 64m) raised to min 1GiB", applies: true},
+		{name: "explicit 2g", opts: []Opt{gpus, WithPrivateShm(2 * policy.GiB)}, action: ActionNone, size: 2 * policy.GiB, target: 32 * policy.GiB, reason: "chosen explicitly", applies: true},
+		{name: "portable without a limit: compose default", opts: []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm)}, portable: true, action: ActionSetSize, size: 8 * policy.GiB, target: 8 * policy.GiB, reason: "compose default 8GiB", applies: true},
+		{name: "portable with a limit", opts: []Opt{gpus, WithMemoryLimit(4 * policy.GiB), WithPrivateShm(policy.EngineDefaultShm)}, portable: true, action: ActionSetSize, size: 2 * policy.GiB, target: 2 * policy.GiB, reason: "4GiB memory limit", applies: true},
+		{name: "shared engine tmpfs", opts: []Opt{gpus, WithSharedShm("/var/lib/docker/containers/0123456789ab/mounts/shm", "")}, action: ActionRemount, size: 32 * policy.GiB, target: 32 * policy.GiB, reason: "grow the docker host tmpfs", applies: true},
+		{name: "host ipc", opts: []Opt{gpus, WithHostIPC()}, action: ActionNone, size: 0, target: 32 * policy.GiB, reason: "host's /dev/shm", applies: true},
+		{name: "ipc none", opts: []Opt{gpus, WithNoShm()}, action: ActionNone, size: 0, target: 32 * policy.GiB, reason: "mounts nothing at /dev/shm", applies: true},
+		{name: "ipc none, mode mount", opts: []Opt{gpus, WithNoShm()}, policy: pol(`mode = "mount"`), action: ActionInject, size: 32 * policy.GiB, target: 32 * policy.GiB, reason: "add a tmpfs", applies: true},
+		{name: "user mount in the user's words", opts: []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm), WithUserShm("--tmpfs /dev/shm:size=1g", specs.Mount{Type: "tmpfs", Source: "tmpfs", Options: []string{"size=1g"}})}, action: ActionNone, size: policy.GiB, target: 32 * policy.GiB, reason: "the user mounts --tmpfs /dev/shm:size=1g at /dev/shm", applies: true},
+		{name: "not a GPU container", opts: []Opt{WithPrivateShm(policy.EngineDefaultShm)}, action: ActionNone, size: 64 * policy.MiB, target: 32 * policy.GiB, reason: "no GPU evidence", applies: false},
+		{name: "privileged on a GPU host", opts: []Opt{WithPrivileged("--privileged"), WithPrivateShm(policy.EngineDefaultShm)}, action: ActionSetSize, size: 32 * policy.GiB, target: 32 * policy.GiB, reason: "--privileged (every device of the host, its 2 GPU(s))", applies: true},
+		{name: "per_gpu counts the host's GPUs for all", opts: []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm)}, policy: pol(`per_gpu = "4g"`), action: ActionSetSize, size: 8 * policy.GiB, target: 8 * policy.GiB, reason: "4GiB per GPU x 2 GPUs", applies: true},
+		{name: "an allowed annotation asks", opts: []Opt{WithAnnotations(map[string]string{"gpurun.io/shm-size": "4g"}), WithPrivateShm(policy.EngineDefaultShm)}, action: ActionSetSize, size: 4 * policy.GiB, target: 4 * policy.GiB, reason: "annotation gpurun.io/shm-size=4g asks for 4GiB", applies: true, requested: true},
+		{name: "match all", opts: []Opt{WithPrivateShm(policy.EngineDefaultShm)}, policy: pol(`match = "all"`), action: ActionSetSize, size: 32 * policy.GiB, target: 32 * policy.GiB, reason: `policy match "all"`, applies: true},
+		{name: "joins an IPC namespace whose /dev/shm is not known here", opts: []Opt{gpus, WithJoinedIPC("--ipc container:trainer")}, action: ActionRemount, size: 32 * policy.GiB, target: 32 * policy.GiB, reason: "the shared tmpfs of the IPC namespace it joins (--ipc container:trainer), of a size not known here", applies: true},
+		{name: "joins an IPC namespace, mode mount", opts: []Opt{gpus, WithJoinedIPC("--ipc container:trainer")}, policy: pol(`mode = "mount"`), action: ActionNone, target: 32 * policy.GiB, reason: "never remounts on the host", applies: true},
+		{name: "joins an IPC namespace, not a GPU container", opts: []Opt{WithJoinedIPC("--ipc container:trainer")}, action: ActionNone, target: 32 * policy.GiB, reason: "no GPU evidence"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +66,9 @@ func TestDecideContainers(t *testing.T) {
 			pl := Decide(Input{Container: c, Policy: tt.policy, Facts: Facts{HostMemory: host, HostGPUs: 2}, Portable: tt.portable})
 			if pl.Action != tt.action || pl.Size != tt.size || pl.Target != tt.target {
 				t.Errorf("plan = %s %d (target %d), want %s %d (target %d): %s", pl.Action, pl.Size, pl.Target, tt.action, tt.size, tt.target, pl.Reason)
+			}
+			if pl.Applies != tt.applies || pl.Requested != tt.requested {
+				t.Errorf("applies %v, requested %v; want %v, %v", pl.Applies, pl.Requested, tt.applies, tt.requested)
 			}
 			if !strings.Contains(pl.Reason, tt.reason) {
 				t.Errorf("reason %q lacks %q", pl.Reason, tt.reason)
@@ -95,7 +105,7 @@ func TestOptsReplaceShm(t *testing.T) {
 	if sh := ClassifyShm(c.Spec, 0); sh.Kind != ShmEngine || sh.OwnerID != "abc" {
 		t.Fatalf("ClassifyShm = %+v", sh)
 	}
-	for _, bad := range []Opt{WithDevices("nvidia0"), WithCDIDevices("x", "/dev/nvidia0"), WithSharedShm("relative/shm", ""), WithGPURequest("", 1), WithUserShm("", specs.Mount{})} {
+	for _, bad := range []Opt{WithDevices("nvidia0"), WithCDIDevices("x", "/dev/nvidia0"), WithSharedShm("relative/shm", ""), WithDeviceRequest(DeviceRequest{}), WithRuntime("", "nvidia"), WithResource("", "nvidia.com/gpu", 1), WithJoinedIPC(""), WithUserShm("", specs.Mount{})} {
 		if _, err := NewContainer(bad); err == nil {
 			t.Errorf("a bad option was accepted")
 		}

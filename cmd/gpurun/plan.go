@@ -92,7 +92,7 @@ policy file).`,
 			var m *shmstats.Measured
 			if peak > 0 {
 				m = &shmstats.Measured{Peak: peak, Size: cmp.Or(pl.Size, pl.Current), Pod: pl.Pod.Engine != "" && !pl.Pod.Sandbox,
-					Kind: string(pl.Shm.Kind), Sized: pl.GPU || pl.Action != oci.ActionNone, GPUs: pl.GPUs, Target: pl.Target}
+					Kind: string(pl.Shm.Kind), Sized: pl.Applies, GPUs: pl.GPUs, Target: pl.Target}
 				if pl.Shm.Engine == oci.EngineDocker {
 					m.Engine = shmstats.EngineDocker
 				}

@@ -41,10 +41,10 @@ func TestPlanJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if strings.Join(keys, ",") != "action,current_bytes,gpu,gpus,reason,size_bytes" {
+	if strings.Join(keys, ",") != "action,applies,current_bytes,gpu,gpus,reason,requested,size_bytes" {
 		t.Errorf("keys = %v", keys)
 	}
-	if obj["action"] != "set-size" || obj["size_bytes"] != float64(2<<30) || obj["current_bytes"] != float64(64<<20) || obj["gpu"] != true {
+	if obj["action"] != "set-size" || obj["size_bytes"] != float64(2<<30) || obj["current_bytes"] != float64(64<<20) || obj["gpu"] != true || obj["applies"] != true || obj["requested"] != false {
 		t.Errorf("plan = %v", obj)
 	}
 }

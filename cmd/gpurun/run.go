@@ -115,6 +115,9 @@ func runDocker(g *globals, command, args []string, stdout, stderr io.Writer) err
 	for _, w := range res.Warnings {
 		fmt.Fprintf(stderr, "gpurun: warning: %s\n", w)
 	}
+	if res.Skipped != "" {
+		fmt.Fprintf(stderr, "gpurun: not carried out: %s\n", res.Skipped)
+	}
 	if g.verbose {
 		for _, n := range res.Notes {
 			fmt.Fprintf(stderr, "gpurun: %s\n", n)
@@ -162,6 +165,10 @@ func dockerClientEnv(opts []string, getenv func(string) string) (func(string) st
 // describe is the one-line answer for people.
 func describe(res launch.Result) string {
 	pl := res.Plan
+	switch {
+	case res.Skipped != "":
+		return fmt.Sprintf("unchanged (the plan, %s to %s, is not docker run's to carry out): %s", pl.Action, policy.FormatSize(pl.Size), pl.Reason)
+	}
 	switch pl.Action {
 	case oci.ActionNone:
 		return "unchanged: " + pl.Reason

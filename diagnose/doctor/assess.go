@@ -68,7 +68,7 @@ func assess(sub subject, pol *policy.Policy) ([]Check, oci.Plan) {
 	sub.fix.userMount = sub.shm.kind == oci.ShmUser
 	pl := oci.Decide(oci.Input{Container: sub.container, Policy: pol, Facts: oci.Facts{HostMemory: sub.hostMemory, HostGPUs: sub.hostGPUs, TmpfsSize: sub.hostTmpfsSize}})
 	acting := pl.Action != oci.ActionNone
-	applies := pl.GPU || pol.Match == policy.MatchAll || acting
+	applies := pl.Applies
 	target, why := pl.Target, pl.Why
 	if acting && pl.Size > 0 && pl.Size != target {
 		// An annotation asked for another size, or enforce_min raised one.

@@ -171,7 +171,7 @@ func TestDockerSpecMatchesLauncher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ls, _, err := launch.Container(run, env, policy.EngineDefaultShm)
+			ls, err := launch.Container(run, env, policy.EngineDefaultShm)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -28,7 +28,7 @@ func inPod(sys *System) bool {
 // told: the decision the webhook wrote on the pod, or — when the pod has
 // none — the reasons it would not have seen the pod.
 func webhookCheck(ctx context.Context, sys *System, sub subject, pl oci.Plan, lookup PodLookup) (Check, bool) {
-	if !inPod(sys) || !pl.GPU || !sub.shm.known || !policy.IsEngineDefaultShm(sub.shm.fs.Size) {
+	if !inPod(sys) || !pl.Applies || !sub.shm.known || !policy.IsEngineDefaultShm(sub.shm.fs.Size) {
 		return Check{}, false
 	}
 	c := Check{Name: "webhook", Status: Warn}

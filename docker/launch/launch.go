@@ -62,6 +62,13 @@ type Result struct {
 	// Added is the flag gpurun added, "" when none.
 	Added string
 	Plan  oci.Plan
+	// Skipped says why the plan's action was not carried out and what to
+	// do instead, "" when it was (or there was nothing to do): docker run
+	// can size a container's own /dev/shm (--shm-size) or give it the
+	// host's (--ipc=host), not grow another container's shared tmpfs nor
+	// add a /dev/shm that --ipc none leaves out. The plan and its reason
+	// stay the decision's.
+	Skipped string
 	// Notes say what gpurun could not learn (for -v).
 	Notes []string
 	// Warnings are one line each, for stderr.
@@ -96,15 +103,11 @@ func Prepare(ctx context.Context, req Request) Result {
 		return res
 	}
 	decide := func(env []string, defaultShm int64, facts oci.Facts) (oci.Plan, error) {
-		c, why, err := Container(run, env, defaultShm)
+		c, err := Container(run, env, defaultShm)
 		if err != nil {
 			return oci.Plan{}, err
 		}
-		pl := oci.Decide(oci.Input{Container: c, Policy: pol, Facts: facts})
-		if why != "" {
-			pl = oci.Plan{Action: oci.ActionNone, GPU: pl.GPU, GPUs: pl.GPUs, Reason: why, Evidence: pl.Evidence, Target: pl.Target, Why: pl.Why}
-		}
-		return pl, nil
+		return oci.Decide(oci.Input{Container: c, Policy: pol, Facts: facts}), nil
 	}
 	var local oci.Facts
 	if req.LocalFacts != nil {
@@ -114,7 +117,6 @@ func Prepare(ctx context.Context, req Request) Result {
 	if req.DaemonLocal {
 		hostGPUs = local.HostGPUs
 	}
-	sized := func(pl oci.Plan) bool { return pl.Action != oci.ActionNone || pl.GPU }
 
 	// Ask the daemon only what the answer depends on: the image's env (it
 	// can make a container a GPU one); the host's memory and the daemon's
@@ -123,7 +125,7 @@ func Prepare(ctx context.Context, req Request) Result {
 	// time as the image.
 	daemonUp := req.Daemon != nil
 	var hostFacts func() (int64, int64, []string)
-	if pl, err := decide(runEnv, policy.EngineDefaultShm, oci.Facts{HostGPUs: hostGPUs}); err == nil && sized(pl) {
+	if pl, err := decide(runEnv, policy.EngineDefaultShm, oci.Facts{HostGPUs: hostGPUs}); err == nil && pl.Applies {
 		hostFacts = startFacts(ctx, req, run, daemonUp, local.HostMemory)
 	}
 	var imageEnv []string
@@ -139,7 +141,7 @@ func Prepare(ctx context.Context, req Request) Result {
 	env := runargs.MergeEnv(imageEnv, runEnv)
 
 	pl, err := decide(env, policy.EngineDefaultShm, oci.Facts{HostGPUs: hostGPUs})
-	if hostFacts != nil && (err != nil || !sized(pl)) {
+	if hostFacts != nil && (err != nil || !pl.Applies) {
 		hostFacts() // a probe container started for nothing is still removed
 	}
 	if err != nil {
@@ -147,7 +149,7 @@ func Prepare(ctx context.Context, req Request) Result {
 		res.Notes = append(res.Notes, fmt.Sprintf("not changing the command: %v", err))
 		return res
 	}
-	if sized(pl) {
+	if pl.Applies {
 		if hostFacts == nil {
 			hostFacts = startFacts(ctx, req, run, daemonUp, local.HostMemory)
 		}
@@ -161,10 +163,16 @@ func Prepare(ctx context.Context, req Request) Result {
 	res.Plan = pl
 
 	switch pl.Action {
-	case oci.ActionSetSize, oci.ActionInject:
+	case oci.ActionSetSize:
 		res.Added = "--shm-size=" + strconv.FormatInt(pl.Size, 10)
 	case oci.ActionIPCHost:
 		res.Added = "--ipc=host"
+	case oci.ActionRemount:
+		// Only a container that joins another's IPC namespace has a shared
+		// tmpfs before it exists (a shareable one is sized by --shm-size).
+		res.Skipped = fmt.Sprintf("docker ignores --shm-size for %s: grow that container's /dev/shm instead, with `gpurun resize %s %s` (now, no restart) or --shm-size=%d when it is created", run.IPC, strings.TrimPrefix(run.IPC, "container:"), policy.FormatDocker(pl.Size), pl.Size)
+	case oci.ActionInject:
+		res.Skipped = fmt.Sprintf("docker mounts nothing at /dev/shm with --ipc %s, and ignores --shm-size: use --ipc private (or shareable) for a /dev/shm of %s", run.IPC, policy.FormatSize(pl.Size))
 	}
 	if res.Added != "" {
 		res.Args = insertFlag(run, res.Added)
@@ -236,15 +244,15 @@ func insertFlag(run *runargs.Run, flag string) []string {
 // and the run's, merged), annotations, --memory, each --gpus request,
 // --runtime, every --device (oci.ClassifyDevice judges them), --privileged,
 // and /dev/shm — the user's own mount there, else what --ipc and
-// --shm-size give (defaultShm is the daemon's default-shm-size). A
-// non-empty reason means the run's /dev/shm is not gpurun's to size from
-// the command line.
-func Container(run *runargs.Run, env []string, defaultShm int64) (*oci.Container, string, error) {
+// --shm-size give (defaultShm is the daemon's default-shm-size; the
+// namespace of --ipc container:<x> is joined, its /dev/shm not known from
+// the command line).
+func Container(run *runargs.Run, env []string, defaultShm int64) (*oci.Container, error) {
 	opts := []oci.Opt{oci.WithEnv(env...), translate.Runtime(run.Runtime)}
 	if run.MemorySet {
 		n, err := policy.ParseSize(run.Memory)
 		if err != nil {
-			return nil, "", fmt.Errorf("--memory: %w", err)
+			return nil, fmt.Errorf("--memory: %w", err)
 		}
 		opts = append(opts, oci.WithMemoryLimit(n))
 	}
@@ -258,9 +266,9 @@ func Container(run *runargs.Run, env []string, defaultShm int64) (*oci.Container
 		dr, err := translate.ParseGPUs(g)
 		if err != nil {
 			// docker refuses the run with its own message.
-			return nil, "", err
+			return nil, err
 		}
-		opts = append(opts, translate.GPURequest(dr))
+		opts = append(opts, translate.DeviceRequest(dr))
 	}
 	for _, d := range run.Devices {
 		if dst := runargs.DeviceTarget(d); dst != "" {
@@ -276,31 +284,18 @@ func Container(run *runargs.Run, env []string, defaultShm int64) (*oci.Container
 	if run.ShmSizeSet {
 		n, err := policy.ParseSize(run.ShmSize)
 		if err != nil {
-			return nil, "", fmt.Errorf("--shm-size: %w", err)
+			return nil, fmt.Errorf("--shm-size: %w", err)
 		}
 		if n > 0 {
 			shm.Size, shm.Choice = n, "--shm-size "+run.ShmSize
 		}
-	}
-	var why string
-	switch {
-	case strings.HasPrefix(ipc, "container:"):
-		// The donor's /dev/shm: not the command line's to size.
-		why = fmt.Sprintf("--ipc %s shares that container's IPC namespace and /dev/shm (docker ignores --shm-size); grow it with `gpurun resize %s SIZE`", ipc, strings.TrimPrefix(ipc, "container:"))
-		ipc = ""
-	case ipc == "none":
-		why = "--ipc none: the user asked for no /dev/shm"
 	}
 	opts = append(opts, translate.IPC(ipc, shm))
 	if how, ok := run.MountsDevShm(); ok {
 		flag, value, _ := strings.Cut(strings.TrimPrefix(how, "--"), " ")
 		opts = append(opts, oci.WithUserShm(how, translate.UserMount(flag, value)))
 	}
-	c, err := oci.NewContainer(opts...)
-	if err != nil {
-		return nil, "", err
-	}
-	return c, why, nil
+	return oci.NewContainer(opts...)
 }
 
 // warnings are the one-line notices of a user's choice that defeats them.

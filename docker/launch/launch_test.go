@@ -75,6 +75,10 @@ func TestPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mount, err := policy.Parse("t.toml", []byte("mode = \"mount\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		args     string
@@ -85,6 +89,7 @@ func TestPrepare(t *testing.T) {
 		action   oci.Action
 		warn     string
 		note     string
+		skipped  string
 		noProbes bool
 	}{
 		{name: "env GPU", args: "--rm -e NVIDIA_VISIBLE_DEVICES=all img df", want: "--shm-size=" + half + " --rm -e NVIDIA_VISIBLE_DEVICES=all img df", action: oci.ActionSetSize},
@@ -101,7 +106,8 @@ func TestPrepare(t *testing.T) {
 		{name: "explicit size kept", args: "--shm-size 256m --gpus all img", want: "--shm-size 256m --gpus all img", action: oci.ActionNone, warn: "below the policy minimum"},
 		{name: "enforce_min raises it, after the user's", pol: enforce, args: "--shm-size=256m --gpus all img cmd", want: "--shm-size=256m --gpus all --shm-size=1073741824 img cmd", action: oci.ActionSetSize, warn: "enforce_min raises it to 1GiB"},
 		{name: "ipc host", args: "--ipc=host --shm-size 1g --gpus all img", want: "--ipc=host --shm-size 1g --gpus all img", action: oci.ActionNone, warn: "no effect with --ipc=host"},
-		{name: "ipc container", args: "--ipc container:trainer --gpus all img", want: "--ipc container:trainer --gpus all img", action: oci.ActionNone},
+		{name: "ipc container: the donor's tmpfs, not docker run's to grow", args: "--ipc container:trainer --gpus all img", want: "--ipc container:trainer --gpus all img", action: oci.ActionRemount, skipped: "gpurun resize trainer 32g"},
+		{name: "ipc none in mode mount: no /dev/shm to size", pol: mount, args: "--ipc none --gpus all img", want: "--ipc none --gpus all img", action: oci.ActionInject, skipped: "use --ipc private"},
 		{name: "ipc none", args: "--ipc none --gpus all img", want: "--ipc none --gpus all img", action: oci.ActionNone},
 		{name: "ipc shareable is sized by --shm-size", args: "--ipc shareable --gpus all img", want: "--shm-size=" + half + " --ipc shareable --gpus all img", action: oci.ActionSetSize},
 		{name: "tmpfs at /dev/shm", args: "--tmpfs /dev/shm:size=1g --gpus all img", want: "--tmpfs /dev/shm:size=1g --gpus all img", action: oci.ActionNone},
@@ -145,6 +151,9 @@ func TestPrepare(t *testing.T) {
 			}
 			if tt.warn == "" && len(res.Warnings) > 0 {
 				t.Errorf("unexpected warnings %q", res.Warnings)
+			}
+			if !strings.Contains(res.Skipped, tt.skipped) || (tt.skipped == "") != (res.Skipped == "") {
+				t.Errorf("skipped %q, want %q", res.Skipped, tt.skipped)
 			}
 			if tt.note != "" && !strings.Contains(strings.Join(res.Notes, "\n"), tt.note) {
 				t.Errorf("notes %q lack %q", res.Notes, tt.note)
@@ -214,11 +223,11 @@ func TestDeviceFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _, err := Container(run, nil, policy.EngineDefaultShm)
+	c, err := Container(run, nil, policy.EngineDefaultShm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := oci.DetectGPU(c, 0); !slices.Equal(g.Evidence, want) {
+	if g := oci.EvidenceOf(nil).DetectGPU(c, 0); !slices.Equal(g.Evidence, want) {
 		t.Errorf("evidence\n got %q\nwant %q", g.Evidence, want)
 	}
 	// docker refuses these; gpurun leaves the command to it.
@@ -227,7 +236,7 @@ func TestDeviceFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := Container(run, nil, policy.EngineDefaultShm); err == nil {
+		if _, err := Container(run, nil, policy.EngineDefaultShm); err == nil {
 			t.Errorf("--device %s was accepted", bad)
 		}
 	}
@@ -236,11 +245,11 @@ func TestDeviceFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, _, err := Container(run, nil, policy.EngineDefaultShm)
+		c, err := Container(run, nil, policy.EngineDefaultShm)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g := oci.DetectGPU(c, 0); g.GPU {
+		if g := oci.EvidenceOf(nil).DetectGPU(c, 0); g.GPU {
 			t.Errorf("--device %s alone is GPU evidence: %q", single, g.Evidence)
 		}
 	}

@@ -79,52 +79,40 @@ func ParseGPUs(v string) (container.DeviceRequest, error) {
 	return req, nil
 }
 
-// GPURequest returns the Opt for one device request: a GPU request (driver
-// nvidia, or the gpu capability) named as `docker run --gpus` spells it, or
-// the CDI devices of a "cdi" request (docker 25+ turns --device
-// vendor/class=name into one). Other requests give nothing.
-func GPURequest(dr container.DeviceRequest) oci.Opt {
-	return func(c *oci.Container) error {
-		if dr.Driver == "cdi" {
-			return oci.WithCDIDevices("docker", dr.DeviceIDs...)(c)
-		}
-		gpu := dr.Driver == "nvidia"
-		for _, caps := range dr.Capabilities {
-			for _, cp := range caps {
-				gpu = gpu || cp == "gpu"
-			}
-		}
-		if !gpu {
-			return nil
-		}
-		words, n := gpusWords(dr)
-		return oci.WithGPURequest(words, n)(c)
+// DeviceRequest returns the Opt for one device request, named as `docker
+// run` spells it (--gpus for the driver or capability the CLI gives it,
+// --device for CDI names): the request as dockerd gets it, which Decide
+// judges.
+func DeviceRequest(dr container.DeviceRequest) oci.Opt {
+	var caps []string
+	for _, set := range dr.Capabilities {
+		caps = append(caps, set...)
 	}
+	return oci.WithDeviceRequest(oci.DeviceRequest{Words: requestWords(dr), Driver: dr.Driver, Capabilities: caps, DeviceIDs: dr.DeviceIDs, Count: dr.Count})
 }
 
-// gpusWords writes a device request as the --gpus flag that asks for it,
-// and its GPU count (0: all).
-func gpusWords(dr container.DeviceRequest) (string, int) {
+// requestWords writes a device request as the flag that asks for it.
+func requestWords(dr container.DeviceRequest) string {
 	switch {
+	case dr.Driver == oci.DriverCDI:
+		return "--device " + strings.Join(dr.DeviceIDs, ",")
 	case len(dr.DeviceIDs) > 0:
-		return "--gpus device=" + strings.Join(dr.DeviceIDs, ","), len(dr.DeviceIDs)
+		return "--gpus device=" + strings.Join(dr.DeviceIDs, ",")
 	case dr.Count < 0:
-		return "--gpus all", 0
+		return "--gpus all"
 	default:
-		return "--gpus " + strconv.Itoa(dr.Count), dr.Count
+		return "--gpus " + strconv.Itoa(dr.Count)
 	}
 }
 
-// Runtime returns the Opt for `--runtime NAME`: NVIDIA's runtimes give the
-// container the GPUs its NVIDIA_VISIBLE_DEVICES names, which CUDA images
-// set; it counts as a request for GPUs, count unknown.
+// Runtime returns the Opt for `--runtime NAME`: the runtime dockerd runs
+// the container with, which Decide judges (NVIDIA's runtimes give the
+// container the GPUs its NVIDIA_VISIBLE_DEVICES names).
 func Runtime(name string) oci.Opt {
-	return func(c *oci.Container) error {
-		if strings.Contains(name, "nvidia") {
-			return oci.WithGPURequest("--runtime "+name, 0)(c)
-		}
-		return nil
+	if name == "" {
+		return oci.WithRuntime("", "")
 	}
+	return oci.WithRuntime("--runtime "+name, name)
 }
 
 // Shm is what dockerd needs to lay out a container's /dev/shm.
@@ -139,6 +127,9 @@ type Shm struct {
 	// ID is the container's id; DonorID the full id of the container whose
 	// IPC namespace it joins (--ipc container:<x>). "" when unknown.
 	ID, DonorID string
+	// IPCWords is the IPC mode in the user's words ("ipc: service:x"),
+	// "" for "--ipc <mode>".
+	IPCWords string
 }
 
 // IPC returns the Opt for an IPC mode as dockerd sets /dev/shm up:
@@ -148,11 +139,15 @@ type Shm struct {
 //     dockerd mounts on the host at <data-root>/containers/<id>/mounts/shm
 //     and binds, so that others can join; before the container exists
 //     (docker run) it is sized exactly like a private one;
-//   - "container:<x>": x's namespace, binding x's host tmpfs;
+//   - "container:<x>": x's namespace, binding x's host tmpfs; where that
+//     lies is unknown without the data root and x's id, and the container
+//     then joins a namespace whose /dev/shm is not known here
+//     (oci.WithJoinedIPC);
 //   - "host": the host's namespace and /dev/shm;
 //   - "none": a namespace of its own and nothing at /dev/shm.
 //
-// A mode whose host path cannot be told (no data root or id) is an error.
+// A shareable mode whose host path cannot be told (an id, but no data
+// root) is an error.
 func IPC(mode string, shm Shm) oci.Opt {
 	return func(c *oci.Container) error {
 		own := func() error {
@@ -184,6 +179,13 @@ func IPC(mode string, shm Shm) oci.Opt {
 			}
 			return oci.WithSharedShm(p, "")(c)
 		case strings.HasPrefix(mode, "container:"):
+			if shm.DataRoot == "" || shm.DonorID == "" {
+				words := shm.IPCWords
+				if words == "" {
+					words = "--ipc " + mode
+				}
+				return oci.WithJoinedIPC(words)(c)
+			}
 			p, err := hostShm(shm.DonorID)
 			if err != nil {
 				return err
@@ -220,7 +222,7 @@ func FromInspect(c container.InspectResponse, dataRoot string, donor *container.
 		Runtime(h.Runtime),
 	}
 	for _, dr := range h.DeviceRequests {
-		opts = append(opts, GPURequest(dr))
+		opts = append(opts, DeviceRequest(dr))
 	}
 	for _, d := range h.Devices {
 		opts = append(opts, oci.WithDevices(path.Clean(d.PathInContainer)))

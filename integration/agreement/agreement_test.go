@@ -360,12 +360,15 @@ var exceptions = []exception{
 		want: func(_ *captured, _ setting, cur outcome) outcome { return outcome{oci.ActionSetSize, cur.size} },
 	},
 	{
-		why:   "a --ipc container:<donor> peer shares the donor's /dev/shm: gpurun run leaves it to the donor (and says: gpurun resize <donor>), where the node-level doors and doctor grow the donor's tmpfs",
+		why:   "a --ipc container:<donor> peer: docker run's words do not say how big the donor's /dev/shm is, so gpurun run plans to grow it to the policy's size (and, since docker run cannot, reports the plan as not carried out, naming gpurun resize <donor>); the node-level doors and doctor see the donor's tmpfs and leave one the user sized (--shm-size 1g)",
 		doors: []door{doorLauncher},
-		applies: func(fx *captured, _ setting, cur outcome) bool {
-			return ipcMode(fx).IsContainer() && cur.action != oci.ActionNone
+		applies: func(fx *captured, st setting, cur outcome) bool {
+			return named("docker-20.10-gpu-ipc-container-shm-size-1g")(fx, st, cur) && cur.action == oci.ActionNone
 		},
-		want: func(*captured, setting, outcome) outcome { return outcome{action: oci.ActionNone} },
+		want: func(fx *captured, st setting, _ outcome) outcome {
+			n, _ := st.pol.Target(policy.Request{MemoryLimit: fx.Docker.Inspect.HostConfig.Memory, HostMemory: st.memory, GPUs: st.gpus})
+			return outcome{oci.ActionRemount, n}
+		},
 	},
 	{
 		why:   "compose is portable: its shm_size runs on hosts not known now, so without a memory limit it writes compose_default (8gb) instead of half of this host's memory",

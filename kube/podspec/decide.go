@@ -33,6 +33,9 @@ type Decision struct {
 	Size int64 `json:"size_bytes,omitempty"`
 	// GPU says a container of the pod has GPU evidence.
 	GPU bool `json:"gpu"`
+	// Applies says the policy applies to a container of the pod
+	// (oci.Plan.Applies).
+	Applies bool `json:"applies"`
 	// Reason says why, naming the container whose plan decided.
 	Reason string `json:"reason"`
 	// Plans are oci.Decide's plans, one per container, in Translate's
@@ -61,7 +64,7 @@ func Decide(pod *corev1.Pod, pol *policy.Policy) (Decision, error) {
 	if pol == nil {
 		pol = policy.Default()
 	}
-	members, err := Translate(pod, pol)
+	members, err := Translate(pod)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -79,6 +82,7 @@ func Decide(pod *corev1.Pod, pol *policy.Policy) (Decision, error) {
 		d.Plans = append(d.Plans, cp)
 		cur := &d.Plans[len(d.Plans)-1]
 		d.GPU = d.GPU || pl.GPU
+		d.Applies = d.Applies || pl.Applies
 		if pl.GPU && firstGPU == nil {
 			firstGPU = cur
 		}

@@ -6,10 +6,10 @@
 // At the API server a pod's /dev/shm is what the runtime will give it: the
 // pod sandbox's 64 MiB tmpfs, unless the pod is hostIPC or a container
 // mounts a volume at /dev/shm. Its GPU signals are its containers'
-// extended resources (nvidia.com/gpu, amd.com/gpu, gpu.intel.com/*,
-// habana.ai/*, and those the policy's gpu_resources list), their literal
-// environment, the pod's CDI annotations and a GPU RuntimeClass. The
-// memory a container may use is the pod's: the pod-level limit where set,
+// extended resources, their literal environment, the pod's CDI annotations
+// and its RuntimeClass, handed to oci.Decide as they are (its table,
+// oci.Evidence, judges them). The memory a container may use is the pod's:
+// the pod-level limit where set,
 // else the sum of its containers' limits (or an init container's, if
 // larger) when every container has one; with none, the node is not known
 // yet, so the target is the policy's compose_default, as for a compose
@@ -29,30 +29,6 @@ import (
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
-
-// gpuDomains are the extended-resource domains of GPU device plugins:
-// NVIDIA's (gpu, mig-*, gpu.shared), AMD's, Intel's (gpu.intel.com/i915,
-// xe) and Habana's (habana.ai/gaudi).
-var gpuDomains = []string{"nvidia.com", "amd.com", "gpu.intel.com", "habana.ai"}
-
-// IsGPUResource reports whether an extended resource name asks for a GPU:
-// one of the GPU vendors' domains, or a name the policy's gpu_resources
-// list (exactly, or its domain as "domain/*").
-func IsGPUResource(name string, pol *policy.Policy) bool {
-	domain, _, ok := strings.Cut(name, "/")
-	if !ok {
-		return false
-	}
-	if slices.Contains(gpuDomains, domain) {
-		return true
-	}
-	for _, r := range pol.GPUResources {
-		if r == name || r == domain+"/*" {
-			return true
-		}
-	}
-	return false
-}
 
 // Member is one container of a pod in the intermediate form.
 type Member struct {
@@ -114,11 +90,11 @@ func isSidecar(c corev1.Container) bool {
 // Translate returns the pod's containers in the intermediate form: init
 // containers first, then containers. Ephemeral containers are left out:
 // they are added later, never at a pod's creation.
-func Translate(pod *corev1.Pod, pol *policy.Policy) ([]Member, error) {
+func Translate(pod *corev1.Pod) ([]Member, error) {
 	limit, _ := MemoryLimit(pod)
 	var out []Member
 	add := func(c corev1.Container, init bool) error {
-		m, err := translate(pod, c, limit, pol)
+		m, err := translate(pod, c, limit)
 		if err != nil {
 			kind := "container"
 			if init {
@@ -144,7 +120,7 @@ func Translate(pod *corev1.Pod, pol *policy.Policy) ([]Member, error) {
 }
 
 // translate builds one container's form.
-func translate(pod *corev1.Pod, c corev1.Container, limit int64, pol *policy.Policy) (Member, error) {
+func translate(pod *corev1.Pod, c corev1.Container, limit int64) (Member, error) {
 	m := Member{Name: c.Name}
 	var opts []oci.Opt
 	// The runtime sees the pod's annotations that matter here (the size
@@ -162,20 +138,17 @@ func translate(pod *corev1.Pod, c corev1.Container, limit int64, pol *policy.Pol
 	}
 	opts = append(opts, oci.WithEnv(env...))
 	for _, name := range resourceNames(c) {
-		if !IsGPUResource(name, pol) {
-			continue
+		if !strings.Contains(name, "/") {
+			continue // cpu, memory, hugepages-*: no extended resource
 		}
 		where, q := "limits", c.Resources.Limits[corev1.ResourceName(name)]
 		if _, ok := c.Resources.Limits[corev1.ResourceName(name)]; !ok {
 			where, q = "requests", c.Resources.Requests[corev1.ResourceName(name)]
 		}
-		if q.Value() <= 0 {
-			continue
-		}
-		opts = append(opts, oci.WithGPURequest(fmt.Sprintf("resources.%s %s: %s", where, name, q.String()), int(q.Value())))
+		opts = append(opts, oci.WithResource(fmt.Sprintf("resources.%s %s: %s", where, name, q.String()), name, q.Value()))
 	}
-	if rc := pod.Spec.RuntimeClassName; rc != nil && slices.Contains(pol.GPURuntimeClasses, *rc) {
-		opts = append(opts, oci.WithGPURequest("runtimeClassName: "+*rc, 0))
+	if rc := pod.Spec.RuntimeClassName; rc != nil && *rc != "" {
+		opts = append(opts, oci.WithRuntime("runtimeClassName: "+*rc, *rc))
 	}
 	if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
 		opts = append(opts, oci.WithPrivileged("securityContext.privileged: true"))

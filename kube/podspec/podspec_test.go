@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/gpurun/gpurun/policy"
 )
 
 func ctr(name, memory string) corev1.Container {
@@ -44,23 +42,6 @@ func TestMemoryLimit(t *testing.T) {
 				t.Errorf("MemoryLimit = %d (%s), want %d (%s)", got, why, tt.want, tt.why)
 			}
 		})
-	}
-}
-
-func TestIsGPUResource(t *testing.T) {
-	pol, err := policy.Parse("t.toml", []byte(`gpu_resources = ["example.com/tpu", "acme.io/*"]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]bool{
-		"nvidia.com/gpu": true, "nvidia.com/mig-1g.10gb": true, "nvidia.com/gpu.shared": true, "amd.com/gpu": true,
-		"gpu.intel.com/i915": true, "gpu.intel.com/xe": true, "habana.ai/gaudi": true,
-		"example.com/tpu": true, "example.com/other": false, "acme.io/npu": true,
-		"memory": false, "cpu": false, "ephemeral-storage": false, "hugepages-2Mi": false, "intel.com/sriov": false,
-	} {
-		if got := IsGPUResource(name, pol); got != want {
-			t.Errorf("IsGPUResource(%q) = %v, want %v", name, got, want)
-		}
 	}
 }
 

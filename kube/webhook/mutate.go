@@ -59,7 +59,7 @@ func Mutate(pod *corev1.Pod, pol *policy.Policy) (Mutation, error) {
 		return m, err
 	}
 	m.Decision = d
-	if !d.GPU && d.Action == podspec.ActionNone {
+	if !d.Applies {
 		return m, nil
 	}
 	switch d.Action {

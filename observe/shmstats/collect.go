@@ -236,7 +236,7 @@ func (c *collector) decide(ct *Container, f found) {
 	s, facts := asMade(f.spec, f.made, c.facts)
 	pl := oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: c.pol, Facts: facts})
 	ct.GPU = pl.GPU
-	ct.Decision = Decision{Action: string(pl.Action), Size: pl.Size, Target: pl.Target, Why: pl.Why, Reason: pl.Reason, GPUs: pl.GPUs}
+	ct.Decision = Decision{Action: string(pl.Action), Applies: pl.Applies, Size: pl.Size, Target: pl.Target, Why: pl.Why, Reason: pl.Reason, GPUs: pl.GPUs}
 	ct.Shm.Kind = string(pl.Shm.Kind)
 	if pl.Shm.Kind == oci.ShmEngine {
 		ct.Shm.Source = pl.Shm.Source

@@ -131,6 +131,8 @@ type Decision struct {
 	// Action is oci.Action's value: none, set-size, remount, inject,
 	// ipc-host.
 	Action string `json:"action"`
+	// Applies says the policy applies to the container (oci.Plan.Applies).
+	Applies bool `json:"applies"`
 	// Size is the size the plan gives, in bytes; 0 where unknown.
 	Size int64 `json:"size_bytes"`
 	// Target is the size the policy gives this container, whatever the

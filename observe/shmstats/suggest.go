@@ -50,7 +50,7 @@ type Measured struct {
 // Measure returns what Suggest needs from a collected container.
 func (c *Container) Measure() Measured {
 	return Measured{Peak: max(c.Shm.Peak, c.Shm.Used), Size: c.Shm.Size, Engine: c.Engine, Pod: c.Pod != nil,
-		Kind: c.Shm.Kind, Sized: c.GPU || c.Decision.Action != string(oci.ActionNone), GPUs: c.Decision.GPUs,
+		Kind: c.Shm.Kind, Sized: c.Decision.Applies, GPUs: c.Decision.GPUs,
 		Target: c.Decision.Target, Pending: c.Decision.Action != "" && c.Decision.Action != string(oci.ActionNone) && !c.Decision.InEffect}
 }
 
