@@ -268,9 +268,24 @@ func formatExact(n int64, gib, mib, kib string) string {
 // "64kb"), or plain bytes.
 func FormatCompose(n int64) string { return formatExact(n, "gb", "mb", "kb") }
 
-// FormatQuantity formats n bytes as a Kubernetes binary quantity, exactly:
-// "8Gi", "1536Mi", "64Ki" or bytes.
-func FormatQuantity(n int64) string { return formatExact(n, "Gi", "Mi", "Ki") }
+// FormatQuantity formats n bytes as a Kubernetes binary quantity, exactly,
+// in the largest binary unit that divides it: "8Gi", "1536Mi", "64Ki",
+// "2Ti", or bytes — what resource.Quantity writes for such a size (its
+// canonical form; the Kubernetes door, gpurun plan, doctor, explain and
+// stats all print sizes with this one function).
+func FormatQuantity(n int64) string {
+	if n > 0 {
+		for _, u := range []struct {
+			size   int64
+			suffix string
+		}{{TiB << 20, "Ei"}, {TiB << 10, "Pi"}, {TiB, "Ti"}} {
+			if n%u.size == 0 {
+				return strconv.FormatInt(n/u.size, 10) + u.suffix
+			}
+		}
+	}
+	return formatExact(n, "Gi", "Mi", "Ki")
+}
 
 // MountSizeOption formats n bytes as a tmpfs "size=" mount option. With
 // inKiB it writes kibibytes ("size=65536k", containerd's style) when n is a

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestParseSize(t *testing.T) {
@@ -293,6 +295,8 @@ func TestFormatQuantityAndCompose(t *testing.T) {
 		{1536 * MiB, "1536Mi", "1536mb"},
 		{12 * KiB, "12Ki", "12kb"},
 		{1000, "1000", "1000"},
+		{2 * TiB, "2Ti", "2048gb"},
+		{3 * TiB << 10, "3Pi", "3145728gb"},
 	}
 	for _, tt := range tests {
 		if got := FormatQuantity(tt.n); got != tt.quantity {
@@ -307,4 +311,27 @@ func TestFormatQuantityAndCompose(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzFormatQuantity checks FormatQuantity against Kubernetes' own
+// resource.Quantity: what it writes parses back to the same bytes, and a
+// whole number of KiB is written as Quantity writes it (its canonical
+// binary form).
+func FuzzFormatQuantity(f *testing.F) {
+	for _, n := range []int64{0, 1, 1000, KiB, 1536 * MiB, 32 * GiB, 2 * TiB, 7 << 60, 1<<63 - 1} {
+		f.Add(n)
+	}
+	f.Fuzz(func(t *testing.T, n int64) {
+		if n < 0 {
+			return
+		}
+		got := FormatQuantity(n)
+		q, err := resource.ParseQuantity(got)
+		if err != nil || q.Value() != n {
+			t.Fatalf("FormatQuantity(%d) = %q, which Kubernetes reads as %v (%v)", n, got, q.Value(), err)
+		}
+		if want := resource.NewQuantity(n, resource.BinarySI).String(); n%KiB == 0 && got != want {
+			t.Fatalf("FormatQuantity(%d) = %q, resource.Quantity writes %q", n, got, want)
+		}
+	})
 }

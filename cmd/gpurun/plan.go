@@ -171,7 +171,7 @@ func planPod(cmd *cobra.Command, pol *policy.Policy, path string, asJSON bool, p
 	var b strings.Builder
 	head := string(d.Action)
 	if d.Action == podspec.ActionEmptyDir {
-		head += fmt.Sprintf(" (medium Memory, sizeLimit %s, at /dev/shm in every container)", podspec.Quantity(d.Size))
+		head += fmt.Sprintf(" (medium Memory, sizeLimit %s, at /dev/shm in every container)", policy.FormatQuantity(d.Size))
 	}
 	fmt.Fprintf(&b, "action:   %s\n", head)
 	fmt.Fprintf(&b, "gpu:      %v\n", map[bool]string{true: "yes", false: "no"}[d.GPU])

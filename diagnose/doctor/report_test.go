@@ -115,30 +115,3 @@ func TestReportText(t *testing.T) {
 		t.Errorf("summary:\n%s", plain.String())
 	}
 }
-
-func TestFormats(t *testing.T) {
-	tests := []struct {
-		n                 int64
-		quantity, compose string
-	}{
-		{32 * policy.GiB, "32Gi", "32gb"},
-		{1536 * policy.MiB, "1536Mi", "1536mb"},
-		{policy.EngineDefaultShm, "64Mi", "64mb"},
-		{4097, "4097", "4097"},
-	}
-	for _, tt := range tests {
-		if q := policy.FormatQuantity(tt.n); q != tt.quantity {
-			t.Errorf("policy.FormatQuantity(%d) = %s, want %s", tt.n, q, tt.quantity)
-		}
-		if c := policy.FormatCompose(tt.n); c != tt.compose {
-			t.Errorf("policy.FormatCompose(%d) = %s, want %s", tt.n, c, tt.compose)
-		}
-		// What doctor tells people to write must read back as the size.
-		if n, err := policy.ParseQuantity(policy.FormatQuantity(tt.n)); err != nil || n != tt.n {
-			t.Errorf("quantity %s reads back as %d, %v", policy.FormatQuantity(tt.n), n, err)
-		}
-		if n, err := policy.ParseSize(policy.FormatCompose(tt.n)); err != nil || n != tt.n {
-			t.Errorf("compose size %s reads back as %d, %v", policy.FormatCompose(tt.n), n, err)
-		}
-	}
-}

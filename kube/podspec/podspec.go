@@ -24,7 +24,6 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -238,10 +237,4 @@ func volumeKind(v corev1.Volume) string {
 		return "secret"
 	}
 	return "volume"
-}
-
-// Quantity formats a size as a Kubernetes quantity: binary suffixes where
-// exact ("16Gi"), else bytes.
-func Quantity(n int64) string {
-	return resource.NewQuantity(n, resource.BinarySI).String()
 }

@@ -85,7 +85,7 @@ func Mutate(pod *corev1.Pod, pol *policy.Policy) (Mutation, error) {
 func DecisionText(d podspec.Decision) string {
 	head := string(d.Action)
 	if d.Action == podspec.ActionEmptyDir {
-		head += " " + podspec.Quantity(d.Size)
+		head += " " + policy.FormatQuantity(d.Size)
 	}
 	return head + ": " + d.Reason
 }

@@ -3,7 +3,6 @@ package shmstats
 import (
 	"fmt"
 
-	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -101,9 +100,9 @@ func settings(m Measured, size int64, pol *policy.Policy, near bool) []string {
 	switch {
 	case m.Pod:
 		if len(pol.AllowedAnnotations) > 0 {
-			out = append(out, fmt.Sprintf("pod annotation %s: %q (the runtime must pass it to the spec: containerd's pod_annotations)", pol.AllowedAnnotations[0], podspec.Quantity(size)))
+			out = append(out, fmt.Sprintf("pod annotation %s: %q (the runtime must pass it to the spec: containerd's pod_annotations)", pol.AllowedAnnotations[0], policy.FormatQuantity(size)))
 		}
-		out = append(out, fmt.Sprintf("a Memory emptyDir at /dev/shm with sizeLimit: %s", podspec.Quantity(size)))
+		out = append(out, fmt.Sprintf("a Memory emptyDir at /dev/shm with sizeLimit: %s", policy.FormatQuantity(size)))
 	case m.Engine == EngineDocker && m.Kind == string(oci.ShmEngine):
 		out = append(out, fmt.Sprintf("docker run --shm-size=%s on the --ipc shareable container (its --ipc container: peers share its /dev/shm; compose: shm_size: %s on that service)", docker, docker))
 	case m.Engine == EngineDocker:
