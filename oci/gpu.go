@@ -1,7 +1,13 @@
-// Package oci holds gpurun's pure functions over an OCI runtime spec
-// (config.json): GPU detection, classification of /dev/shm, the plan that
-// says what /dev/shm a container should get and why, and the spec change
-// that carries a plan out while keeping every field gpurun does not model.
+// Package oci is gpurun's one decision: "this container, on this host,
+// under this policy: what /dev/shm should it get, and why?" (Decide). Every
+// front door translates what it sees — docker run's arguments, docker
+// inspect, a compose service, a pod spec, an NRI request, a bundle's
+// config.json — into the one form, Container, with the Opts, handing over
+// raw facts; Decide judges them with the one evidence table (Evidence),
+// classifies /dev/shm against the engines' layouts (ShmLayouts) and
+// returns a Plan that says whether the policy applies, the action, the size
+// and the reason. The package is pure: no I/O, no clock, no environment;
+// the host's facts come in Facts.
 package oci
 
 import (

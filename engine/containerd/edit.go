@@ -1,13 +1,3 @@
-// Package containerd registers gpurun-runtime as a runtime handler in
-// containerd's config.toml: versions 2 (containerd 1.x), 3 and 4
-// (containerd 2.x), in place or in a drop-in the main config imports. The
-// handler copies the settings of the runtime it stands in for (the default
-// handler, which may be NVIDIA's runtime: gpurun-runtime then chains to
-// it), can be made the default, and uninstall undoes exactly what install
-// did. Every other byte of the files is kept (package tomledit does the
-// editing), and every edit is checked, re-parsed, to change nothing but
-// gpurun's settings. The functions are pure (bytes in, bytes out);
-// writing, backups and restarting containerd are the caller's.
 package containerd
 
 import (

@@ -1,3 +1,9 @@
+// Package dockerapi asks the Docker daemon what only it knows, over the
+// Docker Engine API with the official client: the endpoint the docker CLI
+// would use (DOCKER_HOST, contexts, TLS), the daemon host's memory, an
+// image's environment, the default-shm-size it gives a container (learned
+// once and cached), and whether the daemon runs on this host (OnThisHost).
+// gpurun run, doctor, resize and stats use it.
 package dockerapi
 
 import (

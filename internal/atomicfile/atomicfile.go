@@ -19,7 +19,9 @@ import (
 // Write replaces path with data atomically: a temporary file in the same
 // directory, fsync, the mode of the file it replaces (else mode), rename
 // over path, then fsync of the directory. A reader sees the old file or the
-// new one, never a part, and a failure leaves the old file as it was.
+// new one, never a part. A failure before the rename leaves the old file as
+// it was; a failed fsync of the directory after it is returned too: the new
+// file is in place, but its name may not survive a crash.
 func Write(path string, data []byte, mode os.FileMode) error {
 	return WriteFrom(path, bytes.NewReader(data), mode)
 }
@@ -66,9 +68,21 @@ func WriteFrom(path string, r io.Reader, mode os.FileMode) (err error) {
 	if err = unix.Rename(tmp, path); err != nil {
 		return &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err}
 	}
-	if dfd, derr := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); derr == nil {
-		_ = unix.Fsync(dfd)
-		_ = unix.Close(dfd)
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable: fsync(2) of the directory.
+func syncDir(dir string) error {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open directory to fsync", Path: dir, Err: err}
+	}
+	err = unix.Fsync(dfd)
+	if cerr := unix.Close(dfd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return &os.PathError{Op: "fsync", Path: dir, Err: err}
 	}
 	return nil
 }

@@ -96,3 +96,16 @@ func TestWriteFrom(t *testing.T) {
 		t.Errorf("temporary files left: %v", entries)
 	}
 }
+
+// TestSyncDir: the fsync of the directory that makes a rename durable
+// reports its failure instead of dropping it.
+func TestSyncDir(t *testing.T) {
+	if err := syncDir(t.TempDir()); err != nil {
+		t.Errorf("syncDir of a directory: %v", err)
+	}
+	for _, bad := range []string{filepath.Join(t.TempDir(), "gone"), "/dev/null"} {
+		if err := syncDir(bad); err == nil {
+			t.Errorf("syncDir(%s) = nil, want an error", bad)
+		}
+	}
+}

@@ -7,7 +7,6 @@ package logfile
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,7 +21,7 @@ import (
 // opened, records are dropped. An empty path discards every record.
 func Open(path, component string) (*slog.Logger, func()) {
 	if path == "" {
-		return slog.New(slog.NewJSONHandler(io.Discard, nil)), func() {}
+		return slog.New(slog.DiscardHandler), func() {}
 	}
 	w := &lazyFile{path: path}
 	return slog.New(UTC(slog.NewJSONHandler(w, nil))).With("component", component, "pid", os.Getpid()), w.close

@@ -1,6 +1,7 @@
 package logfile
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -61,9 +62,17 @@ func TestOpen(t *testing.T) {
 }
 
 func TestOpenEmptyPathDiscards(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
 	log, closeLog := Open("", "x")
+	if log.Enabled(context.Background(), slog.LevelError) {
+		t.Error("a logger for no path takes records")
+	}
 	log.Error("dropped")
 	closeLog()
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
+		t.Errorf("a logger for no path wrote %v (%v)", ents, err)
+	}
 }
 
 // TestOpenUTC: records are timed in UTC whatever the host's zone.

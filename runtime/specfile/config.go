@@ -1,3 +1,11 @@
+// Package specfile reads and rewrites a bundle's config.json, the OCI
+// runtime spec an engine hands gpurun-runtime and the OCI hook: it decodes
+// only the parts oci.Decide reads, with a byte walker that checks keys as
+// encoding/json would (falling back to encoding/json for any shape it does
+// not take), and carries a plan out (Config.Apply) by splicing the document,
+// so that every byte gpurun does not change — fields newer than the
+// runtime-spec module, the engine's key order and spacing — is written back
+// as it was, atomically.
 package specfile
 
 import (
