@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -22,6 +24,23 @@ import (
 
 // Component names the shim in its log records and fail-closed errors.
 const Component = "gpurun-runtime"
+
+// CallerEnv marks the environment of the low-level runtime gpurun-runtime
+// execs, with that runtime's path. A gpurun-runtime that finds it set was
+// called back through the runtime it chains to: NVIDIA's runtime, once the
+// GPU Operator's toolkit has restarted, lists containerd's default runtime
+// binary — gpurun-runtime — as its own low-level runtime, and the two would
+// call each other for ever. It then breaks the cycle (BreakCycle).
+const CallerEnv = "GPURUN_RUNTIME_CALLER"
+
+// MsgCycle is the record of a cycle gpurun-runtime broke; doctor and the
+// node agent read it back.
+const MsgCycle = "runtime cycle: called back through the runtime gpurun-runtime chains to"
+
+// realRuntimes are the low-level runtimes a broken cycle falls back to, in
+// order: the first on PATH that is neither gpurun-runtime nor the runtime
+// that called back.
+func realRuntimes() []string { return []string{"runc", "crun"} }
 
 // Shim is one invocation of gpurun-runtime. Its fields are the process's
 // effects, so tests can replace them.
@@ -42,6 +61,8 @@ type Shim struct {
 	// Fallback is the policy used (for its log_file) when the policy file
 	// cannot be read; nil means policy.Default().
 	Fallback *policy.Policy
+	// LookPath finds a program on PATH (nil: exec.LookPath).
+	LookPath func(string) (string, error)
 }
 
 // New returns a Shim for this process.
@@ -71,6 +92,9 @@ func (s *Shim) Main() int {
 	log, closeLog := logfile.Open(pol.LogFile, Component)
 	defer closeLog()
 
+	if via := s.Getenv(CallerEnv); via != "" {
+		return s.breakCycle(inv, via, log)
+	}
 	runtimePath, err := s.lowLevel(pol.Runtime)
 	if err != nil {
 		log.Error("no low-level runtime", "err", err.Error())
@@ -87,14 +111,62 @@ func (s *Shim) Main() int {
 			return 1
 		}
 	}
-	args := RuncArgs(s.Args)
-	argv := append([]string{runtimePath}, args...)
-	if err := s.Exec(runtimePath, argv, s.Environ); err != nil {
-		log.Error("exec low-level runtime", "path", runtimePath, "err", err.Error())
-		fmt.Fprintf(s.Stderr, "%s: exec %s: %v\n", Component, runtimePath, err)
+	return s.exec(runtimePath, log)
+}
+
+// exec replaces the process with the low-level runtime at path, given the
+// command line less gpurun-runtime's own flags and an environment that
+// names it in CallerEnv.
+func (s *Shim) exec(path string, log *slog.Logger) int {
+	argv := append([]string{path}, RuncArgs(s.Args)...)
+	env := append(slices.Clip(s.Environ), CallerEnv+"="+path)
+	if err := s.Exec(path, argv, env); err != nil {
+		log.Error("exec low-level runtime", "path", path, "err", err.Error())
+		fmt.Fprintf(s.Stderr, "%s: exec %s: %v\n", Component, path, err)
 		return 1
 	}
 	return 0 // only a replaced Exec returns without error
+}
+
+// breakCycle is gpurun-runtime called back through the runtime it chains
+// to (via, from CallerEnv): the gpurun-runtime that called via has already
+// planned the container, so this one plans nothing and execs the first of
+// realRuntimes that is neither itself nor via — failing open, loudly: an
+// error record (MsgCycle) and a line on stderr name the runtime that calls
+// back and the fix. With none found it fails the command: running via
+// again would only go round once more.
+func (s *Shim) breakCycle(inv Invocation, via string, log *slog.Logger) int {
+	fix := "point the low-level runtimes of " + via + " at runc, not at gpurun-runtime (NVIDIA's toolkit: runtimes in /etc/nvidia-container-runtime/config.toml, or /usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml under the GPU Operator); gpurun doctor checks it"
+	for _, name := range realRuntimes() {
+		p, err := s.lookPath(name)
+		if err != nil || s.same(p, s.Self) || s.same(p, via) {
+			continue
+		}
+		log.Error(MsgCycle, "command", inv.Command, "id", inv.ID, "bundle", inv.Bundle, "via", via, "exec", p, "fix", fix)
+		fmt.Fprintf(s.Stderr, "%s: %s %s calls gpurun-runtime back; running %s directly (fix: %s)\n", Component, inv.Command, via, p, fix)
+		return s.exec(p, log)
+	}
+	log.Error(MsgCycle, "command", inv.Command, "id", inv.ID, "bundle", inv.Bundle, "via", via, "err", "no runc or crun on PATH", "fix", fix)
+	fmt.Fprintf(s.Stderr, "%s: %s calls gpurun-runtime back, and there is no runc or crun on PATH to run instead (fix: %s)\n", Component, via, fix)
+	return 1
+}
+
+func (s *Shim) lookPath(name string) (string, error) {
+	if s.LookPath != nil {
+		return s.LookPath(name)
+	}
+	return exec.LookPath(name)
+}
+
+// same reports whether paths a and b name the same file, however reached
+// (a symbolic link, a hard link).
+func (s *Shim) same(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	x, errA := os.Stat(a)
+	y, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(x, y)
 }
 
 // prepare reads the bundle's config.json into the one form, names the dirs
@@ -126,20 +198,15 @@ func prepare(inv Invocation) (enforce.Request, error) {
 
 // lowLevel resolves the configured runtime to a path that is not this shim.
 func (s *Shim) lowLevel(name string) (string, error) {
-	p, err := exec.LookPath(name)
+	p, err := s.lookPath(name)
 	if err != nil {
 		return "", fmt.Errorf("low-level runtime %q: %w", name, err)
 	}
 	if abs, err := filepath.Abs(p); err == nil {
 		p = abs
 	}
-	if s.Self != "" {
-		// The same file, however reached (a symlink, a hard link).
-		a, errA := os.Stat(p)
-		b, errB := os.Stat(s.Self)
-		if errA == nil && errB == nil && os.SameFile(a, b) {
-			return "", fmt.Errorf("low-level runtime %q is gpurun-runtime itself; set runtime in the gpurun config to runc, crun or nvidia-container-runtime", name)
-		}
+	if s.same(p, s.Self) {
+		return "", fmt.Errorf("low-level runtime %q is gpurun-runtime itself; set runtime in the gpurun config to runc, crun or nvidia-container-runtime", name)
 	}
 	return p, nil
 }

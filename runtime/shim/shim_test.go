@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,6 +22,7 @@ const gpuSpec = `{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES
 type execCall struct {
 	path string
 	argv []string
+	env  []string
 }
 
 func newTestShim(t *testing.T, spec, config string, args func(bundle string) []string) (*Shim, string, *[]execCall, *bytes.Buffer, string) {
@@ -53,8 +55,8 @@ func newTestShim(t *testing.T, spec, config string, args func(bundle string) []s
 		Cwd:    bundle,
 		Getenv: func(k string) string { return env[k] },
 		Stderr: stderr,
-		Exec: func(path string, argv []string, _ []string) error {
-			calls = append(calls, execCall{path, argv})
+		Exec: func(path string, argv []string, env []string) error {
+			calls = append(calls, execCall{path, argv, env})
 			return nil
 		},
 		Self:     "/nonexistent/gpurun-runtime",
@@ -134,6 +136,9 @@ func TestShim(t *testing.T) {
 				}
 				if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
 					t.Errorf("argv changed: %q, want %q", got, want)
+				}
+				if mark := CallerEnv + "=" + (*calls)[0].path; !slices.Contains((*calls)[0].env, mark) {
+					t.Errorf("the low-level runtime's environment %q lacks %s", (*calls)[0].env, mark)
 				}
 			} else {
 				if len(*calls) != 0 {
@@ -241,5 +246,76 @@ func BenchmarkShimCreate(b *testing.B) {
 		if code := s.Main(); code != 0 {
 			b.Fatalf("exit %d", code)
 		}
+	}
+}
+
+// TestShimBreaksCycle: a gpurun-runtime called back through the runtime it
+// chains to (CallerEnv set) plans nothing and execs runc or crun directly —
+// never itself, never the runtime that called back — and says so in its
+// log and on stderr; with neither on PATH it fails the command.
+func TestShimBreaksCycle(t *testing.T) {
+	createArgs := func(bundle string) []string {
+		return []string{"--root", "/run/runc", "create", "--bundle", bundle, "c1"}
+	}
+	for _, tt := range []struct {
+		name string
+		// path says which of the programs in the test's dir LookPath finds
+		// for runc and crun ("" for none).
+		runc, crun string
+		wantExec   string // the program exec'd, "" for none
+	}{
+		{name: "runc on PATH", runc: "runc", crun: "crun", wantExec: "runc"},
+		{name: "runc is gpurun-runtime: crun", runc: "self", crun: "crun", wantExec: "crun"},
+		{name: "runc is the runtime that called back: crun", runc: "nvidia-container-runtime", crun: "crun", wantExec: "crun"},
+		{name: "neither: the command fails", runc: "self", crun: ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, bundle, calls, stderr, logFile := newTestShim(t, gpuSpec, "", createArgs)
+			dir := t.TempDir()
+			for _, prog := range []string{"runc", "crun", "self", "nvidia-container-runtime"} {
+				if err := os.WriteFile(filepath.Join(dir, prog), []byte("#!/bin/sh\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Self = filepath.Join(dir, "self")
+			via := filepath.Join(dir, "nvidia-container-runtime")
+			found := map[string]string{"runc": tt.runc, "crun": tt.crun}
+			s.LookPath = func(name string) (string, error) {
+				if found[name] == "" {
+					return "", os.ErrNotExist
+				}
+				return filepath.Join(dir, found[name]), nil
+			}
+			base := s.Getenv
+			s.Getenv = func(k string) string {
+				if k == CallerEnv {
+					return via
+				}
+				return base(k)
+			}
+			code := s.Main()
+			if tt.wantExec == "" {
+				if code == 0 || len(*calls) != 0 {
+					t.Fatalf("exit %d, exec %v; want the command to fail", code, *calls)
+				}
+			} else {
+				if len(*calls) != 1 || (*calls)[0].path != filepath.Join(dir, tt.wantExec) {
+					t.Fatalf("exec %v, want %s", *calls, tt.wantExec)
+				}
+				if strings.Join((*calls)[0].argv[1:], " ") != strings.Join(createArgs(bundle), " ") {
+					t.Errorf("argv %q", (*calls)[0].argv)
+				}
+			}
+			if sh, _ := readShm(t, bundle); sh.Size != 64*policy.MiB {
+				t.Errorf("the callback planned the container again: /dev/shm %d", sh.Size)
+			}
+			logData, _ := os.ReadFile(logFile)
+			if !strings.Contains(string(logData), MsgCycle) || !strings.Contains(string(logData), via) {
+				t.Errorf("log %q does not name the cycle through %s", logData, via)
+			}
+			if !strings.Contains(stderr.String(), "calls gpurun-runtime back") {
+				t.Errorf("stderr %q is silent about the cycle", stderr)
+			}
+		})
 	}
 }
