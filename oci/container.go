@@ -22,6 +22,9 @@ import (
 // chose even when it equals the engine's default.
 type Container struct {
 	Spec *specs.Spec
+	// Name is the container's name in its pod, where the front door knows
+	// it (a pod spec); otherwise the engine's CRI annotations say it.
+	Name string
 	// DeviceRequests are requests for devices that the engine resolves
 	// only later, as the front door read them: docker's --gpus and
 	// DeviceRequests, a CDI name given as a device, compose's deploy
@@ -144,6 +147,14 @@ func WithEnv(env ...string) Opt {
 			c.Spec.Process = &specs.Process{}
 		}
 		c.Spec.Process.Env = append(c.Spec.Process.Env, env...)
+		return nil
+	}
+}
+
+// WithName names the container as its pod spec does.
+func WithName(name string) Opt {
+	return func(c *Container) error {
+		c.Name = name
 		return nil
 	}
 }

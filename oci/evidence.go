@@ -49,6 +49,12 @@ type Evidence struct {
 	// DevicesDir is where the NVIDIA device plugin's volume-mounts
 	// strategy lists a container's devices as mounts.
 	DevicesDir string
+	// CDIAnnotationDomains are the pod annotation domains whose value names
+	// CDI devices for a container, the way NRI plugins read them (NRI's
+	// GetEffectiveAnnotation: <domain>/container.<name>, else <domain>/pod,
+	// else <domain>): NVIDIA's NRI plugin (GPU Operator 26.3+) injects the
+	// devices nvidia.cdi.k8s.io names.
+	CDIAnnotationDomains []string
 }
 
 // DriverCDI is the device-request driver of CDI devices (docker 25+
@@ -61,14 +67,15 @@ func EvidenceOf(p *policy.Policy) Evidence {
 		p = policy.Default()
 	}
 	return Evidence{
-		Drivers:         []string{"nvidia"},
-		Capabilities:    []string{"gpu"},
-		Runtimes:        p.GPURuntimeClasses,
-		ResourceDomains: []string{"nvidia.com", "amd.com", "gpu.intel.com", "habana.ai"},
-		Resources:       p.GPUResources,
-		Env:             []string{"NVIDIA_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES"},
-		Hooks:           []string{"nvidia-container-runtime-hook", "nvidia-container-toolkit"},
-		DevicesDir:      "/var/run/nvidia-container-devices",
+		Drivers:              []string{"nvidia"},
+		Capabilities:         []string{"gpu"},
+		Runtimes:             p.GPURuntimeClasses,
+		ResourceDomains:      []string{"nvidia.com", "amd.com", "gpu.intel.com", "habana.ai"},
+		Resources:            p.GPUResources,
+		Env:                  []string{"NVIDIA_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES"},
+		Hooks:                []string{"nvidia-container-runtime-hook", "nvidia-container-toolkit"},
+		DevicesDir:           "/var/run/nvidia-container-devices",
+		CDIAnnotationDomains: []string{"nvidia.cdi.k8s.io"},
 	}
 }
 
@@ -209,6 +216,24 @@ func (ev Evidence) DetectGPU(c *Container, hostGPUs int) GPUInfo {
 			add("cdi", n, "annotation "+k+"="+v)
 		}
 	}
+	if name := containerName(c); name != "" {
+		for _, domain := range ev.CDIAnnotationDomains {
+			k, v, ok := effectiveAnnotation(s.Annotations, domain, name)
+			if !ok {
+				continue
+			}
+			n, gpu := 0, false
+			for _, d := range strings.Split(v, ",") {
+				if dev := ClassifyDevice(strings.TrimSpace(d)); dev.GPU && IsCDIName(strings.TrimSpace(d)) {
+					gpu = true
+					n += dev.Count
+				}
+			}
+			if gpu {
+				add("cdi", n, "annotation "+k+"="+v)
+			}
+		}
+	}
 	for _, m := range s.Mounts {
 		if path.Dir(path.Clean(m.Destination)) == ev.DevicesDir {
 			n := 1
@@ -235,4 +260,28 @@ func (ev Evidence) DetectGPU(c *Container, hostGPUs int) GPUInfo {
 		}
 	}
 	return g
+}
+
+// containerName is the container's name in its pod: the front door's
+// (Container.Name), else the one the engine's CRI annotations give.
+func containerName(c *Container) string {
+	if c.Name != "" {
+		return c.Name
+	}
+	if c.Spec == nil {
+		return ""
+	}
+	return CRIPod(c.Spec).Container
+}
+
+// effectiveAnnotation finds the annotation that applies to container name
+// under domain, as NRI's GetEffectiveAnnotation does:
+// <domain>/container.<name>, else <domain>/pod, else <domain>.
+func effectiveAnnotation(a map[string]string, domain, name string) (key, value string, ok bool) {
+	for _, k := range []string{domain + "/container." + name, domain + "/pod", domain} {
+		if v, ok := a[k]; ok {
+			return k, v, true
+		}
+	}
+	return "", "", false
 }

@@ -8,6 +8,15 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
+// named is a CRI container's spec, named name in its pod, with annotations.
+func named(name string, annotations map[string]string) *specs.Spec {
+	a := map[string]string{AnnotationCRIContainerType: "container", AnnotationCRIContainerName: name}
+	for k, v := range annotations {
+		a[k] = v
+	}
+	return &specs.Spec{Annotations: a}
+}
+
 func TestDetectGPU(t *testing.T) {
 	env := func(kv ...string) *specs.Spec { return &specs.Spec{Process: &specs.Process{Env: kv}} }
 	devs := func(paths ...string) *specs.Spec {
@@ -40,6 +49,11 @@ func TestDetectGPU(t *testing.T) {
 		{"dri card alone is no GPU", devs("/dev/dri/card0"), false, 0, ""},
 		{"accel", devs("/dev/accel/accel0"), true, 1, ""},
 		{"cdi annotation", &specs.Spec{Annotations: map[string]string{"cdi.k8s.io/gpu": "nvidia.com/gpu=0,nvidia.com/gpu=1"}}, true, 2, "annotation cdi.k8s.io/gpu=nvidia.com/gpu=0,nvidia.com/gpu=1"},
+		{"NVIDIA's NRI annotation for this container", named("app", map[string]string{"nvidia.cdi.k8s.io/container.app": "nvidia.com/gpu=0,nvidia.com/gpu=1"}), true, 2, "annotation nvidia.cdi.k8s.io/container.app=nvidia.com/gpu=0,nvidia.com/gpu=1"},
+		{"NVIDIA's NRI annotation for another container", named("app", map[string]string{"nvidia.cdi.k8s.io/container.sidecar": "nvidia.com/gpu=0"}), false, 0, ""},
+		{"NVIDIA's NRI annotation for the pod", named("app", map[string]string{"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=all"}), true, 0, "annotation nvidia.cdi.k8s.io/pod=nvidia.com/gpu=all"},
+		{"the container's NRI annotation wins over the pod's", named("app", map[string]string{"nvidia.cdi.k8s.io/container.app": "example.com/net=eth0", "nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=all"}), false, 0, ""},
+		{"the GPU Operator's management devices are GPUs", named("app", map[string]string{"nvidia.cdi.k8s.io/container.app": "management.nvidia.com/gpu=all"}), true, 0, ""},
 		{"cdi annotation without a device", &specs.Spec{Annotations: map[string]string{"cdi.k8s.io/x": ""}}, false, 0, ""},
 		{"device plugin mounts", &specs.Spec{Mounts: []specs.Mount{
 			{Destination: "/var/run/nvidia-container-devices/GPU-1", Source: "/dev/null", Type: "bind"},

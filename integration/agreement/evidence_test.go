@@ -39,7 +39,9 @@ type evidenceForm struct {
 	compose string                     // the service's body in a compose file
 	pod     *corev1.Pod                // a pod of one container named "app" (webhook, plan --pod)
 	nri     *api.Container             // the container as containerd describes it to NRI
-	bundle  *specs.Spec                // a bundle's config.json (gpurun-runtime, the hook, plan --spec)
+	// podAnnotations are the NRI pod\'s annotations.
+	podAnnotations map[string]string
+	bundle         *specs.Spec // a bundle's config.json (gpurun-runtime, the hook, plan --spec)
 
 	gpu  bool
 	gpus int // where the door can count them (compose cannot: it reports the GPU only)
@@ -150,6 +152,41 @@ func evidenceForms() []evidenceForm {
 			nri:    &api.Container{Id: "c", Name: "app", CDIDevices: []*api.CDIDevice{{Name: "nvidia.com/gpu=1"}}},
 			bundle: bundleOf(func(s *specs.Spec) { s.Annotations["cdi.k8s.io/app"] = "nvidia.com/gpu=1" }),
 			gpu:    true, gpus: 1,
+		},
+		{
+			name: "NVIDIA's NRI annotation names GPUs for the container (GPU Operator 26.3+)",
+			pod: podOf(func(p *corev1.Pod, _ *corev1.Container) {
+				p.Annotations = map[string]string{"nvidia.cdi.k8s.io/container.app": "nvidia.com/gpu=0,nvidia.com/gpu=1"}
+			}),
+			nri: &api.Container{Id: "c", Name: "app"},
+			bundle: bundleOf(func(s *specs.Spec) {
+				s.Annotations[oci.AnnotationCRIContainerType] = "container"
+				s.Annotations[oci.AnnotationCRIContainerName] = "app"
+				s.Annotations["nvidia.cdi.k8s.io/container.app"] = "nvidia.com/gpu=0,nvidia.com/gpu=1"
+			}),
+			podAnnotations: map[string]string{"nvidia.cdi.k8s.io/container.app": "nvidia.com/gpu=0,nvidia.com/gpu=1"},
+			gpu:            true, gpus: 2,
+		},
+		{
+			// At admission the pod asks the device plugin for a GPU; on the
+			// node, containerd (enable_cdi) has applied the CDI spec the
+			// plugin named: the device nodes, the driver's mounts, the
+			// toolkit's createContainer hooks and the plugin's
+			// NVIDIA_VISIBLE_DEVICES=void.
+			name: "a GPU pod in the GPU Operator's native CDI mode (25.10+)",
+			pod: podOf(func(_ *corev1.Pod, c *corev1.Container) {
+				c.Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+			}),
+			nri: &api.Container{Id: "c", Name: "app", Env: []string{"NVIDIA_VISIBLE_DEVICES=void"},
+				Linux:  &api.LinuxContainer{Devices: devices("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm")},
+				Mounts: []*api.Mount{{Destination: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", Source: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}}},
+				Hooks:  &api.Hooks{CreateContainer: []*api.Hook{{Path: "/usr/local/nvidia/toolkit/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"}}}}},
+			bundle: bundleOf(func(s *specs.Spec) {
+				s.Process.Env = []string{"NVIDIA_VISIBLE_DEVICES=void"}
+				s.Linux.Devices = specDevices("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm")
+				s.Hooks = &specs.Hooks{CreateContainer: []specs.Hook{{Path: "/usr/local/nvidia/toolkit/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"}}}}
+			}),
+			gpu: true, gpus: 1,
 		},
 		{
 			name:    "a CDI name of another device",
@@ -314,7 +351,7 @@ func TestEvidenceAgrees(t *testing.T) {
 			if f.nri != nil {
 				ctr := f.nri
 				ctr.PodSandboxId = "pod"
-				s := nri.ToSpec("containerd", &api.PodSandbox{Id: "pod", Name: "p", Namespace: "default"}, ctr)
+				s := nri.ToSpec("containerd", &api.PodSandbox{Id: "pod", Name: "p", Namespace: "default", Annotations: f.podAnnotations}, ctr)
 				s.Mounts = append(s.Mounts, oci.ShmMount(policy.EngineDefaultShm))
 				got[string(doorNRI)] = fromPlan(oci.Decide(oci.Input{Container: oci.FromSpec(s), Policy: pol, Facts: facts}))
 			}

@@ -128,7 +128,7 @@ func translate(pod *corev1.Pod, c corev1.Container, limit int64) (Member, error)
 	for k, v := range pod.Annotations {
 		annotations[k] = v
 	}
-	opts = append(opts, oci.WithAnnotations(annotations))
+	opts = append(opts, oci.WithAnnotations(annotations), oci.WithName(c.Name))
 	var env []string
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
