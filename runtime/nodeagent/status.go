@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/internal/hostpath"
 	"github.com/gpurun/gpurun/runtime/install"
 )
 
@@ -193,7 +194,7 @@ func (a *Agent) binaryRecord(path, release string) *EmbeddedBinary {
 	}
 	// The file itself: k3s and RKE2 reach it through a link to the
 	// current release's directory.
-	if p, err := install.ResolveUnder(a.HostRoot, path); err == nil {
+	if p, err := hostpath.Resolve(a.HostRoot, path); err == nil {
 		path = p
 	}
 	st, err := statFile(a.host(path))
