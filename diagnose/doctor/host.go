@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/docker"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -26,8 +28,8 @@ const runtimeBinary = "gpurun-runtime"
 
 // Default configuration paths on a node.
 const (
-	DefaultDockerConfig     = "/etc/docker/daemon.json"
-	DefaultContainerdConfig = "/etc/containerd/config.toml"
+	DefaultDockerConfig     = docker.DefaultConfigFile
+	DefaultContainerdConfig = containerd.DefaultConfigPath
 )
 
 // HooksDirs are where Podman and CRI-O read OCI hooks, in the order they

@@ -99,6 +99,7 @@ func TestHostDockerDataRoot(t *testing.T) {
 		live    string // the running dockerd's DockerRootDir; "" unreachable
 		stale   bool   // the running dockerd still has the runtime without runtimeArgs
 		link    bool   // /var/lib/docker is a link to /mnt/real
+		users   bool   // the host has testuser's passwd entry and subordinate ids
 		want    Status
 		detail  string
 		fixWant string
@@ -109,6 +110,13 @@ func TestHostDockerDataRoot(t *testing.T) {
 		{name: "not told, the default root is covered", file: registered("", ""), want: Warn, detail: "not told", fixWant: "gpurun install docker"},
 		{name: "not told, a root engine_roots miss", file: registered("", `, "data-root": "/srv/docker"`), want: Problem, detail: "do not cover it", fixWant: "gpurun install docker"},
 		{name: "a data-root through a link, resolved as dockerd does", file: registered(told("/mnt/real"), ""), link: true, want: OK, detail: "/mnt/real"},
+		// The user namespace of the dockerd reference (docs.docker.com/
+		// engine/security/userns-remap): containers in /var/lib/docker/231072.231072.
+		{name: "userns-remap, told its subdirectory, no daemon", file: registered(told("/var/lib/docker/231072.231072"), `, "userns-remap": "testuser"`), users: true, want: OK, detail: "data-root /var/lib/docker/231072.231072 (from Docker's default)"},
+		{name: "userns-remap, told the data-root above it, no daemon", file: registered(told("/var/lib/docker"), `, "userns-remap": "testuser"`), users: true, want: Problem, detail: "told data-root /var/lib/docker, but dockerd uses /var/lib/docker/231072.231072", fixWant: "gpurun install docker --reload"},
+		{name: "userns-remap under a link", file: registered(told("/mnt/real/231072.231072"), `, "userns-remap": "testuser"`), users: true, link: true, want: OK, detail: "/mnt/real/231072.231072"},
+		{name: "userns-remap doctor cannot resolve, no daemon", file: registered(told("/var/lib/docker"), `, "userns-remap": "testuser"`), want: Warn, detail: "userns-remap cannot be resolved", fixWant: "while dockerd runs"},
+		{name: "userns-remap doctor cannot resolve, the daemon names it", file: registered(told("/var/lib/docker/231072.231072"), `, "userns-remap": "testuser"`), live: "/var/lib/docker/231072.231072", want: OK, detail: "(from the running dockerd)"},
 		{name: "dockerd not reloaded since the runtimeArgs", file: registered(told("/srv/docker"), ""), live: "/srv/docker", stale: true, want: Problem, detail: "still passes", fixWant: "kill -HUP"},
 	}
 	for _, tt := range tests {
@@ -118,7 +126,12 @@ func TestHostDockerDataRoot(t *testing.T) {
 			f.executable(goldenRuntime)
 			if tt.link {
 				f.write("/mnt/real/.keep", "")
-				f.link("/var/lib/docker", f.root+"/mnt/real")
+				f.link("/var/lib/docker", "/mnt/real") // as the host sees it
+			}
+			if tt.users {
+				f.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\ntestuser:x:1001:1001::/home/testuser:/bin/sh\n")
+				f.write("/etc/subuid", "testuser:231072:65536\n")
+				f.write("/etc/subgid", "testuser:231072:65536\n")
 			}
 			o := HostOptions{DockerErr: errors.New("connection refused")}
 			if tt.live != "" {
