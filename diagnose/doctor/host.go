@@ -32,14 +32,6 @@ const (
 	DefaultContainerdConfig = containerd.DefaultConfigPath
 )
 
-// HooksDirs are where Podman and CRI-O read OCI hooks, in the order they
-// read them (a file in a later directory overrides one of the same name in
-// an earlier one).
-var HooksDirs = []string{"/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d"}
-
-// HookFile is the hooks.d entry `gpurun install podman|crio` writes.
-const HookFile = "gpurun.json"
-
 // DockerAPI is the part of the Docker Engine API client doctor uses.
 type DockerAPI interface {
 	Info(ctx context.Context) (system.Info, error)
