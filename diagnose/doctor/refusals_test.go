@@ -1,13 +1,21 @@
 package doctor
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/system"
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 const (
@@ -148,5 +156,41 @@ func TestHostDockerDataRoot(t *testing.T) {
 				t.Errorf("docker.data-root %s %q fix %q; want %s with %q, fix with %q", c.Status, c.Detail, c.Fix, tt.want, tt.detail, tt.fixWant)
 			}
 		})
+	}
+}
+
+// TestHostRemountFixFromEnforce: the fix doctor shows is the one the
+// enforcer chose by the refusal's type and logged, here for a Docker IPC
+// group whose tmpfs is under another data-root than gpurun-runtime was
+// told (dockerd took up userns-remap after the install): run the install
+// again, not "none to make".
+func TestHostRemountFixFromEnforce(t *testing.T) {
+	const ctr = pod1
+	source := "/var/lib/docker/231072.231072/containers/" + ctr + "/mounts/shm"
+	var log bytes.Buffer
+	e := enforce.New(enforce.Config{Component: "gpurun-runtime", Policy: policy.Default(), Log: slog.New(slog.NewJSONHandler(&log, nil)),
+		Facts: func() (oci.Facts, error) { return oci.Facts{HostMemory: 64 << 30}, nil },
+		Grow: func(string, int64, remount.Scope) (remount.Result, error) {
+			t.Error("grown although refused")
+			return remount.Result{}, nil
+		}})
+	res, err := e.Run(enforce.Subject{ID: ctr}, nil, func() (enforce.Request, error) {
+		return enforce.Request{
+			Container: oci.FromSpec(&specs.Spec{
+				Process: &specs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
+				Mounts:  []specs.Mount{{Destination: "/dev/shm", Type: "bind", Source: source, Options: []string{"rbind", "rw"}}},
+				Linux:   &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.IPCNamespace}}},
+			}),
+			Dirs: dirs.Dirs{DockerRoot: "/var/lib/docker"},
+		}, nil
+	})
+	if err != nil || !errors.Is(res.Err, dirs.ErrStaleRoot) {
+		t.Fatalf("Run = %v, %v; want a stale data-root refusal", res.Err, err)
+	}
+	f := hostFake(t)
+	f.write("/var/log/gpurun.log", log.String())
+	c := check(t, hostReport(f, HostOptions{DockerErr: errors.New("connection refused")}), "remount")
+	if c.Status != Problem || !strings.Contains(c.Detail, source) || !strings.Contains(c.Fix, "sudo gpurun install docker --reload") || strings.Contains(c.Fix, "none to make") {
+		t.Errorf("remount %s %q fix %q; want the refusal of %s and the install again", c.Status, c.Detail, c.Fix, source)
 	}
 }
