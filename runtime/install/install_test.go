@@ -144,6 +144,10 @@ func TestContainerdInstallThenUninstall(t *testing.T) {
 			if err := c.Install(); err != nil {
 				t.Fatal(err)
 			}
+			// What the node agent reads back: the config and its backup.
+			if p, b, ok := c.ConfigRecord(); p != cfg || b != cfg+".gpurun-20261122T010203Z.bak" || !ok || read(t, b) != debian {
+				t.Errorf("ConfigRecord = %q, %q, %v; want %s and its backup", p, b, ok, cfg)
+			}
 			all := read(t, cfg)
 			if dropIn != "" {
 				all += read(t, filepath.Join(root, dropIn, DropInName))
@@ -161,6 +165,9 @@ func TestContainerdInstallThenUninstall(t *testing.T) {
 			}
 			if got := read(t, cfg); got != debian {
 				t.Errorf("uninstall left\n%s\nwant\n%s", got, debian)
+			}
+			if _, _, ok := c.ConfigRecord(); ok {
+				t.Error("ConfigRecord after uninstall: still recorded")
 			}
 			if dropIn != "" {
 				if _, err := os.Stat(filepath.Join(root, dropIn, DropInName)); err == nil {
