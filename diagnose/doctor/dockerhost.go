@@ -239,7 +239,7 @@ func dockerDataRootCheck(sys *System, cfg docker.Daemon, cfgPath, name string, i
 	told := toldDataRoot(cfg.Runtimes[name].Args)
 	file, fileErr := cfg.Root(sys.Root)
 	actual, from := file.Dir, cfgPath
-	if !file.Set {
+	if !file.Set && file.Remap == "" {
 		from = "Docker's default"
 	}
 	if live && info.DockerRootDir != "" {

@@ -120,7 +120,7 @@ func TestHostDockerDataRoot(t *testing.T) {
 		{name: "a data-root through a link, resolved as dockerd does", file: registered(told("/mnt/real"), ""), link: true, want: OK, detail: "/mnt/real"},
 		// The user namespace of the dockerd reference (docs.docker.com/
 		// engine/security/userns-remap): containers in /var/lib/docker/231072.231072.
-		{name: "userns-remap, told its subdirectory, no daemon", file: registered(told("/var/lib/docker/231072.231072"), `, "userns-remap": "testuser"`), users: true, want: OK, detail: "data-root /var/lib/docker/231072.231072 (from Docker's default)"},
+		{name: "userns-remap, told its subdirectory, no daemon", file: registered(told("/var/lib/docker/231072.231072"), `, "userns-remap": "testuser"`), users: true, want: OK, detail: "data-root /var/lib/docker/231072.231072 (from /etc/docker/daemon.json)"},
 		{name: "userns-remap, told the data-root above it, no daemon", file: registered(told("/var/lib/docker"), `, "userns-remap": "testuser"`), users: true, want: Problem, detail: "told data-root /var/lib/docker, but dockerd uses /var/lib/docker/231072.231072", fixWant: "gpurun install docker --reload"},
 		{name: "userns-remap under a link", file: registered(told("/mnt/real/231072.231072"), `, "userns-remap": "testuser"`), users: true, link: true, want: OK, detail: "/mnt/real/231072.231072"},
 		{name: "userns-remap doctor cannot resolve, no daemon", file: registered(told("/var/lib/docker"), `, "userns-remap": "testuser"`), want: Warn, detail: "userns-remap cannot be resolved", fixWant: "while dockerd runs"},

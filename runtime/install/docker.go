@@ -83,7 +83,7 @@ func (d Docker) options() docker.Options {
 func (d Docker) dataRoot(cfg docker.Daemon) string {
 	file, fileErr := cfg.Root(d.HostRoot)
 	from := "daemon.json"
-	if !file.Set {
+	if !file.Set && file.Remap == "" {
 		from = "Docker's default"
 	}
 	live, liveErr := RunningDockerd{}, errors.New("not asked")

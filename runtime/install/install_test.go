@@ -262,15 +262,16 @@ func TestDockerDataRoot(t *testing.T) {
 		policy   string
 		want     string // the runtimeArgs' data-root; "" for no runtimeArgs
 		warn     string // a warning saying this; "" for none
+		says     string // the output says this
 	}{
-		{name: "the default", daemon: "{}", want: "/var/lib/docker"},
+		{name: "the default", daemon: "{}", want: "/var/lib/docker", says: "(from Docker's default)"},
 		{name: "daemon.json's data-root", daemon: `{"data-root": "/mnt/nvme/docker"}`, want: "/mnt/nvme/docker"},
 		{name: "the running dockerd's", daemon: `{"data-root": "/mnt/nvme/docker"}`, live: RunningDockerd{DataRoot: "/mnt/nvme/docker"}, want: "/mnt/nvme/docker"},
 		{name: "a --data-root flag the file does not show", daemon: "{}", live: RunningDockerd{DataRoot: "/srv/docker"}, want: "/srv/docker"},
 		{name: "daemon.json says another than the running dockerd", daemon: `{"data-root": "/mnt/nvme/docker"}`, live: RunningDockerd{DataRoot: "/srv/docker"}, want: "/srv/docker", warn: "the running dockerd uses data-root /srv/docker, but daemon.json says /mnt/nvme/docker"},
 		{name: "--data-root", daemon: "{}", live: RunningDockerd{DataRoot: "/srv/docker"}, explicit: "/data/docker", want: "/data/docker"},
 		{name: "a data-root through a link, as dockerd resolves it", daemon: `{"data-root": "/var/lib/docker"}`, link: true, want: "/mnt/real"},
-		{name: "userns-remap and no daemon", daemon: `{"userns-remap": "testuser"}`, users: true, want: "/var/lib/docker/231072.231072"},
+		{name: "userns-remap and no daemon", daemon: `{"userns-remap": "testuser"}`, users: true, want: "/var/lib/docker/231072.231072", says: "(from daemon.json)"},
 		{name: "userns-remap under a link and no daemon", daemon: `{"data-root": "/var/lib/docker", "userns-remap": "testuser"}`, users: true, link: true, want: "/mnt/real/231072.231072"},
 		{name: "userns-remap gpurun cannot resolve, and no daemon", daemon: `{"userns-remap": "default"}`, want: "/var/lib/docker", warn: "userns-remap"},
 		{name: "the running dockerd reads this daemon.json by default", daemon: `{"data-root": "/mnt/nvme/docker"}`,
@@ -333,6 +334,9 @@ func TestDockerDataRoot(t *testing.T) {
 				t.Errorf("runtimeArgs %q, want none", args)
 			case tt.want != "" && (len(args) != 1 || args[0] != flag+tt.want):
 				t.Errorf("runtimeArgs %q, want [%s%s]", args, flag, tt.want)
+			}
+			if !strings.Contains(out.String(), tt.says) {
+				t.Errorf("output:\n%s\nwant it to say %q", out.String(), tt.says)
 			}
 			if got := strings.Contains(out.String(), "warning:"); got != (tt.warn != "") || !strings.Contains(out.String(), tt.warn) {
 				t.Errorf("output:\n%s\nwant a warning saying %q", out.String(), tt.warn)
