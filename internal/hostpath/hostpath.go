@@ -1,15 +1,19 @@
-// Package hostpath reads a node's paths from a process that may see the
-// node's root filesystem under a directory of its own (a pod's hostPath
-// volume of /, mounted at /host): symbolic links are followed as the node
-// follows them, an absolute target taken under that directory, never in
-// this process's root.
+// Package hostpath reads a node's paths, and runs its programs, from a
+// process that may see the node's root filesystem under a directory of its
+// own (a pod's hostPath volume of /, mounted at /host): symbolic links are
+// followed as the node follows them, an absolute target taken under that
+// directory, never in this process's root, and a program runs chrooted
+// there.
 package hostpath
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // maxLinks is how many symbolic links Resolve follows before it gives up,
@@ -80,4 +84,23 @@ func Stat(hostRoot, nodePath string) (os.FileInfo, error) {
 		return nil, err
 	}
 	return os.Lstat(filepath.Join(hostRoot, p))
+}
+
+// nodePATH is the PATH a program of the node runs with when it runs
+// chrooted into the host root: this process's would name its own image's
+// directories.
+const nodePATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Command returns the command that runs the node's program (a node path)
+// with args as the node runs it: in /, as under systemd, and chrooted into
+// hostRoot when it is not "" or "/", so that the node's paths mean to the
+// program what they mean on the node (chroot needs CAP_SYS_CHROOT).
+func Command(ctx context.Context, hostRoot, program string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, program, args...)
+	cmd.Dir = "/"
+	if hostRoot != "" && hostRoot != "/" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: hostRoot}
+		cmd.Env = []string{nodePATH}
+	}
+	return cmd
 }

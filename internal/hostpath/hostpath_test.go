@@ -1,10 +1,12 @@
 package hostpath
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -76,6 +78,33 @@ func TestJoin(t *testing.T) {
 	for _, tt := range tests {
 		if got := Join(tt.root, tt.p); got != tt.want {
 			t.Errorf("Join(%q, %q) = %q, want %q", tt.root, tt.p, got, tt.want)
+		}
+	}
+}
+
+// TestCommand: a node's program runs in /, chrooted into the host root
+// with the node's PATH; on this host, as it is.
+func TestCommand(t *testing.T) {
+	tests := []struct {
+		root   string
+		chroot string
+		env    bool // a PATH of its own
+	}{
+		{"", "", false},
+		{"/", "", false},
+		{"/host", "/host", true},
+	}
+	for _, tt := range tests {
+		cmd := Command(context.Background(), tt.root, "/usr/bin/containerd", "--version")
+		chroot := ""
+		if cmd.SysProcAttr != nil {
+			chroot = cmd.SysProcAttr.Chroot
+		}
+		if cmd.Dir != "/" || chroot != tt.chroot || (len(cmd.Env) > 0) != tt.env || !slices.Equal(cmd.Args, []string{"/usr/bin/containerd", "--version"}) {
+			t.Errorf("Command(%q) = dir %q, chroot %q, env %q, args %q", tt.root, cmd.Dir, chroot, cmd.Env, cmd.Args)
+		}
+		if tt.env && !slices.Contains(cmd.Env, nodePATH) {
+			t.Errorf("Command(%q): env %q, want the node's PATH", tt.root, cmd.Env)
 		}
 	}
 }

@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gpurun/gpurun/internal/hostpath"
@@ -152,12 +150,7 @@ func (l Layout) Program(hostRoot string) string {
 func (l Layout) Version(ctx context.Context, hostRoot, program string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, program, "--version")
-	cmd.Dir = "/"
-	if hostRoot != "" && hostRoot != "/" {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: hostRoot}
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	}
+	cmd := hostpath.Command(ctx, hostRoot, program, "--version")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
