@@ -115,8 +115,10 @@ func newInstallDockerCmd(g *globals, uninstall bool) *cobra.Command {
 (--gpurun-docker-data-root=DIR): dockerd passes runtimeArgs on every call, so
 gpurun-runtime knows where a --ipc shareable group's /dev/shm tmpfs is
 (DIR/containers/<id>/mounts/shm) wherever the data-root is. The data-root is
-the running dockerd's (asked at $DOCKER_HOST, else the default socket), else
-daemon.json's "data-root", else /var/lib/docker; --data-root overrides all.
+the running dockerd's (asked at $DOCKER_HOST, else the default socket) when
+it reads this daemon.json, else daemon.json's "data-root" (else
+/var/lib/docker; with "userns-remap", its <uid>.<gid> subdirectory);
+--data-root overrides all.
 Run install again after moving the data-root.`,
 		Example: `  gpurun install docker --dry-run
   gpurun install docker --set-as-default --reload
@@ -146,24 +148,26 @@ Run install again after moving the data-root.`,
 }
 
 // dockerRootDir asks the dockerd at $DOCKER_HOST (else the default socket)
-// for its data-root, within a few seconds.
-func dockerRootDir(ctx context.Context) func() (string, error) {
-	return func() (string, error) {
+// for its data-root, within a few seconds, and finds its process.
+func dockerRootDir(ctx context.Context) func() (install.RunningDockerd, error) {
+	return func() (install.RunningDockerd, error) {
 		if ctx == nil {
 			ctx = context.Background()
 		}
 		c, err := dockerapi.NewClient(os.Getenv)
 		if err != nil {
-			return "", err
+			return install.RunningDockerd{}, err
 		}
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		info, err := c.Info(ctx)
 		if err != nil {
-			return "", err
+			return install.RunningDockerd{}, err
 		}
-		return info.DockerRootDir, nil
+		r := install.RunningDockerd{DataRoot: info.DockerRootDir}
+		r.PID, r.Args, _ = dockerapi.DaemonProcess(c.DaemonHost()) // unknown: the data-root as it answers
+		return r, nil
 	}
 }
 

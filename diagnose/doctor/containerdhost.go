@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -143,15 +142,6 @@ func podAnnotationsCheck(name string, rt containerd.Runtime, pol *policy.Policy)
 	return c
 }
 
-// criConfig is the part of the CRI plugin's configuration that
-// containerd's verbose Status reports under "config".
-type criConfig struct {
-	Containerd struct {
-		DefaultRuntimeName string                     `json:"defaultRuntimeName"`
-		Runtimes           map[string]json.RawMessage `json:"runtimes"`
-	} `json:"containerd"`
-}
-
 // loadedCheck compares the config with what the running containerd's CRI
 // plugin loaded.
 func loadedCheck(ctx context.Context, o HostOptions, name string, isDefault bool) (Check, bool) {
@@ -169,33 +159,32 @@ func loadedCheck(ctx context.Context, o HostOptions, name string, isDefault bool
 		c.Detail = fmt.Sprintf("cannot ask containerd at %s (%v): whether it loaded the config is unknown", o.CRIEndpoint, err)
 		return c, true
 	}
-	raw, ok := resp.GetInfo()["config"]
-	var cfg criConfig
-	if !ok || json.Unmarshal([]byte(raw), &cfg) != nil || cfg.Containerd.Runtimes == nil {
+	cfg, ok := containerd.ReadRunning(resp.GetInfo())
+	if !ok || cfg.Runtimes == nil {
 		c.Detail = fmt.Sprintf("containerd at %s does not report its CRI configuration", o.CRIEndpoint)
 		return c, true
 	}
-	_, loaded := cfg.Containerd.Runtimes[RuntimeName]
+	_, loaded := cfg.Runtimes[RuntimeName]
 	if name != "" {
-		_, loaded = cfg.Containerd.Runtimes[name]
+		_, loaded = cfg.Runtimes[name]
 	}
-	c.Data = map[string]any{"loaded": loaded, "default_runtime": cfg.Containerd.DefaultRuntimeName}
+	c.Data = map[string]any{"loaded": loaded, "default_runtime": cfg.DefaultRuntime}
 	restart := "restart containerd so it reads its config: systemctl restart containerd  (running containers keep running)"
 	switch {
 	case name != "" && !loaded:
 		c.Status = Problem
 		c.Detail = fmt.Sprintf("the config registers runtime handler %s, but containerd at %s has not loaded it (started before the change?)", name, o.CRIEndpoint)
 		c.Fix = restart
-	case name != "" && isDefault && cfg.Containerd.DefaultRuntimeName != name:
+	case name != "" && isDefault && cfg.DefaultRuntime != name:
 		c.Status = Problem
-		c.Detail = fmt.Sprintf("the config makes %s the default handler, but containerd at %s runs with default %s", name, o.CRIEndpoint, cfg.Containerd.DefaultRuntimeName)
+		c.Detail = fmt.Sprintf("the config makes %s the default handler, but containerd at %s runs with default %s", name, o.CRIEndpoint, cfg.DefaultRuntime)
 		c.Fix = restart
 	case name == "" && loaded:
 		c.Status = Warn
 		c.Detail = fmt.Sprintf("containerd at %s still has runtime handler %s loaded, but the config no longer has it: it goes at the next restart", o.CRIEndpoint, RuntimeName)
 		c.Fix = restart
 	default:
-		c.Detail = fmt.Sprintf("containerd at %s runs with this config (default handler %s)", o.CRIEndpoint, cfg.Containerd.DefaultRuntimeName)
+		c.Detail = fmt.Sprintf("containerd at %s runs with this config (default handler %s)", o.CRIEndpoint, cfg.DefaultRuntime)
 	}
 	return c, true
 }

@@ -1,42 +1,26 @@
 package doctor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/docker/docker/api/types/system"
 
 	"github.com/gpurun/gpurun/engine/dirs"
-	"github.com/gpurun/gpurun/internal/textpos"
+	"github.com/gpurun/gpurun/engine/docker"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/shim"
 )
 
-// daemonJSON is the part of dockerd's daemon.json doctor reads.
-type daemonJSON struct {
-	DefaultShmSize string `json:"default-shm-size"`
-	DefaultRuntime string `json:"default-runtime"`
-	PIDFile        string `json:"pidfile"`
-	DataRoot       string `json:"data-root"`
-	Graph          string `json:"graph"`
-	Runtimes       map[string]struct {
-		Path        string   `json:"path"`
-		RuntimeArgs []string `json:"runtimeArgs"`
-		RuntimeType string   `json:"runtimeType"`
-	} `json:"runtimes"`
-}
-
-// readDaemonJSON reads daemon.json at a path under the System's root; a
-// missing file is not an error (exists false).
-func readDaemonJSON(sys *System, nodePath string) (cfg daemonJSON, exists bool, err error) {
+// readDaemonJSON reads daemon.json at a path under the System's root
+// (engine/docker's reader); a missing file is not an error (exists false).
+func readDaemonJSON(sys *System, nodePath string) (cfg docker.Daemon, exists bool, err error) {
 	data, err := sys.readFile(nodePath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return cfg, false, nil
@@ -44,19 +28,14 @@ func readDaemonJSON(sys *System, nodePath string) (cfg daemonJSON, exists bool, 
 	if err != nil {
 		return cfg, true, fmt.Errorf("read %s: %w", nodePath, err)
 	}
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
-	if len(bytes.TrimSpace(data)) == 0 {
-		return cfg, true, nil
-	}
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		return cfg, true, textpos.JSONError(nodePath, data, err)
-	}
-	return cfg, true, nil
+	cfg, err = docker.ReadDaemonJSON(nodePath, data)
+	return cfg, true, err
 }
 
-func (d daemonJSON) runtimePaths() map[string]string {
+// runtimePaths returns daemon.json's runtimes: name -> path.
+func runtimePaths(cfg docker.Daemon) map[string]string {
 	out := map[string]string{}
-	for n, rt := range d.Runtimes {
+	for n, rt := range cfg.Runtimes {
 		out[n] = rt.Path
 	}
 	return out
@@ -116,7 +95,7 @@ func dockerChecks(ctx context.Context, sys *System, o HostOptions, pol *policy.P
 		if def == "" {
 			def = "runc (not set)"
 		}
-		rts := sortedNames(cfg.runtimePaths())
+		rts := sortedNames(runtimePaths(cfg))
 		if rts == "" {
 			rts = "none"
 		}
@@ -171,9 +150,9 @@ func dockerChecks(ctx context.Context, sys *System, o HostOptions, pol *policy.P
 	return out
 }
 
-func dockerRuntimeCheck(sys *System, cfg daemonJSON, cfgPath string, cfgOK bool, info system.Info, live bool, out *installed) Check {
+func dockerRuntimeCheck(sys *System, cfg docker.Daemon, cfgPath string, cfgOK bool, info system.Info, live bool, out *installed) Check {
 	c := Check{Name: "docker.runtime", Status: OK}
-	fileRT := cfg.runtimePaths()
+	fileRT := runtimePaths(cfg)
 	fileName, filePath := findRuntime(fileRT)
 	liveName, livePath := "", ""
 	if live {
@@ -189,11 +168,7 @@ func dockerRuntimeCheck(sys *System, cfg daemonJSON, cfgPath string, cfgOK bool,
 	liveDefault := live && name != "" && info.DefaultRuntime == name
 	out.isDefault = fileDefault || liveDefault
 	c.Data = map[string]any{"registered": fileName != "", "default": fileDefault, "loaded": liveName != "", "loaded_default": liveDefault, "path": filePath}
-	pidFile := cfg.PIDFile
-	if pidFile == "" {
-		pidFile = "/var/run/docker.pid"
-	}
-	reload := fmt.Sprintf("reload dockerd: kill -HUP $(cat %s)  (or: systemctl reload docker)", pidFile)
+	reload := reloadFix(cfg)
 
 	if name == "" {
 		c.Status = Warn
@@ -247,49 +222,37 @@ func dockerRuntimeCheck(sys *System, cfg daemonJSON, cfgPath string, cfgOK bool,
 }
 
 // toldDataRoot returns the data-root in gpurun-runtime's runtimeArgs
-// (dirs.DockerRootFlag), "" when none.
+// (dirs.DockerRootFlag), read as gpurun-runtime reads them; "" when none.
 func toldDataRoot(args []string) string {
-	for i, a := range args {
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if "--"+name != dirs.DockerRootFlag {
-			continue
-		}
-		if !hasValue && i+1 < len(args) {
-			value = args[i+1]
-		}
-		return value
-	}
-	return ""
+	return shim.ParseArgs(args, "").DockerRoot
 }
 
 // dockerDataRootCheck compares the data-root gpurun-runtime is told in its
 // runtimeArgs with the one dockerd uses: the running daemon's, else
-// daemon.json's (links resolved, as dockerd resolves them). A shareable IPC
-// group's tmpfs is <data-root>/containers/<id>/mounts/shm; told another
-// root, or none that the policy's engine_roots cover, the shim refuses to
-// grow it and the group keeps 64MiB.
-func dockerDataRootCheck(sys *System, cfg daemonJSON, cfgPath, name string, info system.Info, live bool, pol *policy.Policy) Check {
+// daemon.json's as dockerd works it out (docker.Daemon.Root: links
+// resolved, userns-remap's subdirectory). A shareable IPC group's tmpfs is
+// <data-root>/containers/<id>/mounts/shm; told another root, or none that
+// the policy's engine_roots cover, the shim refuses to grow it and the
+// group keeps 64MiB.
+func dockerDataRootCheck(sys *System, cfg docker.Daemon, cfgPath, name string, info system.Info, live bool, pol *policy.Policy) Check {
 	c := Check{Name: "docker.data-root", Status: OK}
-	told := toldDataRoot(cfg.Runtimes[name].RuntimeArgs)
-	fileRoot, from := cfg.DataRoot, cfgPath
-	if fileRoot == "" {
-		fileRoot = cfg.Graph
+	told := toldDataRoot(cfg.Runtimes[name].Args)
+	file, fileErr := cfg.Root(sys.Root)
+	actual, from := file.Dir, cfgPath
+	if !file.Set && file.Remap == "" {
+		from = "Docker's default"
 	}
-	if fileRoot == "" {
-		fileRoot, from = "/var/lib/docker", "Docker's default"
-	}
-	if r, err := filepath.EvalSymlinks(sys.path(fileRoot)); err == nil {
-		if rel, err := filepath.Rel(sys.path("/"), r); err == nil && !strings.HasPrefix(rel, "..") {
-			fileRoot = path.Join("/", rel)
-		}
-	}
-	actual := fileRoot
 	if live && info.DockerRootDir != "" {
-		actual, from = info.DockerRootDir, "the running dockerd"
+		actual, from, fileErr = info.DockerRootDir, "the running dockerd", nil
 	}
 	c.Data = map[string]any{"told": told, "data_root": actual}
 	fix := "sudo gpurun install docker --reload   (it tells gpurun-runtime the running dockerd's data-root)"
 	switch {
+	case fileErr != nil:
+		c.Status = Warn
+		c.Data["data_root"] = ""
+		c.Detail = fmt.Sprintf("%s: %v, and no running dockerd names the directory it keeps containers in (a subdirectory of %s): whether gpurun-runtime's data-root (%s) is dockerd's is unknown", cfgPath, fileErr, actual, orNone(told))
+		c.Fix = "run doctor while dockerd runs; if the data-root is not dockerd's: " + fix
 	case told == "" && underRoots(actual, pol.EngineRoots):
 		c.Status = Warn
 		c.Detail = fmt.Sprintf("gpurun-runtime is not told dockerd's data-root (runtimes.%s.runtimeArgs in %s has no %s): it grows a --ipc shareable group's /dev/shm only under the policy's engine_roots, which cover %s (from %s)", name, cfgPath, dirs.DockerRootFlag, actual, from)
@@ -309,18 +272,22 @@ func dockerDataRootCheck(sys *System, cfg daemonJSON, cfgPath, name string, info
 		if loaded, ok := info.Runtimes[name]; ok && toldDataRoot(loaded.Args) != told {
 			c.Status = Problem
 			c.Detail = fmt.Sprintf("%s tells gpurun-runtime data-root %s, but the running dockerd still passes %q", cfgPath, told, strings.Join(loaded.Args, " "))
-			c.Fix = fmt.Sprintf("reload dockerd: kill -HUP $(cat %s)  (or: systemctl reload docker)", dockerPIDFile(cfg))
+			c.Fix = reloadFix(cfg)
 		}
 	}
 	return c
 }
 
-// dockerPIDFile is where dockerd writes its pid according to daemon.json.
-func dockerPIDFile(cfg daemonJSON) string {
-	if cfg.PIDFile != "" {
-		return cfg.PIDFile
+// reloadFix says how to make dockerd reload daemon.json.
+func reloadFix(cfg docker.Daemon) string {
+	return fmt.Sprintf("reload dockerd: kill -HUP $(cat %s)  (or: systemctl reload docker)", cfg.PIDFilePath())
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
 	}
-	return "/var/run/docker.pid"
+	return s
 }
 
 // underRoots reports whether dir is strictly below one of roots.

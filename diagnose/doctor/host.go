@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/docker"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -26,17 +28,9 @@ const runtimeBinary = "gpurun-runtime"
 
 // Default configuration paths on a node.
 const (
-	DefaultDockerConfig     = "/etc/docker/daemon.json"
-	DefaultContainerdConfig = "/etc/containerd/config.toml"
+	DefaultDockerConfig     = docker.DefaultConfigFile
+	DefaultContainerdConfig = containerd.DefaultConfigPath
 )
-
-// HooksDirs are where Podman and CRI-O read OCI hooks, in the order they
-// read them (a file in a later directory overrides one of the same name in
-// an earlier one).
-var HooksDirs = []string{"/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d"}
-
-// HookFile is the hooks.d entry `gpurun install podman|crio` writes.
-const HookFile = "gpurun.json"
 
 // DockerAPI is the part of the Docker Engine API client doctor uses.
 type DockerAPI interface {

@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/docker"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -53,14 +54,12 @@ func (d *fakeDocker) ContainerInspect(_ context.Context, id string) (container.I
 func loadedInfo(t *testing.T, data []byte) system.Info {
 	t.Helper()
 	info := system.Info{ServerVersion: "20.10.24", DefaultRuntime: "runc", Runtimes: map[string]system.RuntimeWithStatus{"runc": {Runtime: system.Runtime{Path: "runc"}}}}
-	var cfg daemonJSON
-	if len(strings.TrimSpace(string(data))) > 0 {
-		if err := json.Unmarshal(data, &cfg); err != nil {
-			t.Fatal(err)
-		}
+	cfg, err := docker.ReadDaemonJSON("daemon.json", data)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for n, rt := range cfg.Runtimes {
-		info.Runtimes[n] = system.RuntimeWithStatus{Runtime: system.Runtime{Path: rt.Path, Args: rt.RuntimeArgs}}
+		info.Runtimes[n] = system.RuntimeWithStatus{Runtime: system.Runtime{Path: rt.Path, Args: rt.Args}}
 	}
 	if cfg.DefaultRuntime != "" {
 		info.DefaultRuntime = cfg.DefaultRuntime
@@ -123,11 +122,9 @@ func TestHostDockerConfigs(t *testing.T) {
 			f := hostFake(t)
 			f.write(DefaultDockerConfig, string(data))
 			f.executable(goldenRuntime)
-			var cfg daemonJSON
-			if len(strings.TrimSpace(string(data))) > 0 {
-				if err := json.Unmarshal(data, &cfg); err != nil {
-					t.Fatal(err)
-				}
+			cfg, err := docker.ReadDaemonJSON(file, data)
+			if err != nil {
+				t.Fatal(err)
 			}
 			_, registered := cfg.Runtimes[RuntimeName]
 			isDefault := cfg.DefaultRuntime == RuntimeName
@@ -164,7 +161,7 @@ func TestHostDockerConfigs(t *testing.T) {
 			if hasChain != registered {
 				t.Errorf("runtime.chain present %v, want %v", hasChain, registered)
 			}
-			if nv := nvidiaRuntime(cfg.runtimePaths()); hasChain && isDefault && nv != "" && chain.Status != Warn {
+			if nv := nvidiaRuntime(runtimePaths(cfg)); hasChain && isDefault && nv != "" && chain.Status != Warn {
 				t.Errorf("runtime.chain %s (%s): gpurun is the default over NVIDIA's %s, but the policy execs runc", chain.Status, chain.Detail, nv)
 			}
 			// engineconf's golden files register gpurun-runtime without the
@@ -177,12 +174,17 @@ func TestHostDockerConfigs(t *testing.T) {
 				if root == "" {
 					root = "/var/lib/docker"
 				}
-				wantDR := Warn
-				if !underRoots(root, pol.EngineRoots) {
+				wantDR, wantIn := Warn, "not told"
+				switch {
+				case cfg.UsernsRemap != "":
+					// The fake host has no /etc/passwd, and the daemon
+					// does not say: the directory is not known.
+					wantIn = "userns-remap cannot be resolved"
+				case !underRoots(root, pol.EngineRoots):
 					wantDR, wantProblems = Problem, 1
 				}
-				if dr.Status != wantDR || !strings.Contains(dr.Fix, "gpurun install docker") {
-					t.Errorf("docker.data-root %s (%s), fix %q; want %s", dr.Status, dr.Detail, dr.Fix, wantDR)
+				if dr.Status != wantDR || !strings.Contains(dr.Detail, wantIn) || !strings.Contains(dr.Fix, "gpurun install docker") {
+					t.Errorf("docker.data-root %s (%s), fix %q; want %s with %q", dr.Status, dr.Detail, dr.Fix, wantDR, wantIn)
 				}
 			} else if _, ok := r.Find("docker.data-root"); ok {
 				t.Error("docker.data-root without gpurun-runtime registered")

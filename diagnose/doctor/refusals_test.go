@@ -1,13 +1,21 @@
 package doctor
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/system"
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/oci"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 const (
@@ -99,6 +107,7 @@ func TestHostDockerDataRoot(t *testing.T) {
 		live    string // the running dockerd's DockerRootDir; "" unreachable
 		stale   bool   // the running dockerd still has the runtime without runtimeArgs
 		link    bool   // /var/lib/docker is a link to /mnt/real
+		users   bool   // the host has testuser's passwd entry and subordinate ids
 		want    Status
 		detail  string
 		fixWant string
@@ -109,6 +118,13 @@ func TestHostDockerDataRoot(t *testing.T) {
 		{name: "not told, the default root is covered", file: registered("", ""), want: Warn, detail: "not told", fixWant: "gpurun install docker"},
 		{name: "not told, a root engine_roots miss", file: registered("", `, "data-root": "/srv/docker"`), want: Problem, detail: "do not cover it", fixWant: "gpurun install docker"},
 		{name: "a data-root through a link, resolved as dockerd does", file: registered(told("/mnt/real"), ""), link: true, want: OK, detail: "/mnt/real"},
+		// The user namespace of the dockerd reference (docs.docker.com/
+		// engine/security/userns-remap): containers in /var/lib/docker/231072.231072.
+		{name: "userns-remap, told its subdirectory, no daemon", file: registered(told("/var/lib/docker/231072.231072"), `, "userns-remap": "testuser"`), users: true, want: OK, detail: "data-root /var/lib/docker/231072.231072 (from /etc/docker/daemon.json)"},
+		{name: "userns-remap, told the data-root above it, no daemon", file: registered(told("/var/lib/docker"), `, "userns-remap": "testuser"`), users: true, want: Problem, detail: "told data-root /var/lib/docker, but dockerd uses /var/lib/docker/231072.231072", fixWant: "gpurun install docker --reload"},
+		{name: "userns-remap under a link", file: registered(told("/mnt/real/231072.231072"), `, "userns-remap": "testuser"`), users: true, link: true, want: OK, detail: "/mnt/real/231072.231072"},
+		{name: "userns-remap doctor cannot resolve, no daemon", file: registered(told("/var/lib/docker"), `, "userns-remap": "testuser"`), want: Warn, detail: "userns-remap cannot be resolved", fixWant: "while dockerd runs"},
+		{name: "userns-remap doctor cannot resolve, the daemon names it", file: registered(told("/var/lib/docker/231072.231072"), `, "userns-remap": "testuser"`), live: "/var/lib/docker/231072.231072", want: OK, detail: "(from the running dockerd)"},
 		{name: "dockerd not reloaded since the runtimeArgs", file: registered(told("/srv/docker"), ""), live: "/srv/docker", stale: true, want: Problem, detail: "still passes", fixWant: "kill -HUP"},
 	}
 	for _, tt := range tests {
@@ -118,7 +134,12 @@ func TestHostDockerDataRoot(t *testing.T) {
 			f.executable(goldenRuntime)
 			if tt.link {
 				f.write("/mnt/real/.keep", "")
-				f.link("/var/lib/docker", f.root+"/mnt/real")
+				f.link("/var/lib/docker", "/mnt/real") // as the host sees it
+			}
+			if tt.users {
+				f.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\ntestuser:x:1001:1001::/home/testuser:/bin/sh\n")
+				f.write("/etc/subuid", "testuser:231072:65536\n")
+				f.write("/etc/subgid", "testuser:231072:65536\n")
 			}
 			o := HostOptions{DockerErr: errors.New("connection refused")}
 			if tt.live != "" {
@@ -135,5 +156,41 @@ func TestHostDockerDataRoot(t *testing.T) {
 				t.Errorf("docker.data-root %s %q fix %q; want %s with %q, fix with %q", c.Status, c.Detail, c.Fix, tt.want, tt.detail, tt.fixWant)
 			}
 		})
+	}
+}
+
+// TestHostRemountFixFromEnforce: the fix doctor shows is the one the
+// enforcer chose by the refusal's type and logged, here for a Docker IPC
+// group whose tmpfs is under another data-root than gpurun-runtime was
+// told (dockerd took up userns-remap after the install): run the install
+// again, not "none to make".
+func TestHostRemountFixFromEnforce(t *testing.T) {
+	const ctr = pod1
+	source := "/var/lib/docker/231072.231072/containers/" + ctr + "/mounts/shm"
+	var log bytes.Buffer
+	e := enforce.New(enforce.Config{Component: "gpurun-runtime", Policy: policy.Default(), Log: slog.New(slog.NewJSONHandler(&log, nil)),
+		Facts: func() (oci.Facts, error) { return oci.Facts{HostMemory: 64 << 30}, nil },
+		Grow: func(string, int64, remount.Scope) (remount.Result, error) {
+			t.Error("grown although refused")
+			return remount.Result{}, nil
+		}})
+	res, err := e.Run(enforce.Subject{ID: ctr}, nil, func() (enforce.Request, error) {
+		return enforce.Request{
+			Container: oci.FromSpec(&specs.Spec{
+				Process: &specs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
+				Mounts:  []specs.Mount{{Destination: "/dev/shm", Type: "bind", Source: source, Options: []string{"rbind", "rw"}}},
+				Linux:   &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.IPCNamespace}}},
+			}),
+			Dirs: dirs.Dirs{DockerRoot: "/var/lib/docker"},
+		}, nil
+	})
+	if err != nil || !errors.Is(res.Err, dirs.ErrStaleRoot) {
+		t.Fatalf("Run = %v, %v; want a stale data-root refusal", res.Err, err)
+	}
+	f := hostFake(t)
+	f.write("/var/log/gpurun.log", log.String())
+	c := check(t, hostReport(f, HostOptions{DockerErr: errors.New("connection refused")}), "remount")
+	if c.Status != Problem || !strings.Contains(c.Detail, source) || !strings.Contains(c.Fix, "sudo gpurun install docker --reload") || strings.Contains(c.Fix, "none to make") {
+		t.Errorf("remount %s %q fix %q; want the refusal of %s and the install again", c.Status, c.Detail, c.Fix, source)
 	}
 }

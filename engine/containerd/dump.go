@@ -6,14 +6,21 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/gpurun/gpurun/internal/hostpath"
 	"github.com/gpurun/gpurun/internal/tomledit"
 )
 
 // dumpTimeout bounds containerd config dump.
 const dumpTimeout = 20 * time.Second
+
+// command runs the node's containerd binary (o.Containerd) with args as
+// the node runs it (hostpath.Command: in /, chrooted into the root when
+// there is one).
+func (o LoadOptions) command(ctx context.Context, args ...string) *exec.Cmd {
+	return hostpath.Command(ctx, o.Root, o.Containerd, args...)
+}
 
 // dump runs `containerd --config path config dump` (chrooted into the
 // root when there is one, so that the node's paths mean what they mean to
@@ -28,12 +35,7 @@ func dump(ctx context.Context, o LoadOptions, path string) ([]byte, error) {
 	if o.hosted() && !strings.HasPrefix(bin, "/") {
 		return nil, fmt.Errorf("containerd binary %q: want a node path", bin)
 	}
-	cmd := exec.CommandContext(ctx, bin, "--config", path, "config", "dump")
-	cmd.Dir = "/" // containerd's working directory under systemd
-	if o.hosted() {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: o.Root}
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	}
+	cmd := o.command(ctx, "--config", path, "config", "dump")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -662,7 +663,7 @@ func sourcePlan(src *doc, handlers []string, current string, o Handler) (runtime
 // the lines of the runtime's table and of its options table, and the
 // BinaryName to chain to.
 func formatRuntime(m map[string]any, o Handler) (rtLines, optLines []string, chain string, err error) {
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !copiedRuntimeKey(k) {
 			continue
 		}
@@ -673,7 +674,7 @@ func formatRuntime(m map[string]any, o Handler) (rtLines, optLines []string, cha
 		rtLines = append(rtLines, tomledit.KeyText([]string{k})+" = "+text)
 	}
 	opts, _ := m["options"].(map[string]any)
-	for _, k := range sortedKeys(opts) {
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
 		if k == "BinaryName" {
 			if s, ok := opts[k].(string); ok && s != o.BinaryName {
 				chain = s
@@ -687,15 +688,6 @@ func formatRuntime(m map[string]any, o Handler) (rtLines, optLines []string, cha
 		optLines = append(optLines, tomledit.KeyText([]string{k})+" = "+text)
 	}
 	return rtLines, optLines, chain, nil
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // ---------------------------------------------------------------------------

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // release runs `containerd --version` and returns the release it prints
@@ -16,12 +14,7 @@ import (
 func release(ctx context.Context, o LoadOptions) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, dumpTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, o.Containerd, "--version")
-	cmd.Dir = "/"
-	if o.hosted() {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: o.Root}
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	}
+	cmd := o.command(ctx, "--version")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -57,6 +57,31 @@ var ErrNotNamed = errors.New("not the tmpfs the engine named for this container"
 // the known engine dirs, and nothing proves it the pod's.
 var ErrUnknownRoot = errors.New("not under an engine dir gpurun knows")
 
+// ErrStaleRoot is matched (with ErrNotNamed) by a *StaleRootError: the
+// data-root gpurun-runtime was told is not the one dockerd keeps the
+// container's /dev/shm under.
+var ErrStaleRoot = errors.New("the data-root gpurun-runtime was told is not dockerd's")
+
+// StaleRootError is a Docker container whose /dev/shm is a tmpfs in
+// dockerd's layout under another data-root than the one gpurun-runtime
+// was told (DockerRootFlag): dockerd moved its data-root, or took up
+// userns-remap, after gpurun install told gpurun-runtime where it was.
+type StaleRootError struct {
+	// Told is the data-root gpurun-runtime was told; Found the one the
+	// container's /dev/shm is under.
+	Told, Found string
+	// Source is the tmpfs the container's /dev/shm binds.
+	Source string
+}
+
+func (e *StaleRootError) Error() string {
+	return fmt.Sprintf("%v: /dev/shm binds %s, under data-root %s; gpurun-runtime was told data-root %s (%v)", ErrNotNamed, e.Source, e.Found, e.Told, ErrStaleRoot)
+}
+
+// Unwrap returns ErrNotNamed and ErrStaleRoot, so that errors.Is matches
+// both.
+func (e *StaleRootError) Unwrap() []error { return []error{ErrNotNamed, ErrStaleRoot} }
+
 // Dirs are the directories an engine named for one container. The zero
 // value names nothing.
 type Dirs struct {
@@ -178,7 +203,9 @@ func (d Dirs) Confirm(sh oci.Shm) string {
 //     shape, a dockerd that did not pass its data-root): the caller falls
 //     back to the policy's engine_roots;
 //   - an error wrapping ErrNotNamed when it named dirs and sh.Source is not
-//     that tmpfs: under another root, another pod's sandbox, not clean.
+//     that tmpfs: under another root, another pod's sandbox, not clean; a
+//     *StaleRootError (ErrStaleRoot) for a Docker tmpfs under another
+//     data-root than gpurun-runtime was told.
 //
 // The exact tmpfs is <containerd state>/io.containerd.grpc.v1.cri/sandboxes/<sandbox
 // id>/shm for containerd (the sandbox id from NRI's pod, else the spec's
@@ -220,6 +247,9 @@ func (d Dirs) Shm(sh oci.Shm, pod oci.Pod) (string, bool, error) {
 	}
 	want := l.Path(root, owner)
 	if sh.Source != want {
+		if found, err := rootOf(sh.Source, l); err == nil && found != root && sh.Engine == oci.EngineDocker {
+			return "", true, &StaleRootError{Told: root, Found: found, Source: sh.Source}
+		}
 		return "", true, fmt.Errorf("%w: /dev/shm binds %s; %s named %s", ErrNotNamed, sh.Source, l.RootName, want)
 	}
 	return want, true, nil

@@ -150,7 +150,7 @@ func TestShm(t *testing.T) {
 		{"CRI-O: another pod's sandbox", Dirs{StorageRoot: "/run/containers/storage"},
 			given(bind("/run/containers/storage/overlay-containers/"+otherID+"/userdata/shm"), oci.Pod{SandboxID: podID, Engine: "cri-o"}), true, otherID},
 		{"Podman: another graph root", podman, given(bind("/var/lib/containers/storage/overlay-containers/"+ctrID+"/userdata/shm"), oci.Pod{}), true, "named"},
-		{"Docker: under another data-root", docker, given(bind("/var/lib/docker/containers/"+ctrID+"/mounts/shm"), oci.Pod{}), true, "named " + T + "/docker/root/containers/"},
+		{"Docker: under another data-root", docker, given(bind("/var/lib/docker/containers/"+ctrID+"/mounts/shm"), oci.Pod{}), true, "gpurun-runtime was told data-root " + T + "/docker/root"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,6 +169,53 @@ func TestShm(t *testing.T) {
 				t.Errorf("path %q, want the bind's source %q", path, sh.Source)
 			case tt.bad != "" && (!errors.Is(err, ErrNotNamed) || !strings.Contains(err.Error(), tt.bad) || path != ""):
 				t.Errorf("Shm = %q, %v; want a refusal saying %q", path, err, tt.bad)
+			}
+		})
+	}
+}
+
+// TestShmRefusalKinds: each refusal of Shm matches its own kind with
+// errors.Is, and no other, so that callers choose their fix by type.
+func TestShmRefusalKinds(t *testing.T) {
+	docker := Dirs{DockerRoot: "/var/lib/docker"}
+	roots := []string{"/run/containerd"}
+	sandbox := func(state, id string) oci.Shm {
+		return bind(state + "/io.containerd.grpc.v1.cri/sandboxes/" + id + "/shm")
+	}
+	kinds := []error{ErrStaleRoot, ErrUnknownRoot}
+	tests := []struct {
+		name  string
+		dirs  Dirs
+		sh    oci.Shm
+		pod   oci.Pod
+		kind  error  // the one of kinds it matches; nil for none
+		found string // StaleRootError's Found
+	}{
+		{"dockerd moved its data-root", docker, bind("/srv/docker/containers/" + ctrID + "/mounts/shm"), oci.Pod{}, ErrStaleRoot, "/srv/docker"},
+		// userns-remap: dockerd keeps containers in <data-root>/<uid>.<gid>
+		// (docs.docker.com/engine/security/userns-remap's 231072.231072).
+		{"dockerd took up userns-remap", docker, bind("/var/lib/docker/231072.231072/containers/" + ctrID + "/mounts/shm"), oci.Pod{}, ErrStaleRoot, "/var/lib/docker/231072.231072"},
+		{"NRI: an unknown root, no pid", ForPod(podID, 0, roots), sandbox("/data/ctd", podID), criPod(podID), ErrUnknownRoot, ""},
+		{"containerd: another pod's sandbox", FromBundle("/run/containerd/io.containerd.runtime.v2.task/k8s.io/"+ctrID, ctrID), sandbox("/run/containerd", otherID), criPod(podID), nil, ""},
+		{"containerd: another containerd's state", FromBundle("/run/containerd/io.containerd.runtime.v2.task/k8s.io/"+ctrID, ctrID), sandbox("/data/ctd", podID), criPod(podID), nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := tt.dirs.Shm(tt.sh, tt.pod)
+			if !errors.Is(err, ErrNotNamed) {
+				t.Fatalf("Shm = %v, want a refusal (ErrNotNamed)", err)
+			}
+			for _, k := range kinds {
+				if errors.Is(err, k) != (k == tt.kind) {
+					t.Errorf("errors.Is(%v, %v) = %v", err, k, !(k == tt.kind))
+				}
+			}
+			var stale *StaleRootError
+			if errors.As(err, &stale) != (tt.kind == ErrStaleRoot) {
+				t.Fatalf("Shm = %v: a *StaleRootError %v, want %v", err, !(tt.kind == ErrStaleRoot), tt.kind == ErrStaleRoot)
+			}
+			if stale != nil && (stale.Told != tt.dirs.DockerRoot || stale.Found != tt.found || stale.Source != tt.sh.Source) {
+				t.Errorf("stale %+v, want told %s, found %s, source %s", stale, tt.dirs.DockerRoot, tt.found, tt.sh.Source)
 			}
 		})
 	}

@@ -6,7 +6,15 @@
 // Every edit is checked the way containerd's are: the result is decoded
 // again and compared with the document before it, and an edit that would
 // change anything but gpurun's keys is refused. Positions in errors follow
-// package textpos. The functions are pure (bytes in, bytes out).
+// package textpos. The editor's functions are pure (bytes in, bytes out).
+//
+// It is also the one reader of daemon.json (ReadDaemonJSON): install,
+// doctor and whoever else needs what dockerd reads there (its data-root,
+// with userns-remap's subdirectory, pid file, runtimes, default
+// /dev/shm size) read it through Daemon, and dockerd's own flags through
+// ParseFlags. Daemon.Root reads the node's /etc/passwd, /etc/subuid and
+// /etc/subgid and follows the data-root's links, as dockerd does when it
+// starts.
 package docker
 
 import (
@@ -379,43 +387,6 @@ func dropRuntime(data []byte, top object, st style, o Options, c Change) ([]byte
 	default:
 		return remove(data, rts, ni), nil
 	}
-}
-
-// DefaultDataRoot is dockerd's data-root unless daemon.json's
-// "data-root" (or a --data-root flag) says otherwise.
-const DefaultDataRoot = "/var/lib/docker"
-
-// DataRoot returns daemon.json's "data-root" (or its pre-23.0 name,
-// "graph"), or "" when neither is set or the document cannot be read.
-// UsernsRemap says whether "userns-remap" is set: dockerd then keeps its
-// containers in a subdirectory of the data-root named for the remapped ids.
-func DataRoot(data []byte) (root string, usernsRemap bool) {
-	var cfg struct {
-		DataRoot    string `json:"data-root"`
-		Graph       string `json:"graph"`
-		UsernsRemap string `json:"userns-remap"`
-	}
-	if _, body := splitBOM(data); json.Unmarshal(body, &cfg) != nil {
-		return "", false
-	}
-	root = cfg.DataRoot
-	if root == "" {
-		root = cfg.Graph
-	}
-	return root, cfg.UsernsRemap != ""
-}
-
-// PIDFile returns where dockerd writes its PID according to the
-// daemon.json document data: its "pidfile", or DefaultPIDFile when
-// that is unset, empty or the document cannot be read.
-func PIDFile(data []byte) string {
-	var cfg struct {
-		PIDFile string `json:"pidfile"`
-	}
-	if _, body := splitBOM(data); json.Unmarshal(body, &cfg) != nil || cfg.PIDFile == "" {
-		return DefaultPIDFile
-	}
-	return cfg.PIDFile
 }
 
 // validate checks the options; install needs a path, uninstall only a name.

@@ -102,6 +102,7 @@ func TestInstallFiles(t *testing.T) {
 		{file: "dockerd-docs-custom-runtime.json", canonical: true},
 		{file: "echo-one-line-registry-mirror.json", canonical: true},
 		{file: "many-keys-tabs.json", canonical: true},
+		{file: "dockerd-docs-userns-remap.json", canonical: true},
 	}
 	for _, tt := range tests {
 		for _, setDefault := range []bool{false, true} {
@@ -529,46 +530,6 @@ func TestErrors(t *testing.T) {
 	c := Change{Changed: true, AddedRuntime: true, PreviousRuntime: json.RawMessage("{")}
 	if _, _, err := Uninstall([]byte(`{"runtimes": {"gpurun": {"path": "/usr/local/bin/gpurun-runtime"}}}`), o, c); err == nil {
 		t.Errorf("Uninstall restored a previous entry that is not JSON")
-	}
-}
-
-func TestPIDFile(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"", "/var/run/docker.pid"},
-		{"{}", "/var/run/docker.pid"},
-		{`{"pidfile": "/run/docker-gpu.pid", "debug": true}`, "/run/docker-gpu.pid"},
-		{`{"pidfile": ""}`, "/var/run/docker.pid"},
-		{`{"pidfile": 12}`, "/var/run/docker.pid"},
-		{`{"pidfile": "/x.pid"`, "/var/run/docker.pid"},
-		{"\xef\xbb\xbf{\"pidfile\": \"/bom.pid\"}", "/bom.pid"},
-	}
-	for _, tt := range tests {
-		if got := PIDFile([]byte(tt.in)); got != tt.want {
-			t.Errorf("PIDFile(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-func TestDataRoot(t *testing.T) {
-	tests := []struct {
-		in    string
-		want  string
-		remap bool
-	}{
-		{"", "", false},
-		{"{}", "", false},
-		{`{"data-root": "/mnt/nvme/docker", "debug": true}`, "/mnt/nvme/docker", false},
-		{`{"graph": "/srv/docker"}`, "/srv/docker", false},
-		{`{"data-root": "/a", "graph": "/b"}`, "/a", false},
-		{`{"data-root": "/a", "userns-remap": "default"}`, "/a", true},
-		{`{"data-root": 12}`, "", false},
-		{"\xef\xbb\xbf{\"data-root\": \"/bom\"}", "/bom", false},
-	}
-	for _, tt := range tests {
-		root, remap := DataRoot([]byte(tt.in))
-		if root != tt.want || remap != tt.remap {
-			t.Errorf("DataRoot(%q) = %q, %v; want %q, %v", tt.in, root, remap, tt.want, tt.remap)
-		}
 	}
 }
 

@@ -87,3 +87,73 @@ func socketServer(path string) (int32, error) {
 	}
 	return cred.Pid, nil
 }
+
+// DaemonProcess returns the pid and command line of the dockerd serving
+// the unix socket endpoint host: the socket's peer (SO_PEERCRED) when it
+// is dockerd, or, where systemd holds the socket for it (socket
+// activation, pid 1), the one dockerd process running. It returns 0 and
+// nil when it cannot tell: another kind of endpoint, a peer in another PID
+// namespace, or several dockerd behind systemd.
+func DaemonProcess(host string) (int, []string, error) {
+	return daemonProcess(host, "/proc")
+}
+
+// daemonProcess is DaemonProcess with procfs at proc.
+func daemonProcess(host, proc string) (int, []string, error) {
+	path, ok := strings.CutPrefix(host, "unix://")
+	if !ok {
+		return 0, nil, nil
+	}
+	pid, err := socketServer(path)
+	if err != nil || pid == 0 {
+		return 0, nil, err
+	}
+	return daemonBehind(int(pid), proc)
+}
+
+// daemonBehind returns the dockerd behind the socket that process pid
+// serves (see DaemonProcess).
+func daemonBehind(pid int, proc string) (int, []string, error) {
+	comm, args, err := process(proc, pid)
+	if err != nil {
+		return 0, nil, err
+	}
+	switch {
+	case comm == "dockerd":
+		return pid, args, nil
+	case comm != "systemd" || pid != 1:
+		return 0, nil, nil
+	}
+	ents, err := os.ReadDir(proc)
+	if err != nil {
+		return 0, nil, fmt.Errorf("list processes: %w", err)
+	}
+	found, foundArgs := 0, []string(nil)
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n <= 1 {
+			continue
+		}
+		if c, a, err := process(proc, n); err == nil && c == "dockerd" {
+			if found != 0 {
+				return 0, nil, nil // more than one: which holds the socket is not known
+			}
+			found, foundArgs = n, a
+		}
+	}
+	return found, foundArgs, nil
+}
+
+// process returns the comm and command line of process pid.
+func process(proc string, pid int) (string, []string, error) {
+	dir := filepath.Join(proc, strconv.Itoa(pid))
+	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+	if err != nil {
+		return "", nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return "", nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return strings.TrimSpace(string(comm)), strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00"), nil
+}

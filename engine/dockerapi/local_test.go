@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,5 +92,53 @@ func TestIsDaemon(t *testing.T) {
 		if got := isDaemon(tt.comm, tt.pid); got != tt.want {
 			t.Errorf("isDaemon(%q, %d) = %v, want %v", tt.comm, tt.pid, got, tt.want)
 		}
+	}
+}
+
+// TestDaemonBehind: the dockerd behind a socket is its peer, or under
+// socket activation (systemd, pid 1) the only dockerd running.
+func TestDaemonBehind(t *testing.T) {
+	type proc struct {
+		pid  int
+		comm string
+		args []string
+	}
+	dockerd := proc{812, "dockerd", []string{"/usr/bin/dockerd", "-H", "fd://", "--containerd=/run/containerd/containerd.sock"}}
+	second := proc{1312, "dockerd", []string{"/usr/bin/dockerd", "--config-file", "/etc/docker/gpu.json", "-H", "unix:///run/gpu.sock"}}
+	systemd := proc{1, "systemd", []string{"/sbin/init"}}
+	tests := []struct {
+		name     string
+		procs    []proc
+		peer     int
+		wantPID  int
+		wantArgs []string
+	}{
+		{"dockerd listens itself", []proc{systemd, dockerd, second}, 1312, 1312, second.args},
+		{"socket activation, one dockerd", []proc{systemd, dockerd}, 1, 812, dockerd.args},
+		{"socket activation, two dockerd", []proc{systemd, dockerd, second}, 1, 0, nil},
+		{"socket activation, no dockerd yet", []proc{systemd}, 1, 0, nil},
+		{"a forwarder", []proc{systemd, {77, "socat", []string{"socat"}}}, 77, 0, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, p := range tt.procs {
+				d := filepath.Join(dir, strconv.Itoa(p.pid))
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				cmdline := strings.Join(p.args, "\x00") + "\x00"
+				if err := os.WriteFile(filepath.Join(d, "comm"), []byte(p.comm+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(d, "cmdline"), []byte(cmdline), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pid, args, err := daemonBehind(tt.peer, dir)
+			if err != nil || pid != tt.wantPID || !slices.Equal(args, tt.wantArgs) {
+				t.Errorf("daemonBehind(%d) = %d, %q, %v; want %d, %q", tt.peer, pid, args, err, tt.wantPID, tt.wantArgs)
+			}
+		})
 	}
 }

@@ -6,9 +6,13 @@ package hooksd
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/gpurun/gpurun/internal/textpos"
 )
@@ -104,9 +108,6 @@ func HookJSON(o HookOptions) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// hookStages are the OCI stages a 1.0.0 hooks.d entry may name.
-var hookStages = []string{"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
-
 // IsGPURunHook reports whether data is a hooks.d entry that runs
 // `gpurun hook`: a 1.0.0 entry whose args are gpurun's and whose path is a
 // file named gpurun. It tells gpurun's own file from someone else's.
@@ -119,31 +120,97 @@ func IsGPURunHook(data []byte) bool {
 		len(h.Hook.Args) >= 2 && h.Hook.Args[1] == "hook"
 }
 
-// ValidateHookJSON applies the checks Podman and CRI-O make when they load a
-// hooks.d entry (containers/common pkg/hooks, schema 1.0.0), except that
-// the hook's path exists: version, an absolute hook path, a when condition,
-// known stages. The line and column of malformed JSON are reported.
-func ValidateHookJSON(name string, data []byte) error {
+// Dirs returns the hooks.d directories Podman (as root, without
+// --hooks-dir) reads, in the order it reads them: a file in a later one
+// masks one of the same name in an earlier one. CRI-O reads the first by
+// default.
+func Dirs() []string {
+	return []string{HooksDirShare, HooksDirEtc}
+}
+
+// knownStage reports whether a 1.0.0 hooks.d entry may name the OCI
+// stage s (containers/common pkg/hooks/1.0.0, Hook.Validate).
+func knownStage(s string) bool {
+	switch s {
+	case "prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop":
+		return true
+	}
+	return false
+}
+
+// Problems returns every problem of the hooks.d entry data, each a message
+// naming the file name, or none:
+//
+//   - what Podman and CRI-O refuse when they load an entry
+//     (containers/common pkg/hooks, schema 1.0.0): JSON that does not
+//     decode (its line and column), a version other than 1.0.0, an empty
+//     hook.path or one that is not there, a when.annotations or
+//     when.commands pattern that is not a regular expression, no stages,
+//     an unknown stage;
+//   - what they would load but never run as written: a hook.path that is
+//     not absolute (they stat it from their own working directory), a
+//     "when" that matches no container, a key the schema does not have
+//     (they ignore it, so it does not do what it says).
+//
+// binary checks that the hook's absolute path is a program that can run
+// (on the node); nil skips that check, for an entry that is not on the
+// node yet.
+func Problems(name string, data []byte, binary func(path string) error) []string {
 	var h hookFile
+	if err := json.Unmarshal(data, &h); err != nil {
+		return []string{textpos.JSONError(name, data, err).Error()}
+	}
+	var out []string
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&h); err != nil {
-		return textpos.JSONError(name, data, err)
+	if err := dec.Decode(new(hookFile)); err != nil {
+		out = append(out, textpos.JSONError(name, data, err).Error())
+	}
+	if h.Version != "1.0.0" {
+		out = append(out, fmt.Sprintf("%s: version %q, want \"1.0.0\"", name, h.Version))
 	}
 	switch {
-	case h.Version != "1.0.0":
-		return fmt.Errorf("%s: version %q, want \"1.0.0\"", name, h.Version)
+	case h.Hook.Path == "":
+		out = append(out, name+": hook.path is empty")
 	case !filepath.IsAbs(h.Hook.Path):
-		return fmt.Errorf("%s: hook.path %q is not absolute", name, h.Hook.Path)
-	case h.When.Always == nil && h.When.Annotations == nil && h.When.Commands == nil && h.When.HasBindMounts == nil:
-		return fmt.Errorf("%s: when has no condition", name)
-	case len(h.Stages) == 0:
-		return fmt.Errorf("%s: no stages", name)
+		out = append(out, fmt.Sprintf("%s: hook.path %q is not absolute", name, h.Hook.Path))
+	case binary != nil:
+		if err := binary(h.Hook.Path); err != nil {
+			out = append(out, fmt.Sprintf("%s: hook.path: %v", name, err))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.When.Annotations)) {
+		for _, re := range []string{k, h.When.Annotations[k]} {
+			if _, err := regexp.Compile(re); err != nil {
+				out = append(out, fmt.Sprintf("%s: when.annotations %q: %v", name, re, err))
+			}
+		}
+	}
+	for _, c := range h.When.Commands {
+		if _, err := regexp.Compile(c); err != nil {
+			out = append(out, fmt.Sprintf("%s: when.commands %q: %v", name, c, err))
+		}
+	}
+	w := h.When
+	if (w.Always == nil || !*w.Always) && len(w.Annotations) == 0 && len(w.Commands) == 0 && (w.HasBindMounts == nil || !*w.HasBindMounts) {
+		out = append(out, name+": \"when\" matches nothing (set always, annotations, commands or hasBindMounts)")
+	}
+	if len(h.Stages) == 0 {
+		out = append(out, name+": no stages")
 	}
 	for _, s := range h.Stages {
-		if !slices.Contains(hookStages, s) {
-			return fmt.Errorf("%s: unknown stage %q", name, s)
+		if !knownStage(s) {
+			out = append(out, fmt.Sprintf("%s: unknown stage %q", name, s))
 		}
+	}
+	return out
+}
+
+// ValidateHookJSON returns Problems without the check of the hook's
+// binary, as one error; nil when there are none.
+func ValidateHookJSON(name string, data []byte) error {
+	if p := Problems(name, data, nil); len(p) > 0 {
+		return errors.New(strings.Join(p, "; "))
 	}
 	return nil
 }

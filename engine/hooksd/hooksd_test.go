@@ -2,6 +2,7 @@ package hooksd
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -73,32 +74,95 @@ func TestHookJSON(t *testing.T) {
 	}
 }
 
-func TestValidateHookJSON(t *testing.T) {
+// TestProblems: every problem of an entry, each once, the hook's binary
+// checked by the function given.
+func TestProblems(t *testing.T) {
+	// The keys and values of NVIDIA's hooks.d entry for Podman,
+	// oci-nvidia-hook.json at the top of NVIDIA/nvidia-container-toolkit
+	// (laid out here with four spaces).
+	const nvidia = `{
+    "version": "1.0.0",
+    "hook": {
+        "path": "/usr/bin/nvidia-container-toolkit",
+        "args": ["nvidia-container-toolkit", "prestart"],
+        "env": [
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        ]
+    },
+    "when": {
+        "always": true,
+        "commands": [".*"]
+    },
+    "stages": ["prestart"]
+}
+`
+	missing := func(p string) error {
+		if p == "/usr/bin/nvidia-container-toolkit" || p == "/usr/local/bin/gpurun" {
+			return nil
+		}
+		return errors.New(p + " does not exist")
+	}
+	own, err := HookJSON(HookOptions{Path: "/usr/local/bin/gpurun", PolicyPath: "/etc/gpurun/config.toml"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		name, in, err string
+		name   string
+		in     string
+		binary func(string) error
+		want   []string // a part of each problem, in order
 	}{
-		{"nvidia's", `{"version":"1.0.0","hook":{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]},"when":{"always":true,"commands":[".*"]},"stages":["prestart"]}`, ""},
-		{"old schema", `{"hook":"/usr/bin/x","stages":["prestart"]}`, "cannot unmarshal"},
-		{"wrong version", `{"version":"2.0.0","hook":{"path":"/x"},"when":{"always":true},"stages":["prestart"]}`, `version "2.0.0"`},
-		{"relative path", `{"version":"1.0.0","hook":{"path":"x"},"when":{"always":true},"stages":["prestart"]}`, "not absolute"},
-		{"no condition", `{"version":"1.0.0","hook":{"path":"/x"},"when":{},"stages":["prestart"]}`, "no condition"},
-		{"no stages", `{"version":"1.0.0","hook":{"path":"/x"},"when":{"always":true}}`, "no stages"},
-		{"unknown stage", `{"version":"1.0.0","hook":{"path":"/x"},"when":{"always":true},"stages":["prestrat"]}`, `unknown stage "prestrat"`},
-		{"malformed", "{\n  \"version\": \"1.0.0\",\n  \"hook\": {,\n}", "x.json:3:12"},
+		{name: "nvidia's", in: nvidia, binary: missing},
+		{name: "gpurun's own", in: string(own), binary: missing},
+		{name: "the binary is gone", in: strings.Replace(nvidia, "/usr/bin/nvidia-container-toolkit", "/opt/gone/hook", 1), binary: missing,
+			want: []string{"x.json: hook.path: /opt/gone/hook does not exist"}},
+		{name: "the binary is not checked without a function", in: strings.Replace(nvidia, "/usr/bin/nvidia-container-toolkit", "/opt/gone/hook", 1)},
+		{name: "old schema", in: `{"hook":"/usr/bin/x","stages":["prestart"]}`, binary: missing, want: []string{"x.json:1:21: json: cannot unmarshal string"}},
+		{name: "malformed", in: "{\n  \"version\": \"1.0.0\",\n  \"hook\": {,\n}", binary: missing, want: []string{"x.json:3:12"}},
+		{name: "wrong version", in: `{"version":"2.0.0","hook":{"path":"/usr/local/bin/gpurun"},"when":{"always":true},"stages":["prestart"]}`, binary: missing,
+			want: []string{`x.json: version "2.0.0", want "1.0.0"`}},
+		{name: "empty path", in: `{"version":"1.0.0","hook":{"path":""},"when":{"always":true},"stages":["prestart"]}`, binary: missing,
+			want: []string{"x.json: hook.path is empty"}},
+		{name: "relative path", in: `{"version":"1.0.0","hook":{"path":"gpurun"},"when":{"always":true},"stages":["prestart"]}`, binary: missing,
+			want: []string{`x.json: hook.path "gpurun" is not absolute`}},
+		{name: "when is empty", in: `{"version":"1.0.0","hook":{"path":"/usr/local/bin/gpurun"},"when":{},"stages":["prestart"]}`, binary: missing,
+			want: []string{`x.json: "when" matches nothing`}},
+		{name: "when is all false", in: `{"version":"1.0.0","hook":{"path":"/usr/local/bin/gpurun"},"when":{"always":false,"hasBindMounts":false},"stages":["prestart"]}`, binary: missing,
+			want: []string{`x.json: "when" matches nothing`}},
+		{name: "patterns that are not regular expressions", in: `{"version":"1.0.0","hook":{"path":"/usr/local/bin/gpurun"},"when":{"annotations":{"gpu(":"x","b":"[z"},"commands":["*x"]},"stages":["prestart"]}`, binary: missing,
+			want: []string{`x.json: when.annotations "[z"`, `x.json: when.annotations "gpu("`, `x.json: when.commands "*x"`}},
+		{name: "no stages", in: `{"version":"1.0.0","hook":{"path":"/usr/local/bin/gpurun"},"when":{"always":true}}`, binary: missing,
+			want: []string{"x.json: no stages"}},
+		{name: "unknown stages", in: `{"version":"1.0.0","hook":{"path":"/usr/local/bin/gpurun"},"when":{"always":true},"stages":["prestrat","createRuntime","poststrat"]}`, binary: missing,
+			want: []string{`x.json: unknown stage "prestrat"`, `x.json: unknown stage "poststrat"`}},
+		{name: "a key the schema does not have", in: `{"version":"1.0.0","hook":{"path":"/usr/local/bin/gpurun"},"when":{"always":true},"stage":["prestart"],"stages":["prestart"]}`, binary: missing,
+			want: []string{`x.json: json: unknown field "stage"`}},
+		{name: "every problem at once", in: `{"version":"0.1.0","hook":{"path":"/opt/gone/gpurun"},"stages":["prestrat"]}`, binary: missing,
+			want: []string{`version "0.1.0"`, "/opt/gone/gpurun does not exist", `"when" matches nothing`, `unknown stage "prestrat"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := ValidateHookJSON("x.json", []byte(tt.in))
-			if tt.err == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
+			got := Problems("x.json", []byte(tt.in), tt.binary)
+			ok := len(got) == len(tt.want)
+			for i := 0; ok && i < len(got); i++ {
+				ok = strings.Contains(got[i], tt.want[i])
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Fatalf("ValidateHookJSON = %v, want %q", err, tt.err)
+			if !ok {
+				t.Fatalf("Problems =\n%s\nwant problems with\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			err := ValidateHookJSON("x.json", []byte(tt.in))
+			if wantErr := len(Problems("x.json", []byte(tt.in), nil)) > 0; (err != nil) != wantErr {
+				t.Errorf("ValidateHookJSON = %v, want an error %v", err, wantErr)
 			}
 		})
+	}
+}
+
+func TestDirs(t *testing.T) {
+	// Podman reads the packaged directory first and the administrator's
+	// last, which masks it.
+	if got := Dirs(); len(got) != 2 || got[0] != HooksDirShare || got[1] != HooksDirEtc {
+		t.Errorf("Dirs() = %q", got)
 	}
 }
 

@@ -30,7 +30,8 @@ import (
 // container's namespaces before pivot_root: there os.Getpid answers in the
 // container's PID namespace, and the state's pid too).
 //
-// Rules, each a refusal wrapping ErrUnsafe unless said otherwise:
+// Rules, each a refusal (*RefusalError, matching ErrUnsafe and its rule)
+// unless said otherwise:
 //   - path is absolute and clean;
 //   - the mount on top at path in that namespace's mount table
 //     (/proc/<pid>/mountinfo) is a tmpfs;
@@ -72,7 +73,7 @@ func resizeInNamespace(pid int, path string, size int64, shrink bool) (Result, e
 		return Result{}, fmt.Errorf("grow %s: invalid pid %d", path, pid)
 	}
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return Result{}, fmt.Errorf("%w: %q is not a clean absolute path", ErrUnsafe, path)
+		return Result{}, refuse(ErrUnclean, path, "%q is not a clean absolute path", path)
 	}
 	// The caller's own namespace is read through /proc/thread-self: /proc/self
 	// names the main thread, which may be parked in another namespace (see
@@ -178,10 +179,10 @@ func topTmpfsAt(r io.Reader, path string) (*mountinfo.Info, error) {
 		}
 	}
 	if top == nil {
-		return nil, fmt.Errorf("%w: %s is not a mount point", ErrUnsafe, path)
+		return nil, refuse(ErrNotTmpfs, path, "%s is not a mount point", path)
 	}
 	if top.FSType != "tmpfs" {
-		return nil, fmt.Errorf("%w: %s is a %s mount, not a tmpfs", ErrUnsafe, path, top.FSType)
+		return nil, refuse(ErrNotTmpfs, path, "%s is a %s mount, not a tmpfs", path, top.FSType)
 	}
 	return top, nil
 }
@@ -203,14 +204,14 @@ func growMounted(path string, m *mountinfo.Info, size int64, shrink bool) (Resul
 		return res, fmt.Errorf("stat %s: %w", path, err)
 	}
 	if major, minor := unix.Major(st.Dev), unix.Minor(st.Dev); int(major) != m.Major || int(minor) != m.Minor {
-		return res, fmt.Errorf("%w: %s is device %d:%d, not the tmpfs %d:%d the mount table shows", ErrUnsafe, path, major, minor, m.Major, m.Minor)
+		return res, refuse(ErrSwapped, path, "%s is device %d:%d, not the tmpfs %d:%d the mount table shows", path, major, minor, m.Major, m.Minor)
 	}
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &fs); err != nil {
 		return res, fmt.Errorf("statfs %s: %w", path, err)
 	}
 	if fs.Type != unix.TMPFS_MAGIC {
-		return res, fmt.Errorf("%w: %s is not a tmpfs (type %#x)", ErrUnsafe, path, fs.Type)
+		return res, refuse(ErrNotTmpfs, path, "%s is not a tmpfs (type %#x)", path, fs.Type)
 	}
 	res.Before = int64(fs.Blocks) * int64(fs.Bsize)
 	res.After = res.Before
@@ -250,7 +251,7 @@ func openNoSymlinks(path string) (int, error) {
 		}
 		if c == ".." {
 			unix.Close(fd)
-			return -1, fmt.Errorf("%w: %q has a .. component", ErrUnsafe, path)
+			return -1, refuse(ErrUnclean, path, "%q has a .. component", path)
 		}
 		walked += "/" + c
 		next, err := unix.Openat(fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -259,7 +260,7 @@ func openNoSymlinks(path string) (int, error) {
 			isLink := unix.Fstatat(fd, c, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
 			unix.Close(fd)
 			if isLink || errors.Is(err, unix.ELOOP) {
-				return -1, fmt.Errorf("%w: %s goes through a symbolic link (%s)", ErrUnsafe, path, walked)
+				return -1, refuse(ErrSymlink, path, "%s goes through a symbolic link (%s)", path, walked)
 			}
 			return -1, fmt.Errorf("open %s: %w", walked, err)
 		}
@@ -286,7 +287,7 @@ func hostShmDevs() []uint64 {
 func notHostShm(m *mountinfo.Info, hostDevs []uint64) error {
 	for _, d := range hostDevs {
 		if int(unix.Major(d)) == m.Major && int(unix.Minor(d)) == m.Minor {
-			return fmt.Errorf("%w: %s is the host's /dev/shm (device %d:%d)", ErrUnsafe, m.Mountpoint, m.Major, m.Minor)
+			return refuse(ErrHostShm, m.Mountpoint, "%s is the host's /dev/shm (device %d:%d)", m.Mountpoint, m.Major, m.Minor)
 		}
 	}
 	return nil

@@ -19,13 +19,70 @@ import (
 // hostShm are the host's own shared memory directories, never resized.
 var hostShm = []string{"/dev/shm", "/run/shm"}
 
-// ErrUnsafe is wrapped by every refusal of a path the rules do not allow.
+// ErrUnsafe is matched (errors.Is) by every refusal of a path the rules do
+// not allow: a *RefusalError.
 var ErrUnsafe = errors.New("refused")
 
-// ErrUnproven is wrapped, with ErrUnsafe, by the refusal of a tmpfs under
-// no engine root whose owner's /dev/shm could not be read to prove it (a
-// pid that gpurun, outside the host's PID namespace, cannot see).
-var ErrUnproven = errors.New("not proven to be the pod's tmpfs")
+// The rules a refusal breaks: a *RefusalError matches its rule with
+// errors.Is, as well as ErrUnsafe. Callers choose what to say by rule,
+// never by the message.
+var (
+	// ErrUnclean: the path is not absolute and clean (or has a ..).
+	ErrUnclean = errors.New("not a clean absolute path")
+	// ErrHostShm: the path is, or its tmpfs is, the host's /dev/shm.
+	ErrHostShm = errors.New("the host's /dev/shm")
+	// ErrOutsideScope: the engine named a tmpfs for the container, and
+	// the path is another.
+	ErrOutsideScope = errors.New("not the tmpfs the engine named")
+	// ErrSymlink: the path goes through a symbolic link.
+	ErrSymlink = errors.New("through a symbolic link")
+	// ErrNotUnderRoot: the engine named nothing, and the path is under
+	// none of the engine roots.
+	ErrNotUnderRoot = errors.New("not under an engine root")
+	// ErrNotTmpfs: no tmpfs is mounted at the path.
+	ErrNotTmpfs = errors.New("not a tmpfs mount point")
+	// ErrSwapped: what the path reaches is not the tmpfs the mount table
+	// showed (a directory of it was replaced in between).
+	ErrSwapped = errors.New("not the tmpfs the mount table shows")
+	// ErrNotPods: the tmpfs is not the filesystem of the pod's own
+	// /dev/shm (Scope.SameAs).
+	ErrNotPods = errors.New("not the pod's own /dev/shm")
+	// ErrUnproven: a tmpfs under no engine root whose owner's /dev/shm
+	// could not be read to prove it (a pid that gpurun, outside the
+	// host's PID namespace, cannot see).
+	ErrUnproven = errors.New("not proven to be the pod's tmpfs")
+)
+
+// RefusalError is a path the rules do not allow. Its message is
+// "refused: " and the detail.
+type RefusalError struct {
+	// Rule is the rule the path breaks, one of the Err variables above.
+	Rule error
+	// Path is the path refused.
+	Path string
+	// Detail says what is wrong with it, for people.
+	Detail string
+	// Err is the error that kept a rule from being proven, if any (the
+	// proof's stat error under ErrUnproven).
+	Err error
+}
+
+func (e *RefusalError) Error() string { return ErrUnsafe.Error() + ": " + e.Detail }
+
+// Unwrap returns ErrUnsafe, the rule and Err, so that errors.Is matches
+// each.
+func (e *RefusalError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrUnsafe, e.Rule}
+	}
+	return []error{ErrUnsafe, e.Rule, e.Err}
+}
+
+// refuse returns the refusal of path by rule; format and args make the
+// detail.
+func refuse(rule error, path, format string, args ...any) error {
+	return &RefusalError{Rule: rule, Path: path, Detail: fmt.Sprintf(format, args...)}
+}
 
 // Result says what Grow found and did.
 type Result struct {
@@ -71,24 +128,24 @@ func (s Scope) String() string {
 // symbolic links resolved, since /var/run is often a link to /run).
 func CheckPath(path string, scope Scope) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return fmt.Errorf("%w: %q is not a clean absolute path", ErrUnsafe, path)
+		return refuse(ErrUnclean, path, "%q is not a clean absolute path", path)
 	}
 	if slices.Contains(hostShm, path) {
-		return fmt.Errorf("%w: %s is the host's /dev/shm", ErrUnsafe, path)
+		return refuse(ErrHostShm, path, "%s is the host's /dev/shm", path)
 	}
 	if scope.Named != "" && path != scope.Named {
-		return fmt.Errorf("%w: %s is not the tmpfs the engine named for this container (%s)", ErrUnsafe, path, scope.Named)
+		return refuse(ErrOutsideScope, path, "%s is not the tmpfs the engine named for this container (%s)", path, scope.Named)
 	}
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return fmt.Errorf("resolve %s: %w", path, err)
 	}
 	if resolved != path {
-		return fmt.Errorf("%w: %s goes through a symbolic link (to %s)", ErrUnsafe, path, resolved)
+		return refuse(ErrSymlink, path, "%s goes through a symbolic link (to %s)", path, resolved)
 	}
 	for _, hs := range hostShm {
 		if r, err := filepath.EvalSymlinks(hs); err == nil && r == path {
-			return fmt.Errorf("%w: %s is the host's /dev/shm", ErrUnsafe, path)
+			return refuse(ErrHostShm, path, "%s is the host's /dev/shm", path)
 		}
 	}
 	if scope.Named != "" {
@@ -105,7 +162,7 @@ func CheckPath(path string, scope Scope) error {
 			}
 		}
 	}
-	return fmt.Errorf("%w: %s is not under an engine root (%s)", ErrUnsafe, path, strings.Join(scope.Roots, ", "))
+	return refuse(ErrNotUnderRoot, path, "%s is not under an engine root (%s)", path, strings.Join(scope.Roots, ", "))
 }
 
 // TmpfsMount returns the mount table entry of the tmpfs mounted at path —
@@ -177,10 +234,11 @@ func sameAs(path string, m *mountinfo.Info, proof string) error {
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(proof, &st); err != nil {
-		return fmt.Errorf("%w: %s is not under an engine root, and the pod's own /dev/shm (%s) cannot be read to prove it is the pod's tmpfs (%w): %w", ErrUnsafe, path, proof, ErrUnproven, err)
+		return &RefusalError{Rule: ErrUnproven, Path: path, Err: err,
+			Detail: fmt.Sprintf("%s is not under an engine root, and the pod's own /dev/shm (%s) cannot be read to prove it is the pod's tmpfs (%v): %v", path, proof, ErrUnproven, err)}
 	}
 	if major, minor := unix.Major(st.Dev), unix.Minor(st.Dev); int(major) != m.Major || int(minor) != m.Minor {
-		return fmt.Errorf("%w: %s (device %d:%d) is not the pod's own /dev/shm (%s, device %d:%d)", ErrUnsafe, path, m.Major, m.Minor, proof, major, minor)
+		return refuse(ErrNotPods, path, "%s (device %d:%d) is not the pod's own /dev/shm (%s, device %d:%d)", path, m.Major, m.Minor, proof, major, minor)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpurun/gpurun/docker/translate"
+	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -154,10 +155,8 @@ func criStateDir(ctx context.Context, c CRI) string {
 	if err != nil {
 		return ""
 	}
-	var cfg struct {
-		StateDir string `json:"stateDir"`
-	}
-	if json.Unmarshal([]byte(resp.GetInfo()["config"]), &cfg) != nil || !filepath.IsAbs(cfg.StateDir) {
+	cfg, ok := containerd.ReadRunning(resp.GetInfo())
+	if !ok || !filepath.IsAbs(cfg.StateDir) {
 		return ""
 	}
 	return filepath.Clean(cfg.StateDir)

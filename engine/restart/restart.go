@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/internal/hostpath"
 )
 
 // Mode says how containerd is restarted.
@@ -145,10 +146,8 @@ func (c Containerd) systemd(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("restart containerd: %w", err)
 		}
-		cmd = exec.CommandContext(ctx, nsenter, "--target", "1", "--mount", "--", "systemctl", "restart", c.unit())
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: c.HostRoot}
-		cmd.Dir = "/"
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+		cmd = hostpath.Command(ctx, c.HostRoot, nsenter, "--target", "1", "--mount", "--", "systemctl", "restart", c.unit())
+		cmd.Env = append(cmd.Env, "LANG=C")
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -9,6 +9,7 @@ package cfgtree
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -97,12 +98,12 @@ func equal(a, b any, path []string) ([]string, bool) {
 		if !ok {
 			return path, false
 		}
-		for _, k := range sortedKeys(a) {
+		for _, k := range slices.Sorted(maps.Keys(a)) {
 			if p, ok := equal(a[k], bm[k], Join(path, k)); !ok {
 				return p, false
 			}
 		}
-		for _, k := range sortedKeys(bm) {
+		for _, k := range slices.Sorted(maps.Keys(bm)) {
 			if _, ok := a[k]; !ok {
 				return Join(path, k), false
 			}
@@ -134,15 +135,6 @@ func equal(a, b any, path []string) ([]string, bool) {
 	return nil, true
 }
 
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // Change is a difference between two documents at a leaf: a value, or a
 // table that is empty in one of them.
 type Change struct {
@@ -160,7 +152,7 @@ func Changes(before, after map[string]any) []Change {
 	flatten(before, nil, b)
 	flatten(after, nil, a)
 	var out []Change
-	for _, k := range sortedKeys(b) {
+	for _, k := range slices.Sorted(maps.Keys(b)) {
 		w, found := a[k]
 		if !found {
 			out = append(out, Change{Path: split(k), Removed: true})
@@ -168,7 +160,7 @@ func Changes(before, after map[string]any) []Change {
 			out = append(out, Change{Path: split(k)})
 		}
 	}
-	for _, k := range sortedKeys(a) {
+	for _, k := range slices.Sorted(maps.Keys(a)) {
 		if _, found := b[k]; !found {
 			out = append(out, Change{Path: split(k), Added: true})
 		}

@@ -34,7 +34,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"strings"
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
@@ -264,10 +263,11 @@ func Cause(err error) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, dirs.ErrUnknownRoot), errors.Is(err, remount.ErrUnproven):
+		// Before ErrNotNamed, which an unknown root also matches.
+		return CauseUnknownRoot
 	case errors.Is(err, dirs.ErrNotNamed):
 		return CauseNotNamed
-	case errors.Is(err, dirs.ErrUnknownRoot), errors.Is(err, remount.ErrUnproven):
-		return CauseUnknownRoot
 	case errors.Is(err, remount.ErrUnsafe):
 		return CauseUnsafe
 	}
@@ -391,7 +391,8 @@ func (e *Enforcer) growHost(dirs dirs.Dirs, pl oci.Plan) (remount.Result, error)
 }
 
 // fix says what makes a failed remount of sh work; named says the engine
-// named the tmpfs.
+// named the tmpfs. It goes by the refusal's type (dirs' and remount's
+// errors), never by its message.
 func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
 	root := dirs.Root(sh)
 	where := root
@@ -399,21 +400,23 @@ func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
 		where = filepath.Dir(sh.Source)
 	}
 	pol := policySource(e.pol)
-	msg := err.Error()
+	var stale *dirs.StaleRootError
 	switch {
 	case errors.Is(err, dirs.ErrUnknownRoot):
 		return fmt.Sprintf("if %s is the runtime's state dir, add %q to engine_roots in %s (a runtime that gives NRI plugins the pod's pid, containerd 1.7 and later, needs no entry when the plugin runs in the host's PID namespace)", where, where, pol)
 	case errors.Is(err, remount.ErrUnproven):
 		return fmt.Sprintf("add %q to engine_roots in %s, or run gpurun in the host's PID namespace (a DaemonSet needs hostPID: true) so that it reads the pod's own /dev/shm to prove the tmpfs is the pod's", where, pol)
+	case errors.As(err, &stale):
+		return fmt.Sprintf("run the install again, which tells gpurun-runtime dockerd's data-root as dockerd uses it now (%s; it was told %s): sudo gpurun install docker --reload", stale.Found, stale.Told)
 	case errors.Is(err, dirs.ErrNotNamed):
 		return "none to make: /dev/shm binds a tmpfs its engine did not make for this container (another pod's, or another engine's), and gpurun grows only that one; check the container's mounts"
-	case strings.Contains(msg, "symbolic link"):
+	case errors.Is(err, remount.ErrSymlink):
 		return fmt.Sprintf("point the engine at the real directory (resolve %s with readlink -f and configure that path): gpurun never remounts through a symbolic link", where)
-	case strings.Contains(msg, "not under an engine root") && sh.Engine == "docker":
+	case errors.Is(err, remount.ErrNotUnderRoot) && sh.Engine == oci.EngineDocker:
 		return fmt.Sprintf("tell gpurun-runtime dockerd's data-root %s: sudo gpurun install docker --reload (it passes the data-root in the runtime's runtimeArgs), or add %q to engine_roots in %s", where, where, pol)
-	case strings.Contains(msg, "not under an engine root"):
+	case errors.Is(err, remount.ErrNotUnderRoot):
 		return fmt.Sprintf("the engine did not name this directory to gpurun (not a bundle layout gpurun knows): add %q to engine_roots in %s", where, pol)
-	case strings.Contains(msg, "host's /dev/shm"):
+	case errors.Is(err, remount.ErrHostShm):
 		return "none to make: gpurun never resizes the host's /dev/shm"
 	case named && !errors.Is(err, remount.ErrUnsafe):
 		return fmt.Sprintf("run gpurun where %s is visible as the engine mounted it (a DaemonSet needs a hostPath volume of %s with mountPropagation HostToContainer)", sh.Source, where)

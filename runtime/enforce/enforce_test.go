@@ -382,33 +382,80 @@ func TestQuietNone(t *testing.T) {
 	}
 }
 
-// TestCauseAndFix: each kind of refusal gets its cause and a fix that says
-// what makes it work; the tmpfs's state dir is named.
+// TestCauseAndFix: each kind of refusal, as engine/dirs and engine/remount
+// return it, gets its cause and its own fix, chosen by the error's type:
+// each case's fix says what only that mapping says, and an error that
+// only reads like a refusal gets none of them.
 func TestCauseAndFix(t *testing.T) {
-	sh := oci.ClassifyShm(&specs.Spec{Mounts: []specs.Mount{sandboxBind("/data/ctd", podID)}}, 0)
-	unproven := fmt.Errorf("%w: %s is not under an engine root, and the pod's own /dev/shm cannot be read (%w): %w", remount.ErrUnsafe, sh.Source, remount.ErrUnproven, os.ErrNotExist)
+	shmOf := func(source string) oci.Shm {
+		return oci.ClassifyShm(&specs.Spec{Mounts: []specs.Mount{{Destination: "/dev/shm", Type: "bind", Source: source, Options: []string{"rbind", "rw"}}}}, 0)
+	}
+	ctd := shmOf("/data/ctd/io.containerd.grpc.v1.cri/sandboxes/" + podID + "/shm")
+	dockerShm := shmOf("/srv/docker/containers/" + ctrID + "/mounts/shm")
+	remapped := shmOf("/var/lib/docker/231072.231072/containers/" + ctrID + "/mounts/shm")
+	pod := oci.Pod{SandboxID: podID, Engine: oci.EngineContainerdCRI}
+	refusal := func(rule error, path string) error {
+		return fmt.Errorf("grow %s: %w", path, &remount.RefusalError{Rule: rule, Path: path, Detail: path + " is refused"})
+	}
+	shmErr := func(d dirs.Dirs, sh oci.Shm, p oci.Pod) error {
+		_, _, err := d.Shm(sh, p)
+		if err == nil {
+			t.Fatalf("dirs.Shm(%s) refused nothing", sh.Source)
+		}
+		return err
+	}
+	// A symbolic link in the path, refused by remount itself.
+	dir := t.TempDir()
+	if err := os.Symlink(t.TempDir(), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	symlink := remount.CheckPath(filepath.Join(dir, "link"), remount.Scope{Roots: []string{dir}})
 	tests := []struct {
 		name  string
+		sh    oci.Shm
+		named bool
 		err   error
 		cause string
-		fix   []string
+		fix   string // what only this mapping's fix says
 	}{
-		{"unproven: the plugin outside the host's PID namespace", unproven, CauseUnknownRoot, []string{"engine_roots", "host's PID namespace", "hostPID: true", "/data/ctd"}},
-		{"an unknown root", fmt.Errorf("grow: %w", dirs.ErrUnknownRoot), CauseUnknownRoot, []string{"engine_roots", "/data/ctd"}},
-		{"not the engine's", fmt.Errorf("grow: %w", dirs.ErrNotNamed), CauseNotNamed, []string{"none to make"}},
-		{"another refusal", fmt.Errorf("%w: %s is not under an engine root", remount.ErrUnsafe, sh.Source), CauseUnsafe, []string{"engine_roots"}},
-		{"an error", errors.New("remount: permission denied"), CauseError, []string{"findmnt"}},
+		{"unproven: the plugin outside the host's PID namespace", ctd, false,
+			&remount.RefusalError{Rule: remount.ErrUnproven, Path: ctd.Source, Detail: "unproven", Err: os.ErrNotExist},
+			CauseUnknownRoot, "hostPID: true"},
+		{"an unknown root", ctd, true, shmErr(dirs.ForPod(podID, 0, []string{"/run/containerd"}), ctd, pod),
+			CauseUnknownRoot, `if /data/ctd is the runtime's state dir, add "/data/ctd" to engine_roots`},
+		{"a stale data-root: dockerd moved", dockerShm, true, shmErr(dirs.Dirs{DockerRoot: "/var/lib/docker"}, dockerShm, oci.Pod{}),
+			CauseNotNamed, "(/srv/docker; it was told /var/lib/docker): sudo gpurun install docker --reload"},
+		{"a stale data-root: userns-remap", remapped, true, shmErr(dirs.Dirs{DockerRoot: "/var/lib/docker"}, remapped, oci.Pod{}),
+			CauseNotNamed, "(/var/lib/docker/231072.231072; it was told /var/lib/docker): sudo gpurun install docker --reload"},
+		{"not the engine's", ctd, true, shmErr(dirs.FromBundle("/run/containerd/io.containerd.runtime.v2.task/k8s.io/"+ctrID, ctrID), ctd, pod),
+			CauseNotNamed, "none to make: /dev/shm binds a tmpfs its engine did not make"},
+		{"a symbolic link", ctd, false, symlink, CauseUnsafe, "resolve /data/ctd with readlink -f"},
+		{"Docker, not under a root", dockerShm, false, refusal(remount.ErrNotUnderRoot, dockerShm.Source),
+			CauseUnsafe, "tell gpurun-runtime dockerd's data-root /srv/docker"},
+		{"not under a root", ctd, false, refusal(remount.ErrNotUnderRoot, ctd.Source),
+			CauseUnsafe, "not a bundle layout gpurun knows"},
+		{"the host's /dev/shm", ctd, false, refusal(remount.ErrHostShm, "/dev/shm"),
+			CauseUnsafe, "never resizes the host's /dev/shm"},
+		{"named, not reachable", ctd, true, errors.New("read mount table: no such file or directory"),
+			CauseError, "mountPropagation HostToContainer"},
+		{"an error", ctd, false, errors.New("remount: permission denied"), CauseError, "findmnt"},
+		// The text of a refusal without its type: no mapping of a refusal.
+		{"a message that reads like a refusal", ctd, false, errors.New("refused: x goes through a symbolic link, not under an engine root, the host's /dev/shm"),
+			CauseError, "findmnt"},
 	}
 	e := New(Config{Component: "gpurun-nri", Policy: policy.Default()})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := Cause(tt.err); got != tt.cause {
-				t.Errorf("Cause = %q, want %q", got, tt.cause)
+				t.Errorf("Cause(%v) = %q, want %q", tt.err, got, tt.cause)
 			}
-			fix := e.fix(sh, false, tt.err)
-			for _, w := range tt.fix {
-				if !strings.Contains(fix, w) {
-					t.Errorf("fix %q does not say %q", fix, w)
+			fix := e.fix(tt.sh, tt.named, tt.err)
+			if !strings.Contains(fix, tt.fix) {
+				t.Errorf("fix %q does not say %q", fix, tt.fix)
+			}
+			for _, other := range tests {
+				if other.fix != tt.fix && strings.Contains(fix, other.fix) {
+					t.Errorf("fix %q says %q, the fix of %s", fix, other.fix, other.name)
 				}
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/atomicfile"
+	"github.com/gpurun/gpurun/internal/hostpath"
 )
 
 // DefaultContainerdConfig is containerd's configuration file.
@@ -207,7 +208,7 @@ func (c Containerd) binary() string {
 		bins = c.layout().Binaries()
 	}
 	for _, b := range bins {
-		if fi, err := statUnder(c.HostRoot, b); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		if fi, err := hostpath.Stat(c.HostRoot, b); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return b
 		}
 	}

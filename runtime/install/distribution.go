@@ -5,11 +5,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/gpurun/gpurun/internal/hostpath"
 )
 
 // Distribution names how a node runs containerd: containerd on its own
@@ -136,7 +136,7 @@ func (l Layout) Programs() []string {
 // node path), "" when there is none.
 func (l Layout) Program(hostRoot string) string {
 	for _, p := range l.Programs() {
-		if fi, err := statUnder(hostRoot, p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		if fi, err := hostpath.Stat(hostRoot, p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return p
 		}
 	}
@@ -150,12 +150,7 @@ func (l Layout) Program(hostRoot string) string {
 func (l Layout) Version(ctx context.Context, hostRoot, program string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, program, "--version")
-	cmd.Dir = "/"
-	if hostRoot != "" && hostRoot != "/" {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: hostRoot}
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	}
+	cmd := hostpath.Command(ctx, hostRoot, program, "--version")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -205,67 +200,4 @@ func (l Layout) Unit(hostRoot string) string {
 		}
 	}
 	return l.Units()[0]
-}
-
-// statUnder stats a node path under hostRoot, following symbolic links as
-// the node would: an absolute link target (k3s's data/current, RKE2's bin,
-// both links to a release's directory) is taken under hostRoot, not in
-// this process's root.
-func statUnder(hostRoot, nodePath string) (os.FileInfo, error) {
-	if hostRoot == "" || hostRoot == "/" {
-		return os.Stat(nodePath)
-	}
-	p, err := resolveUnder(hostRoot, nodePath)
-	if err != nil {
-		return nil, err
-	}
-	return os.Lstat(filepath.Join(hostRoot, p))
-}
-
-// ResolveUnder resolves the symbolic links of a node path under hostRoot
-// ("" or "/": this host) as the node would, absolute targets taken under
-// hostRoot, and returns the node path they lead to.
-func ResolveUnder(hostRoot, nodePath string) (string, error) {
-	if hostRoot == "" || hostRoot == "/" {
-		return filepath.EvalSymlinks(nodePath)
-	}
-	return resolveUnder(hostRoot, nodePath)
-}
-
-// resolveUnder is ResolveUnder for a host root other than /.
-func resolveUnder(hostRoot, nodePath string) (string, error) {
-	todo := strings.Split(strings.TrimPrefix(filepath.Clean("/"+nodePath), "/"), "/")
-	done := "/"
-	for links := 0; len(todo) > 0; {
-		name := todo[0]
-		todo = todo[1:]
-		if name == "" || name == "." {
-			continue
-		}
-		if name == ".." {
-			done = filepath.Dir(done)
-			continue
-		}
-		next := filepath.Join(done, name)
-		fi, err := os.Lstat(filepath.Join(hostRoot, next))
-		if err != nil {
-			return "", err
-		}
-		if fi.Mode()&os.ModeSymlink == 0 {
-			done = next
-			continue
-		}
-		if links++; links > 40 {
-			return "", fmt.Errorf("%s: too many levels of symbolic links under %s", nodePath, hostRoot)
-		}
-		target, err := os.Readlink(filepath.Join(hostRoot, next))
-		if err != nil {
-			return "", err
-		}
-		if filepath.IsAbs(target) {
-			done = "/"
-		}
-		todo = append(strings.Split(target, "/"), todo...)
-	}
-	return done, nil
 }

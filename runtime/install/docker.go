@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultDockerConfig is dockerd's configuration file.
-const DefaultDockerConfig = "/etc/docker/daemon.json"
+const DefaultDockerConfig = docker.DefaultConfigFile
 
 // Docker registers gpurun-runtime in a dockerd's daemon.json.
 type Docker struct {
@@ -35,58 +35,87 @@ type Docker struct {
 	// /var/run/docker.pid.
 	PIDFile string
 	// DataRoot is dockerd's data-root (a node path); "" learns it: the
-	// running dockerd's (Daemon), else daemon.json's "data-root", else
-	// /var/lib/docker, with symbolic links resolved as dockerd resolves them.
+	// running dockerd's (Daemon) when it reads ConfigPath, else what
+	// ConfigPath says (docker.Daemon.Root: "data-root", else
+	// /var/lib/docker, links resolved and userns-remap's subdirectory
+	// added as dockerd does).
 	DataRoot string
-	// Daemon asks the running dockerd for its data-root (Info's
-	// DockerRootDir); nil, or an error, when none answers.
-	Daemon func() (string, error)
+	// Daemon asks the running dockerd where it keeps its containers; nil,
+	// or an error, when none answers.
+	Daemon func() (RunningDockerd, error)
+}
+
+// RunningDockerd is what the dockerd answering on the Docker socket says
+// of itself.
+type RunningDockerd struct {
+	// DataRoot is its DockerRootDir (docker info): the directory that
+	// holds containers/, userns-remap's subdirectory included.
+	DataRoot string
+	// PID is the dockerd serving the socket and Args its command line,
+	// from which the daemon.json it reads is known (docker.ParseFlags); 0
+	// and nil when unknown (a socket served from another PID namespace,
+	// or held by systemd with more than one dockerd running).
+	PID  int
+	Args []string
 }
 
 func (d Docker) configPath() string {
+	return d.host(d.configNode())
+}
+
+// configNode is daemon.json's node path.
+func (d Docker) configNode() string {
 	if d.ConfigPath == "" {
-		return d.host(DefaultDockerConfig)
+		return DefaultDockerConfig
 	}
-	return d.host(d.ConfigPath)
+	return d.ConfigPath
 }
 
 func (d Docker) options() docker.Options {
 	return docker.Options{Name: RuntimeName, Path: d.RuntimePath, SetAsDefault: d.SetAsDefault}
 }
 
-// dataRoot returns the data-root dockerd keeps its containers under, as
-// dockerd itself uses it (the running daemon's when it answers), and says
-// where it learned it and what would make gpurun-runtime refuse to grow a
-// shareable IPC group's /dev/shm. It returns "" when the data-root cannot
-// be passed to gpurun-runtime.
-func (d Docker) dataRoot(config []byte) string {
-	fileRoot, remap := docker.DataRoot(config)
+// dataRoot returns the directory dockerd keeps its containers under, as
+// dockerd itself uses it (the running daemon's, when it answers and reads
+// this daemon.json), and says where it learned it and what would make
+// gpurun-runtime refuse to grow a shareable IPC group's /dev/shm. It
+// returns "" when the data-root cannot be passed to gpurun-runtime.
+func (d Docker) dataRoot(cfg docker.Daemon) string {
+	file, fileErr := cfg.Root(d.HostRoot)
 	from := "daemon.json"
-	if fileRoot == "" {
-		fileRoot, from = docker.DefaultDataRoot, "Docker's default"
+	if !file.Set && file.Remap == "" {
+		from = "Docker's default"
 	}
-	fileRoot = d.resolve(fileRoot)
-	var root string
-	live, liveErr := "", errors.New("not asked")
+	live, liveErr := RunningDockerd{}, errors.New("not asked")
 	if d.Daemon != nil {
 		live, liveErr = d.Daemon()
 	}
+	other := ""
+	if liveErr == nil && live.Args != nil {
+		other = d.readsOther(live)
+	}
+	var root string
 	switch {
 	case d.DataRoot != "":
 		root, from = d.DataRoot, "--data-root"
-	case liveErr == nil && live != "":
-		root = live
+	case liveErr == nil && live.DataRoot != "" && other == "":
+		root = live.DataRoot
 		// daemon.json silent and dockerd elsewhere: a --data-root flag,
 		// which is dockerd's to know. daemon.json saying another: a
 		// restart will move it.
-		if live != fileRoot && from == "daemon.json" {
-			fmt.Fprintf(d.Out, "warning: the running dockerd uses data-root %s, but %s says %s (a --data-root flag?): gpurun-runtime is told %s; run gpurun install docker again if dockerd restarts with another\n", live, from, fileRoot, live)
+		if live.DataRoot != file.Dir && file.Set && fileErr == nil {
+			fmt.Fprintf(d.Out, "warning: the running dockerd uses data-root %s, but %s says %s (a --data-root flag?): gpurun-runtime is told %s; run gpurun install docker again if dockerd restarts with another\n", live.DataRoot, from, file.Dir, live.DataRoot)
 		}
 		from = "the running dockerd"
 	default:
-		root = fileRoot
-		if remap {
-			fmt.Fprintf(d.Out, "warning: daemon.json sets userns-remap, so dockerd keeps containers in a subdirectory of %s that only the running daemon names, and none answered (%v): run gpurun install docker while dockerd runs, or --data-root DIR\n", root, liveErr)
+		root = file.Dir
+		why := fmt.Sprint(liveErr)
+		if other != "" {
+			why = fmt.Sprintf("the dockerd answering (pid %d) reads %s", live.PID, other)
+			fmt.Fprintf(d.Out, "warning: the dockerd answering on the Docker socket (pid %d) reads %s, not %s: gpurun-runtime is told the data-root %s gives; point DOCKER_HOST at the dockerd started with --config-file %s, or pass --data-root DIR\n", live.PID, other, d.configNode(), d.configNode(), d.configNode())
+		}
+		if fileErr != nil {
+			fmt.Fprintf(d.Out, "warning: %v: dockerd keeps containers in a subdirectory of %s that only the running daemon names, and none that reads %s answered (%s): run gpurun install docker while dockerd runs, or --data-root DIR\n", fileErr, root, d.configNode(), why)
 		}
 	}
 	if err := dirs.CheckDockerRoot(root); err != nil {
@@ -97,22 +126,20 @@ func (d Docker) dataRoot(config []byte) string {
 	return root
 }
 
-// resolve resolves the symbolic links of a node path, as dockerd resolves
-// its data-root at start; a path that does not exist (yet) stays as it is.
-func (d Docker) resolve(p string) string {
-	here := d.host(p)
-	r, err := filepath.EvalSymlinks(here)
-	if err != nil {
-		return p
+// readsOther returns the daemon.json the running dockerd reads when that
+// is not this one (its --config-file, else the default), "" when it is.
+func (d Docker) readsOther(live RunningDockerd) string {
+	reads := docker.ParseFlags(live.Args).ConfigFile
+	mine := d.configNode()
+	if filepath.Clean(reads) == filepath.Clean(mine) {
+		return ""
 	}
-	if d.HostRoot == "" || d.HostRoot == "/" {
-		return r
+	a, errA := os.Stat(d.host(reads))
+	b, errB := os.Stat(d.host(mine))
+	if errA == nil && errB == nil && os.SameFile(a, b) {
+		return ""
 	}
-	rel, err := filepath.Rel(filepath.Clean(d.HostRoot), r)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return p // a link out of the host root: not the node's path
-	}
-	return "/" + rel
+	return reads
 }
 
 // coveredNote says whether the policy's engine_roots cover root.
@@ -141,7 +168,11 @@ func (d Docker) Install() error {
 	// runtime's path): so dockerd itself names its data-root to
 	// gpurun-runtime each time, and the shim knows exactly where a
 	// --ipc shareable group's tmpfs may be, wherever the data-root is.
-	if root := d.dataRoot(before); root != "" {
+	cfg, err := docker.ReadDaemonJSON(path, before)
+	if err != nil {
+		return fmt.Errorf("install docker runtime: %w", err)
+	}
+	if root := d.dataRoot(cfg); root != "" {
 		opts.RuntimeArgs = []string{dirs.DockerRootFlag + "=" + root}
 	}
 	after, ch, err := docker.Install(before, opts)
@@ -257,7 +288,9 @@ func (d Docker) Uninstall() error {
 func (d Docker) reload(config []byte) error {
 	pidFile := d.PIDFile
 	if pidFile == "" {
-		pidFile = docker.PIDFile(config)
+		// A daemon.json that does not read leaves dockerd's default.
+		cfg, _ := docker.ReadDaemonJSON(d.configPath(), config)
+		pidFile = cfg.PIDFilePath()
 	}
 	pidFile = d.host(pidFile)
 	if !d.Reload {

@@ -19,6 +19,7 @@ import (
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/hooksd"
 	"github.com/gpurun/gpurun/internal/atomicfile"
+	"github.com/gpurun/gpurun/internal/hostpath"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -151,10 +152,13 @@ func (h Hooks) Install() error {
 	if err != nil {
 		return err
 	}
-	if err := h.checkExecutable(); err != nil {
-		return err
-	}
 	node := h.hookFile()
+	// Checked as doctor checks it: Podman and CRI-O refuse to load a
+	// hooks.d directory with an entry whose path is missing, which would
+	// stop every container start.
+	if p := hooksd.Problems(node, want, h.executable); len(p) > 0 {
+		return fmt.Errorf("%s (pass gpurun's path on the node with --hook-path)", strings.Join(p, "; "))
+	}
 	here := h.host(node)
 	before, existed, err := readConfig(here)
 	if err != nil {
@@ -384,17 +388,15 @@ func (h Hooks) ours(st state, here string, data []byte) bool {
 	return hooksd.IsGPURunHook(data)
 }
 
-// checkExecutable refuses a hook path that is not an executable file on the
-// node: Podman and CRI-O refuse to load a hooks.d directory with an entry
-// whose path is missing, which would stop every container start.
-func (h Hooks) checkExecutable() error {
-	p := h.host(h.GPURunPath)
-	fi, err := os.Stat(p)
+// executable checks that the node path p is an executable file on the
+// node.
+func (h Hooks) executable(p string) error {
+	fi, err := hostpath.Stat(h.HostRoot, p)
 	if err != nil {
-		return fmt.Errorf("hook path: %w (pass gpurun's path on the node with --hook-path)", err)
+		return err
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("hook path %s: not an executable file", p)
+		return fmt.Errorf("%s is not an executable file", p)
 	}
 	return nil
 }

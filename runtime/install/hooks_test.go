@@ -241,22 +241,27 @@ func TestHooksChangedDropInIsLeft(t *testing.T) {
 func TestHooksRefusals(t *testing.T) {
 	tests := []struct {
 		name string
-		edit func(*Hooks)
+		edit func(*testing.T, *Hooks)
 		err  string
 	}{
-		{"missing gpurun", func(h *Hooks) { h.GPURunPath = "/usr/bin/gpurun" }, "--hook-path"},
-		{"relative gpurun", func(h *Hooks) { h.GPURunPath = "gpurun" }, "clean absolute path"},
-		{"unknown engine", func(h *Hooks) { h.Engine = "docker" }, `engine "docker"`},
-		{"annotation for podman", func(h *Hooks) { h.ShmAnnotation = crio.ShmAnnotation }, "for CRI-O"},
-		{"unknown annotation", func(h *Hooks) { h.Engine, h.ShmAnnotation = EngineCRIO, "io.kubernetes.cri-o.Devices" }, "want"},
-		{"relative hooks dir", func(h *Hooks) { h.HooksDir = "hooks.d" }, "--hooks-dir"},
+		{"missing gpurun", func(t *testing.T, h *Hooks) { h.GPURunPath = "/usr/bin/gpurun" }, "--hook-path"},
+		{"gpurun not executable", func(t *testing.T, h *Hooks) {
+			if err := os.Chmod(filepath.Join(h.HostRoot, "usr/local/bin/gpurun"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "hook.path: /usr/local/bin/gpurun is not an executable file"},
+		{"relative gpurun", func(t *testing.T, h *Hooks) { h.GPURunPath = "gpurun" }, "clean absolute path"},
+		{"unknown engine", func(t *testing.T, h *Hooks) { h.Engine = "docker" }, `engine "docker"`},
+		{"annotation for podman", func(t *testing.T, h *Hooks) { h.ShmAnnotation = crio.ShmAnnotation }, "for CRI-O"},
+		{"unknown annotation", func(t *testing.T, h *Hooks) { h.Engine, h.ShmAnnotation = EngineCRIO, "io.kubernetes.cri-o.Devices" }, "want"},
+		{"relative hooks dir", func(t *testing.T, h *Hooks) { h.HooksDir = "hooks.d" }, "--hooks-dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := hookRoot(t)
 			var out bytes.Buffer
 			h := hooksFor(root, EnginePodman, &out)
-			tt.edit(&h)
+			tt.edit(t, &h)
 			err := h.Install()
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Fatalf("Install = %v, want an error with %q", err, tt.err)

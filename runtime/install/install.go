@@ -152,6 +152,11 @@ func (o Options) forget(st state, engine, path string, rec record, recorded bool
 	return st.save(o.statePath())
 }
 
+// ChainMarker is in the comment of the `runtime` line install writes into
+// the policy when it chains the runtime that was the engine's default: the
+// line is the install's, not the policy author's.
+const ChainMarker = "chained by gpurun install"
+
 // readConfig reads an engine config; a missing file reads as empty.
 func readConfig(path string) ([]byte, bool, error) {
 	data, err := os.ReadFile(path)
@@ -275,7 +280,7 @@ func (o Options) chain(runtime string) (*policyChange, []byte, []byte, error) {
 		return nil, nil, nil, err
 	}
 	ch := &policyChange{Created: !existed, Value: runtime}
-	line := fmt.Sprintf("runtime = %q # chained by gpurun install: the runtime that was the engine's default", runtime)
+	line := fmt.Sprintf("runtime = %q # %s: the runtime that was the engine's default", runtime, ChainMarker)
 	var after []byte
 	if !existed {
 		after = []byte("# gpurun policy; see `gpurun --help` and docs/\n" + line + "\n")

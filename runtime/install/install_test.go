@@ -144,6 +144,10 @@ func TestContainerdInstallThenUninstall(t *testing.T) {
 			if err := c.Install(); err != nil {
 				t.Fatal(err)
 			}
+			// What the node agent reads back: the config and its backup.
+			if p, b, ok := c.ConfigRecord(); p != cfg || b != cfg+".gpurun-20261122T010203Z.bak" || !ok || read(t, b) != debian {
+				t.Errorf("ConfigRecord = %q, %q, %v; want %s and its backup", p, b, ok, cfg)
+			}
 			all := read(t, cfg)
 			if dropIn != "" {
 				all += read(t, filepath.Join(root, dropIn, DropInName))
@@ -161,6 +165,9 @@ func TestContainerdInstallThenUninstall(t *testing.T) {
 			}
 			if got := read(t, cfg); got != debian {
 				t.Errorf("uninstall left\n%s\nwant\n%s", got, debian)
+			}
+			if _, _, ok := c.ConfigRecord(); ok {
+				t.Error("ConfigRecord after uninstall: still recorded")
 			}
 			if dropIn != "" {
 				if _, err := os.Stat(filepath.Join(root, dropIn, DropInName)); err == nil {
@@ -241,24 +248,41 @@ func TestContainerdRefusesABrokenImport(t *testing.T) {
 // a refusal coming.
 func TestDockerDataRoot(t *testing.T) {
 	const flag = "--gpurun-docker-data-root="
+	// The user namespace of the dockerd reference (docs.docker.com/engine/
+	// security/userns-remap): testuser, uid 1001, subordinate ids from 231072.
+	const passwd = "root:x:0:0:root:/root:/bin/bash\ntestuser:x:1001:1001::/home/testuser:/bin/sh\n"
+	const subids = "testuser:231072:65536\n"
 	tests := []struct {
 		name     string
-		daemon   string // daemon.json
-		live     string // the running dockerd's DockerRootDir; "" none answers
-		explicit string // --data-root
-		link     bool   // daemon.json's data-root is a link to /mnt/real
+		daemon   string         // daemon.json
+		live     RunningDockerd // the running dockerd; DataRoot "" when none answers
+		explicit string         // --data-root
+		link     bool           // daemon.json's data-root is a link to /mnt/real
+		users    bool           // the node has testuser's passwd and subordinate ids
 		policy   string
 		want     string // the runtimeArgs' data-root; "" for no runtimeArgs
 		warn     string // a warning saying this; "" for none
+		says     string // the output says this
 	}{
-		{name: "the default", daemon: "{}", want: "/var/lib/docker"},
+		{name: "the default", daemon: "{}", want: "/var/lib/docker", says: "(from Docker's default)"},
 		{name: "daemon.json's data-root", daemon: `{"data-root": "/mnt/nvme/docker"}`, want: "/mnt/nvme/docker"},
-		{name: "the running dockerd's", daemon: `{"data-root": "/mnt/nvme/docker"}`, live: "/mnt/nvme/docker", want: "/mnt/nvme/docker"},
-		{name: "a --data-root flag the file does not show", daemon: "{}", live: "/srv/docker", want: "/srv/docker"},
-		{name: "daemon.json says another than the running dockerd", daemon: `{"data-root": "/mnt/nvme/docker"}`, live: "/srv/docker", want: "/srv/docker", warn: "the running dockerd uses data-root /srv/docker, but daemon.json says /mnt/nvme/docker"},
-		{name: "--data-root", daemon: "{}", live: "/srv/docker", explicit: "/data/docker", want: "/data/docker"},
+		{name: "the running dockerd's", daemon: `{"data-root": "/mnt/nvme/docker"}`, live: RunningDockerd{DataRoot: "/mnt/nvme/docker"}, want: "/mnt/nvme/docker"},
+		{name: "a --data-root flag the file does not show", daemon: "{}", live: RunningDockerd{DataRoot: "/srv/docker"}, want: "/srv/docker"},
+		{name: "daemon.json says another than the running dockerd", daemon: `{"data-root": "/mnt/nvme/docker"}`, live: RunningDockerd{DataRoot: "/srv/docker"}, want: "/srv/docker", warn: "the running dockerd uses data-root /srv/docker, but daemon.json says /mnt/nvme/docker"},
+		{name: "--data-root", daemon: "{}", live: RunningDockerd{DataRoot: "/srv/docker"}, explicit: "/data/docker", want: "/data/docker"},
 		{name: "a data-root through a link, as dockerd resolves it", daemon: `{"data-root": "/var/lib/docker"}`, link: true, want: "/mnt/real"},
-		{name: "userns-remap and no daemon", daemon: `{"userns-remap": "default"}`, want: "/var/lib/docker", warn: "userns-remap"},
+		{name: "userns-remap and no daemon", daemon: `{"userns-remap": "testuser"}`, users: true, want: "/var/lib/docker/231072.231072", says: "(from daemon.json)"},
+		{name: "userns-remap under a link and no daemon", daemon: `{"data-root": "/var/lib/docker", "userns-remap": "testuser"}`, users: true, link: true, want: "/mnt/real/231072.231072"},
+		{name: "userns-remap gpurun cannot resolve, and no daemon", daemon: `{"userns-remap": "default"}`, want: "/var/lib/docker", warn: "userns-remap"},
+		{name: "the running dockerd reads this daemon.json by default", daemon: `{"data-root": "/mnt/nvme/docker"}`,
+			live: RunningDockerd{DataRoot: "/srv/docker", PID: 812, Args: []string{"/usr/bin/dockerd", "-H", "fd://", "--data-root", "/srv/docker"}},
+			want: "/srv/docker", warn: "the running dockerd uses data-root /srv/docker"},
+		{name: "the running dockerd reads another daemon.json", daemon: `{"data-root": "/mnt/nvme/docker"}`,
+			live: RunningDockerd{DataRoot: "/var/lib/docker", PID: 812, Args: []string{"/usr/bin/dockerd", "--config-file", "/etc/docker/other.json"}},
+			want: "/mnt/nvme/docker", warn: "reads /etc/docker/other.json, not /etc/docker/daemon.json"},
+		{name: "the running dockerd reads this daemon.json through a link", daemon: `{"data-root": "/mnt/nvme/docker"}`,
+			live: RunningDockerd{DataRoot: "/mnt/nvme/docker", PID: 812, Args: []string{"/usr/bin/dockerd", "--config-file=/etc/docker/link.json"}},
+			want: "/mnt/nvme/docker"},
 		{name: "a data-root runtimeArgs cannot carry, not in engine_roots", daemon: `{"data-root": "/mnt/my docker"}`, warn: `will be refused; add "/mnt/my docker" to engine_roots`},
 		{name: "a data-root runtimeArgs cannot carry, in engine_roots", daemon: `{"data-root": "/mnt/my docker"}`, policy: "engine_roots = [\"/mnt\"]\n", warn: "covers /mnt/my docker"},
 	}
@@ -268,7 +292,16 @@ func TestDockerDataRoot(t *testing.T) {
 			var out bytes.Buffer
 			cfg := filepath.Join(root, "etc/docker/daemon.json")
 			write(t, cfg, tt.daemon)
+			if err := os.Symlink("daemon.json", filepath.Join(root, "etc/docker/link.json")); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(root, "etc/docker/other.json"), "{}")
 			write(t, filepath.Join(root, "etc/gpurun/config.toml"), tt.policy)
+			if tt.users {
+				write(t, filepath.Join(root, "etc/passwd"), passwd)
+				write(t, filepath.Join(root, "etc/subuid"), subids)
+				write(t, filepath.Join(root, "etc/subgid"), subids)
+			}
 			if tt.link {
 				if err := os.MkdirAll(filepath.Join(root, "mnt/real"), 0o755); err != nil {
 					t.Fatal(err)
@@ -281,8 +314,8 @@ func TestDockerDataRoot(t *testing.T) {
 				}
 			}
 			d := Docker{Options: opts(root, &out), DataRoot: tt.explicit}
-			if tt.live != "" {
-				d.Daemon = func() (string, error) { return tt.live, nil }
+			if tt.live.DataRoot != "" {
+				d.Daemon = func() (RunningDockerd, error) { return tt.live, nil }
 			}
 			if err := d.Install(); err != nil {
 				t.Fatal(err)
@@ -301,6 +334,9 @@ func TestDockerDataRoot(t *testing.T) {
 				t.Errorf("runtimeArgs %q, want none", args)
 			case tt.want != "" && (len(args) != 1 || args[0] != flag+tt.want):
 				t.Errorf("runtimeArgs %q, want [%s%s]", args, flag, tt.want)
+			}
+			if !strings.Contains(out.String(), tt.says) {
+				t.Errorf("output:\n%s\nwant it to say %q", out.String(), tt.says)
 			}
 			if got := strings.Contains(out.String(), "warning:"); got != (tt.warn != "") || !strings.Contains(out.String(), tt.warn) {
 				t.Errorf("output:\n%s\nwant a warning saying %q", out.String(), tt.warn)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/internal/atomicfile"
+	"github.com/gpurun/gpurun/internal/hostpath"
 )
 
 // BaseTemplateLine starts a template gpurun creates: it renders k3s's (and
@@ -254,11 +255,9 @@ func (c Containerd) uninstallTemplate() error {
 	tmplPath, rec, ok := c.recordedTemplate(st)
 	if !ok {
 		l := c.layout()
-		for _, t := range []string{l.TemplateV3(), l.Template()} {
-			if data, _, _ := readConfig(c.host(t)); bytes.Contains(data, []byte(containerd.Marker)) {
-				fmt.Fprintf(c.Out, "%s: holds a block of gpurun's, but %s records no install: left as it is; take it out by hand\n", c.host(t), c.statePath())
-				return nil
-			}
+		if t := l.TemplateWithBlock(c.HostRoot); t != "" {
+			fmt.Fprintf(c.Out, "%s: holds a block of gpurun's, but %s records no install: left as it is; take it out by hand\n", c.host(t), c.statePath())
+			return nil
 		}
 		fmt.Fprintf(c.Out, "%s: no gpurun install recorded in %s; nothing to do\n", l.ContainerdDir(), c.statePath())
 		return nil
@@ -295,6 +294,34 @@ func (c Containerd) uninstallTemplate() error {
 		return err
 	}
 	return c.restart()
+}
+
+// TemplateWithBlock returns the k3s or RKE2 containerd template (a node
+// path) that holds a block of gpurun's (containerd.Marker), "" when
+// neither does: config-v3.toml.tmpl, then config.toml.tmpl.
+func (l Layout) TemplateWithBlock(hostRoot string) string {
+	for _, t := range []string{l.TemplateV3(), l.Template()} {
+		if data, _, _ := readConfig(hostpath.Join(hostRoot, t)); bytes.Contains(data, []byte(containerd.Marker)) {
+			return t
+		}
+	}
+	return ""
+}
+
+// ConfigRecord returns the file an install of containerd edited (here,
+// under HostRoot) and the backup it recorded: for k3s and RKE2 their
+// template (TemplateRecord), else the config. ok is false when the state
+// file records no install of it.
+func (c Containerd) ConfigRecord() (path, backup string, ok bool) {
+	if c.Distribution.Templated() {
+		return c.TemplateRecord()
+	}
+	st, err := loadState(c.statePath())
+	if err != nil {
+		return c.configPath(), "", false
+	}
+	rec, ok := st["containerd"][c.configPath()]
+	return c.configPath(), rec.Backup, ok
 }
 
 // TemplateRecord returns the template path (here, under HostRoot) and the

@@ -134,6 +134,17 @@ func TestTemplateInstallUninstall(t *testing.T) {
 			if read(t, host(l.Config())) != generated {
 				t.Fatal("install wrote the generated config.toml")
 			}
+			// What the node agent reads back: the template and its backup.
+			wantBackup := ""
+			if admin != "" {
+				wantBackup = tmplPath + ".gpurun-20261122T010203Z.bak"
+			}
+			if p, b, ok := c.ConfigRecord(); p != tmplPath || b != wantBackup || !ok {
+				t.Errorf("ConfigRecord = %q, %q, %v; want %q, %q, true", p, b, ok, tmplPath, wantBackup)
+			}
+			if got := l.TemplateWithBlock(root); got != filepath.Join(l.ContainerdDir(), tc.want) {
+				t.Errorf("TemplateWithBlock = %q, want %q", got, filepath.Join(l.ContainerdDir(), tc.want))
+			}
 
 			// k3s restarts: it renders the template again.
 			rendered := renderK3s(t, tc.rel, got, data)
@@ -197,6 +208,12 @@ func TestTemplateInstallUninstall(t *testing.T) {
 			}
 			if len(st["containerd"]) != 0 {
 				t.Errorf("state still records %v", st["containerd"])
+			}
+			if _, _, ok := c.ConfigRecord(); ok {
+				t.Error("ConfigRecord after uninstall: still recorded")
+			}
+			if got := l.TemplateWithBlock(root); got != "" {
+				t.Errorf("TemplateWithBlock after uninstall = %q", got)
 			}
 		})
 	}

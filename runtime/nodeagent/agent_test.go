@@ -351,7 +351,7 @@ func TestPolicySync(t *testing.T) {
 	}
 	chained := chainedLine([]byte(n.read(t, policy.DefaultConfigPath)))
 	if chained == "" {
-		t.Fatalf("gpurun install chained no runtime into %q (its comment no longer says %q?)", n.read(t, policy.DefaultConfigPath), chainMarker)
+		t.Fatalf("gpurun install chained no runtime into %q (its comment no longer says %q?)", n.read(t, policy.DefaultConfigPath), install.ChainMarker)
 	}
 	// The ConfigMap changes: the node follows, keeping the chained runtime.
 	if err := os.WriteFile(n.source, []byte("size = \"30%\"\n"), 0o644); err != nil {

@@ -8,12 +8,8 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/install"
 )
-
-// chainMarker is in the comment of the `runtime` line gpurun install writes
-// into the node's policy when it chains an existing runtime (nvidia's, for
-// instance); that line belongs to the install, not to the policy source.
-const chainMarker = "chained by gpurun install"
 
 // renderPolicy returns the policy file the node should have: the source
 // (the ConfigMap's file), plus the node's chained `runtime` line when the
@@ -40,11 +36,12 @@ func renderPolicy(sourceName string, source, node []byte) ([]byte, error) {
 }
 
 // chainedLine returns the `runtime = ...` line gpurun install wrote into a
-// policy file, or "".
+// policy file (install.ChainMarker in its comment: it belongs to the
+// install, not to the policy source), or "".
 func chainedLine(data []byte) string {
 	for _, l := range strings.Split(string(data), "\n") {
 		k, _, ok := strings.Cut(strings.TrimSpace(l), "=")
-		if ok && strings.TrimSpace(k) == "runtime" && strings.Contains(l, chainMarker) {
+		if ok && strings.TrimSpace(k) == "runtime" && strings.Contains(l, install.ChainMarker) {
 			return strings.TrimRight(l, "\r")
 		}
 	}

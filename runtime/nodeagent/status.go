@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,9 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/internal/hostpath"
 	"github.com/gpurun/gpurun/runtime/install"
 )
 
@@ -133,13 +134,7 @@ func (a *Agent) containerdState(rec *Record) (containerdState, error) {
 
 // inTemplate reports whether a k3s or RKE2 template holds gpurun's block.
 func (a *Agent) inTemplate(rec *Record) bool {
-	l := install.Layout{Distribution: rec.Containerd.Distribution}
-	for _, t := range []string{l.TemplateV3(), l.Template()} {
-		if data, err := os.ReadFile(a.host(t)); err == nil && bytes.Contains(data, []byte(containerd.Marker)) {
-			return true
-		}
-	}
-	return false
+	return install.Layout{Distribution: rec.Containerd.Distribution}.TemplateWithBlock(a.HostRoot) != ""
 }
 
 // embedded says whether a k3s or RKE2 node's embedded containerd runs
@@ -193,7 +188,7 @@ func (a *Agent) binaryRecord(path, release string) *EmbeddedBinary {
 	}
 	// The file itself: k3s and RKE2 reach it through a link to the
 	// current release's directory.
-	if p, err := install.ResolveUnder(a.HostRoot, path); err == nil {
+	if p, err := hostpath.Resolve(a.HostRoot, path); err == nil {
 		path = p
 	}
 	st, err := statFile(a.host(path))
@@ -392,7 +387,7 @@ func (a *Agent) containerdStateDir(rec *Record) string {
 // bundles live in <state>/io.containerd.runtime.v2.task/<namespace>/<id>.
 // names are the paths the shim may know the binary by.
 func (a *Agent) runningWith(stateDir string, names ...string) ([]string, error) {
-	pattern := filepath.Join(a.host(stateDir), "io.containerd.runtime.v2.task", "*", "*", "runtime")
+	pattern := filepath.Join(a.host(stateDir), dirs.ContainerdTaskDir, "*", "*", "runtime")
 	files, err := filepath.Glob(pattern)
 	if err != nil {
 		return nil, err

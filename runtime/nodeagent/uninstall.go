@@ -217,22 +217,8 @@ func (a *Agent) removeDirs(dirs []string) {
 // took of it (paths here), from its state file; backup is "" without one.
 // For k3s and RKE2 the file is their template.
 func (a *Agent) configBackup(rec *Record) (edited, backup string) {
-	if rec.Containerd.Distribution.Templated() {
-		p, b, _ := a.containerd(rec, io.Discard).TemplateRecord()
-		return p, b
-	}
-	edited = a.host(rec.Containerd.Config)
-	data, err := os.ReadFile(a.host(rec.Containerd.InstallState))
-	if err != nil {
-		return edited, ""
-	}
-	var st map[string]map[string]struct {
-		Backup string `json:"backup"`
-	}
-	if json.Unmarshal(data, &st) != nil {
-		return edited, ""
-	}
-	return edited, st["containerd"][edited].Backup
+	edited, backup, _ = a.containerd(rec, io.Discard).ConfigRecord()
+	return edited, backup
 }
 
 // removeBackupIfRestored removes install's backup of the config (a path
