@@ -24,7 +24,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpurun/gpurun/integration/harness"
-	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -322,7 +321,7 @@ func TestClusterTorchJob(t *testing.T) {
 
 			t.Run("the suggested size: completes", func(t *testing.T) {
 				j := loaderJob{name: "dataloader-measured", runtimeClass: "gpurun", hold: true,
-					annotations: map[string]string{key: podspec.Quantity(m.suggested)}}
+					annotations: map[string]string{key: policy.FormatQuantity(m.suggested)}}
 				end, logs, held := runJob(t, c, ns, j, nil)
 				if end != "Complete" {
 					t.Fatalf("Job %s, want Complete:\n%s\ngpurun-runtime log:\n%s", end, logs, e.runtimeLog())
@@ -339,7 +338,7 @@ func TestClusterTorchJob(t *testing.T) {
 					t.Fatalf("half the peak, %d bytes, is not above containerd's %d: the test would prove nothing", below, engineShm)
 				}
 				j := loaderJob{name: "dataloader-below", runtimeClass: "gpurun", hold: true,
-					annotations: map[string]string{key: podspec.Quantity(below)}}
+					annotations: map[string]string{key: policy.FormatQuantity(below)}}
 				end, logs, _ := runJob(t, c, ns, j, nil)
 				if end != "Failed" || !busError().MatchString(logs) {
 					t.Fatalf("Job %s, want Failed with %q:\n%s", end, busError(), logs)
