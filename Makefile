@@ -48,11 +48,17 @@ demo: bin/gpurun bin/gpurun-full
 
 test: test-unit test-integration e2e
 
+# The tools the tests build from the Go module proxy (containerd 2.x, helm,
+# docker compose v2, nfpm), each once per version: under
+# /var/cache/gpurun-tools as root (CI and sudo make test), so that a new
+# checkout does not build them again, else in .tools/.
+TOOLS ?= $(if $(filter 0,$(shell id -u)),/var/cache/gpurun-tools,$(CURDIR)/.tools)
+
 # containerd 2.x, built from the Go module proxy, loads the version 3/4
 # configs the installer writes (Debian ships 1.6 only); with its own ctr and
 # runc shim it also runs the NRI plugin's integration tests.
 CONTAINERD2_VERSION ?= v2.4.2
-CONTAINERD2_BIN ?= $(CURDIR)/.tools/containerd-$(CONTAINERD2_VERSION)
+CONTAINERD2_BIN ?= $(TOOLS)/containerd-$(CONTAINERD2_VERSION)
 CONTAINERD2 ?= $(CONTAINERD2_BIN)/containerd
 CONTAINERD2_TOOLS = $(CONTAINERD2_BIN)/containerd $(CONTAINERD2_BIN)/ctr $(CONTAINERD2_BIN)/containerd-shim-runc-v2
 $(CONTAINERD2_TOOLS):
@@ -63,18 +69,18 @@ $(CONTAINERD2_TOOLS):
 # cluster tests helm install it. Built from the Go module proxy into
 # .tools/ once per version.
 HELM_VERSION ?= v3.22.0
-HELM ?= $(CURDIR)/.tools/helm-$(HELM_VERSION)/helm
+HELM ?= $(TOOLS)/helm-$(HELM_VERSION)/helm
 $(HELM):
 	GOBIN=$(@D) CGO_ENABLED=0 $(GO) install -ldflags '-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 # docker compose v2, the CLI plugin most compose users run (Debian ships
 # docker-compose 1.29 only): the compose integration test brings the
 # migrated projects up with both. Built from the Go module proxy into
-# .tools/ once per version, inside the downloaded module (its go.mod has
+# $(TOOLS) once per version, inside the downloaded module (its go.mod has
 # exclude directives, which go install refuses); v2.40.x still talks to
 # the Docker Engine 20.10 (API 1.41) the tests start.
 COMPOSE_V2_VERSION ?= v2.40.3
-COMPOSE_V2 ?= $(CURDIR)/.tools/compose-$(COMPOSE_V2_VERSION)/cli-plugins/docker-compose
+COMPOSE_V2 ?= $(TOOLS)/compose-$(COMPOSE_V2_VERSION)/cli-plugins/docker-compose
 $(COMPOSE_V2):
 	$(GO) mod download github.com/docker/compose/v2@$(COMPOSE_V2_VERSION)
 	cd "$$($(GO) env GOMODCACHE)/github.com/docker/compose/v2@$(COMPOSE_V2_VERSION)" && \
@@ -176,13 +182,13 @@ install: build
 # binaries for each of DIST_ARCHES, and a .deb and an .rpm of each, with the
 # man pages, shell completion and the default /etc/gpurun/config.toml that
 # `gpurun __gendocs` generates from the code. nfpm is a tool, not a
-# dependency of gpurun: it is built from the Go module proxy into .tools/
+# dependency of gpurun: it is built from the Go module proxy into $(TOOLS)
 # (v2.46 and later need a module the proxy refuses).
 .PHONY: dist docs docs-check
 DIST         ?= dist
 DIST_ARCHES  ?= amd64 arm64
 NFPM_VERSION ?= v2.45.2
-NFPM         ?= $(CURDIR)/.tools/nfpm-$(NFPM_VERSION)/nfpm
+NFPM         ?= $(TOOLS)/nfpm-$(NFPM_VERSION)/nfpm
 # The package version: tag v1.2.3 -> 1.2.3, v1.2.3-4-gabc -> 1.2.3+4.gabc,
 # v1.2.3-rc.1 -> 1.2.3~rc.1, an untagged commit abc -> 0.0.0+abc.
 PKG_VERSION  ?= $(shell echo '$(VERSION)' | sed -E -e 's/^v//' \

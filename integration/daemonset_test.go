@@ -34,7 +34,7 @@ func containerd2Binary(t *testing.T) string {
 		p = filepath.Join(os.Getenv(harness.Containerd2BinEnv), "containerd")
 	}
 	if p == "" {
-		t.Fatalf("neither GPURUN_TEST_CONTAINERD2 nor %s is set: run the tests with make (it builds containerd 2.x into .tools/)", harness.Containerd2BinEnv)
+		t.Fatalf("neither GPURUN_TEST_CONTAINERD2 nor %s is set: run the tests with make (it builds containerd 2.x into /var/cache/gpurun-tools (.tools/ when not root))", harness.Containerd2BinEnv)
 	}
 	return p
 }

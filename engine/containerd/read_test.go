@@ -367,7 +367,7 @@ func containerd2(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("GPURUN_TEST_CONTAINERD2")
 	if p == "" {
-		t.Fatal("GPURUN_TEST_CONTAINERD2 is not set: run the tests with make (it builds containerd 2.x into .tools/), or point it at a containerd 2.3+ binary")
+		t.Fatal("GPURUN_TEST_CONTAINERD2 is not set: run the tests with make (it builds containerd 2.x into /var/cache/gpurun-tools (.tools/ when not root)), or point it at a containerd 2.3+ binary")
 	}
 	return p
 }

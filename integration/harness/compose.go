@@ -10,7 +10,7 @@ import (
 )
 
 // ComposeV2Env names the docker compose v2 CLI plugin binary (make builds
-// it from the Go module proxy into .tools/: make test-integration sets it).
+// it from the Go module proxy into /var/cache/gpurun-tools (.tools/ when not root): make test-integration sets it).
 const ComposeV2Env = "GPURUN_TEST_COMPOSE_V2"
 
 // ComposeV2 is the docker compose v2 CLI plugin, installed in a docker
@@ -32,7 +32,7 @@ func RequireComposeV2(t testing.TB) *ComposeV2 {
 	t.Helper()
 	bin := os.Getenv(ComposeV2Env)
 	if bin == "" {
-		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds the docker compose v2 CLI plugin into .tools/ and sets it), or point it at a docker-compose v2 plugin binary", ComposeV2Env)
+		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds the docker compose v2 CLI plugin into /var/cache/gpurun-tools (.tools/ when not root) and sets it), or point it at a docker-compose v2 plugin binary", ComposeV2Env)
 	}
 	if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		t.Fatalf("harness: prerequisite missing: no executable docker compose plugin at %s (%v): run `make test-integration`, which builds it", bin, err)

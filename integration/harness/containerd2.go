@@ -16,7 +16,7 @@ import (
 
 // Containerd2BinEnv names the directory holding containerd 2.x's
 // containerd, ctr and containerd-shim-runc-v2 binaries. `make
-// test-integration` builds them from the Go module proxy into .tools/ and
+// test-integration` builds them from the Go module proxy into /var/cache/gpurun-tools (.tools/ when not root) and
 // sets it.
 const Containerd2BinEnv = "GPURUN_TEST_CONTAINERD2_BIN"
 
@@ -223,7 +223,7 @@ func requireContainerd2(t testing.TB) (binDir, version string) {
 	requireRoot(t)
 	binDir = os.Getenv(Containerd2BinEnv)
 	if binDir == "" {
-		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds containerd 2.x's containerd, ctr and containerd-shim-runc-v2 into .tools/ and sets it), or point it at a directory holding them", Containerd2BinEnv)
+		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds containerd 2.x's containerd, ctr and containerd-shim-runc-v2 into /var/cache/gpurun-tools (.tools/ when not root) and sets it), or point it at a directory holding them", Containerd2BinEnv)
 	}
 	for _, name := range containerd2Tools {
 		if fi, err := os.Stat(filepath.Join(binDir, name)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {

@@ -13,7 +13,7 @@ import (
 )
 
 // HelmEnv names the helm binary the cluster tests install the chart with
-// (make builds it into .tools/: make test-integration sets it).
+// (make builds it into /var/cache/gpurun-tools (.tools/ when not root): make test-integration sets it).
 const HelmEnv = "GPURUN_TEST_HELM"
 
 // RequireHelm returns $GPURUN_TEST_HELM, or fails the test saying how to
@@ -22,7 +22,7 @@ func RequireHelm(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv(HelmEnv)
 	if p == "" {
-		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds helm into .tools/ and sets it)", HelmEnv)
+		t.Fatalf("harness: prerequisite missing: $%s is not set: run the tests with `make test-integration` (it builds helm into /var/cache/gpurun-tools (.tools/ when not root) and sets it)", HelmEnv)
 	}
 	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
 		t.Fatalf("harness: prerequisite missing: no executable helm at %s (%v)", p, err)

@@ -28,7 +28,7 @@ import (
 // by design (see normalise) and compares them object by object.
 
 // helmEnv names the helm binary the tests run (make sets it; it builds
-// helm into .tools/).
+// helm into /var/cache/gpurun-tools (.tools/ when not root)).
 const helmEnv = "GPURUN_TEST_HELM"
 
 // chartDir is the chart, from this package's directory.
@@ -99,7 +99,7 @@ func helmBinary(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv(helmEnv)
 	if p == "" {
-		t.Fatalf("%s is not set: run the tests with make (it builds helm into .tools/), or point it at a helm v3 binary", helmEnv)
+		t.Fatalf("%s is not set: run the tests with make (it builds helm into /var/cache/gpurun-tools (.tools/ when not root)), or point it at a helm v3 binary", helmEnv)
 	}
 	return p
 }

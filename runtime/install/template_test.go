@@ -48,7 +48,7 @@ func containerdFor(t *testing.T, rel k3stest.Release) string {
 	if rel.Version >= 3 {
 		p := os.Getenv("GPURUN_TEST_CONTAINERD2")
 		if p == "" {
-			t.Fatal("GPURUN_TEST_CONTAINERD2 is not set: run the tests with make (it builds containerd 2.x into .tools/), or point it at a containerd 2.x binary")
+			t.Fatal("GPURUN_TEST_CONTAINERD2 is not set: run the tests with make (it builds containerd 2.x into /var/cache/gpurun-tools (.tools/ when not root)), or point it at a containerd 2.x binary")
 		}
 		return p
 	}
