@@ -18,16 +18,16 @@ all: build
 
 build: bin/gpurun bin/gpurun-full bin/gpurun-runtime
 
-# gpurun is the lean build of cmd/gpurun (docs/performance.md): docker
-# run/create and the OCI hook start in ~3 ms; it hands compose, plan, doctor,
-# resize, node, nri and webhook to gpurun-full, the default build, installed
-# next to it.
-LEAN_TAGS = gpurun_lean
+# gpurun (cmd/gpurun) is the lean launcher (docs/docker-run.md#speed):
+# docker run/create and the OCI hook start in ~4 ms; it hands compose, plan,
+# doctor, stats, resize, node, nri and webhook to gpurun-full
+# (cmd/gpurun-full), installed next to it. Two main packages, no build
+# tags: go build, go install ./cmd/... and make all give the same binaries.
 bin/gpurun: FORCE
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -tags $(LEAN_TAGS) -o $@ ./cmd/gpurun
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpurun
 
 bin/gpurun-full: FORCE
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpurun
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpurun-full
 
 bin/gpurun-runtime: FORCE
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpurun-runtime
@@ -166,10 +166,8 @@ HELM_LINT_MODES = runtime-class default-runtime nri webhook
 lint: $(HELM)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags $(LEAN_TAGS) ./cmd/gpurun
 	$(GO) vet -tags '$(E2E_TAGS)' ./integration/...
 	$(STATICCHECK) ./...
-	$(STATICCHECK) -tags $(LEAN_TAGS) ./cmd/gpurun
 	$(STATICCHECK) -tags '$(E2E_TAGS)' ./integration/...
 	set -e; for mode in $(HELM_LINT_MODES); do $(HELM) lint --strict --quiet --set mode=$$mode deploy/helm/gpurun; done
 
@@ -181,7 +179,7 @@ install: build
 # Packages for workstations and Docker hosts (docs/packages.md): static
 # binaries for each of DIST_ARCHES, and a .deb and an .rpm of each, with the
 # man pages, shell completion and the default /etc/gpurun/config.toml that
-# `gpurun __gendocs` generates from the code. nfpm is a tool, not a
+# `gpurun-full __gendocs` generates from the code. nfpm is a tool, not a
 # dependency of gpurun: it is built from the Go module proxy into $(TOOLS)
 # (v2.46 and later need a module the proxy refuses).
 .PHONY: dist docs docs-check
@@ -197,10 +195,11 @@ PKG_VERSION  ?= $(shell echo '$(VERSION)' | sed -E -e 's/^v//' \
 # Man pages carry the last commit's date, not the build's.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-# The released binaries, as NAME:PACKAGE:TAGS; release_build gives go
-# build's arguments for one of them ($1, a shell word) into a directory ($2).
-RELEASE_BINARIES = gpurun:gpurun:$(LEAN_TAGS) gpurun-full:gpurun: gpurun-runtime:gpurun-runtime:
-release_build = -tags "$$(echo $1 | cut -d: -f3)" -o $2/$$(echo $1 | cut -d: -f1) ./cmd/$$(echo $1 | cut -d: -f2)
+# The released binaries, each the main package of its name under cmd/;
+# release_build gives go build's arguments for one of them ($1, a shell
+# word) into a directory ($2).
+RELEASE_BINARIES = gpurun gpurun-full gpurun-runtime
+release_build = -o $2/$1 ./cmd/$1
 
 $(NFPM):
 	GOBIN=$(@D) CGO_ENABLED=0 $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
@@ -210,7 +209,7 @@ dist: $(NFPM)
 	set -e; for arch in $(DIST_ARCHES); do for b in $(RELEASE_BINARIES); do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) $(call release_build,$$b,$(DIST)/gpurun_linux_$$arch); \
 	done; done
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(DIST)/share/gendocs ./cmd/gpurun
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(DIST)/share/gendocs ./cmd/gpurun-full
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(DIST)/share/gendocs __gendocs --out $(DIST)/share
 	rm $(DIST)/share/gendocs
 	set -e; for arch in $(DIST_ARCHES); do for pkg in deb rpm; do \
@@ -223,7 +222,7 @@ dist: $(NFPM)
 # docs/config.md, the configuration reference, is generated from the policy
 # package; docgen's unit test fails when it is stale.
 docs:
-	$(GO) run ./cmd/gpurun __gendocs --config-md docs/config.md
+	$(GO) run ./cmd/gpurun-full __gendocs --config-md docs/config.md
 
 docs-check:
 	$(GO) test -count=1 -run 'TestConfigMarkdownFresh' ./internal/docgen

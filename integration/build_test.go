@@ -38,14 +38,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// testBuilds are the binaries the tests run: gpurun (the lean build, which
-// hands compose, plan, node, nri, ... to gpurun-full next to it),
+// testBuilds are the binaries the tests run: gpurun (the lean launcher,
+// which hands compose, plan, node, nri, ... to gpurun-full next to it),
 // gpurun-full and gpurun-runtime as released, and gpurun-runtime-fault,
 // gpurun-runtime built with the test-only tag gpurunfault, whose enforcer
 // panics while planning (see cmd/gpurun-runtime/fault.go).
 var testBuilds = []struct{ name, pkg, tags string }{
-	{"gpurun", "gpurun", "gpurun_lean"},
-	{"gpurun-full", "gpurun", ""},
+	{"gpurun", "gpurun", ""},
+	{"gpurun-full", "gpurun-full", ""},
 	{"gpurun-runtime", "gpurun-runtime", ""},
 	{"gpurun-runtime-fault", "gpurun-runtime", "gpurunfault"},
 }

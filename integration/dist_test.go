@@ -149,7 +149,7 @@ func TestDist(t *testing.T) {
 	mustRun(t, os.Environ(), "make", "-s", "-C", "..", "dist", "DIST="+dist, "VERSION="+distVersion)
 
 	// The man pages gpurun __gendocs wrote: one per command (docgen's and
-	// cmd/gpurun's unit tests check that against the command tree).
+	// cmd/internal/fullcli's unit tests check that against the command tree).
 	manDir := filepath.Join(dist, "share", "man", "man1")
 	pages, err := filepath.Glob(filepath.Join(manDir, "*.1.gz"))
 	if err != nil || len(pages) == 0 {

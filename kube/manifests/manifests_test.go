@@ -786,14 +786,16 @@ func (r *rendered) checkWebhook(t *testing.T, namespace string) {
 	}
 }
 
-// gpurunBinary builds gpurun from this checkout once.
+// gpurunBinary builds gpurun-full, the build that holds every command the
+// manifests run (node, webhook, ...), from this checkout once, named gpurun
+// as the manifests call it.
 var gpurunBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "gpurun-manifests-")
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "gpurun")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/gpurun/gpurun/cmd/gpurun")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/gpurun/gpurun/cmd/gpurun-full")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build gpurun: %w\n%s", err, out)

@@ -1,0 +1,36 @@
+package fullcli
+
+import (
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpurun/gpurun/observe/exporter"
+	"github.com/gpurun/gpurun/observe/metrics"
+	"github.com/gpurun/gpurun/observe/shmstats"
+)
+
+// observeFlags are the metrics and events flags of the long-running
+// node-side commands (node run, nri).
+type observeFlags struct {
+	address    string
+	events     bool
+	interval   time.Duration
+	containerd []string
+}
+
+func (f *observeFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.address, "metrics-address", "", `serve Prometheus metrics of every container's /dev/shm at ADDR/metrics ("" none; the DaemonSets use `+exporter.DefaultAddress+`)`)
+	fl.BoolVar(&f.events, "events", false, "post Kubernetes Events (ShmSized, ShmNotSized) on the pods whose /dev/shm gpurun sized or could not (needs the pod's service account and NODE_NAME)")
+	fl.DurationVar(&f.interval, "metrics-interval", metrics.DefaultInterval, "how often the metrics sample every container's /dev/shm")
+	fl.StringArrayVar(&f.containerd, "containerd-state", nil, "a containerd state dir the metrics read, on the node (repeatable; default "+strings.Join(shmstats.DefaultContainerdStates, ", ")+")")
+}
+
+// options are the exporter's settings the flags give, on the node
+// NODE_NAME names.
+func (f *observeFlags) options() exporter.NodeOptions {
+	return exporter.NodeOptions{Address: f.address, Events: f.events, Node: os.Getenv("NODE_NAME"), Interval: f.interval, Containerd: f.containerd}
+}
