@@ -225,7 +225,7 @@ docs:
 	$(GO) run ./cmd/gpurun-full __gendocs --config-md docs/config.md
 
 docs-check:
-	$(GO) test -count=1 -run 'TestConfigMarkdownFresh' ./internal/docgen
+	$(GO) test -count=1 -run 'TestConfigMarkdownFresh' ./cmd/internal/docgen
 
 # The Kubernetes DaemonSets' image (deploy/image/Dockerfile, FROM scratch):
 # static binaries for each of IMAGE_ARCHS in bin/image/linux-<arch>/, then

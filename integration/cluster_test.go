@@ -24,8 +24,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
-	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/policy"
 )
 

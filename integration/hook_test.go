@@ -21,8 +21,8 @@ import (
 
 	"github.com/gpurun/gpurun/engine/hooksd"
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
-	"github.com/gpurun/gpurun/internal/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/specfile"

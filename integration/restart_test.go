@@ -12,8 +12,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
-	"github.com/gpurun/gpurun/internal/sysinfo"
 )
 
 // TestShimContainerdRestart creates GPU pods through gpurun-runtime (the

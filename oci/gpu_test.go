@@ -4,8 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpurun/gpurun/policy"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpurun/gpurun/policy"
 )
 
 // named is a CRI container's spec, named name in its pod, with annotations.

@@ -62,7 +62,7 @@ type Plan struct {
 }
 
 // Facts are what the host says, as far as a front door can learn it. One
-// provider (internal/sysinfo.Facts) fills them for the host gpurun runs on.
+// provider (engine/sysinfo.Facts) fills them for the host gpurun runs on.
 type Facts struct {
 	// HostMemory is the host's total memory in bytes, 0 when unknown.
 	HostMemory int64

@@ -34,7 +34,7 @@ var heavyPackages = []struct{ prefix, why string }{
 	{"github.com/gpurun/gpurun/diagnose/doctor", "CRI, Kubernetes"},
 	{"github.com/gpurun/gpurun/engine/criclient", "gRPC, CRI"},
 	{"github.com/gpurun/gpurun/runtime/nri", "NRI"},
-	{"github.com/gpurun/gpurun/internal/docgen", "man pages"},
+	{"github.com/gpurun/gpurun/cmd/internal/docgen", "man pages"},
 	{"github.com/gpurun/gpurun/diagnose/plan", "Kubernetes API types"},
 	{"github.com/gpurun/gpurun/observe/exporter", "metrics, Kubernetes Events"},
 	{"github.com/gpurun/gpurun/cmd/internal/fullcli", "gpurun-full's commands"},

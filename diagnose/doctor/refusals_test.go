@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/system"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/enforce"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 const (

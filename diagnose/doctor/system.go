@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/diagnose/shmprobe"
-	"github.com/gpurun/gpurun/internal/sysinfo"
+	"github.com/gpurun/gpurun/engine/sysinfo"
 )
 
 // System is the machine doctor looks at. Its fields are doctor's only ways

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpurun/gpurun/docker/cliplugin"
 	"github.com/gpurun/gpurun/docker/runargs"
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/internal/version"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // subcommands are the names of gpurun's own subcommands, as its command
@@ -369,7 +369,7 @@ func TestRunExec(t *testing.T) {
 func TestDockerCLIPluginMetadata(t *testing.T) {
 	pluginEnv(t)
 	env, out, _ := testEnv(t)
-	_, done, err := FromDockerCLI([]string{install.CLIPluginMetadataCommand}, &Options{}, "the short one", env)
+	_, done, err := FromDockerCLI([]string{cliplugin.CLIPluginMetadataCommand}, &Options{}, "the short one", env)
 	if !done || err != nil {
 		t.Fatalf("done %v err %v", done, err)
 	}
@@ -386,7 +386,7 @@ func TestDockerCLIPluginMetadata(t *testing.T) {
 		"Vendor":           "gpurun",
 		"Version":          version.String(),
 		"ShortDescription": "the short one",
-		"URL":              install.CLIPluginURL,
+		"URL":              cliplugin.CLIPluginURL,
 	}
 	if len(meta) != len(want) {
 		t.Errorf("metadata %v, want %v", meta, want)

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/engine/dirs"
-	"github.com/gpurun/gpurun/internal/sysinfo"
+	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )

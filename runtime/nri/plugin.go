@@ -38,7 +38,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
-	"github.com/gpurun/gpurun/internal/sysinfo"
+	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/enforce"

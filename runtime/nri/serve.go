@@ -12,9 +12,8 @@ import (
 
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/internal/version"
-	"github.com/gpurun/gpurun/observe/exporter"
-	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // ServeOptions are gpurun nri's.
@@ -26,12 +25,23 @@ type ServeOptions struct {
 	DryRun, Verbose bool
 	// LoadPolicy loads gpurun's policy.
 	LoadPolicy func() (*policy.Policy, error)
-	// Metrics are the metrics and events to run beside the plugin.
-	Metrics exporter.NodeOptions
+	// Beside, when set, starts what runs beside the plugin under its
+	// policy and log (the metrics and events of observe/exporter, which
+	// the command wires in).
+	Beside func(pol *policy.Policy, log *slog.Logger) (Beside, error)
 	// Getenv reads the environment (os.Getenv); Stderr gets the log of a
 	// plugin the runtime did not launch.
 	Getenv func(string) string
 	Stderr io.Writer
+}
+
+// Beside is what runs beside the plugin.
+type Beside struct {
+	// Observe gets every container's outcome (Config.Observe); nil: none.
+	Observe func(enforce.Subject, enforce.Result)
+	// Run runs the plugin (fn) beside it until ctx ends; nil: the plugin
+	// alone.
+	Run func(ctx context.Context, fn func(context.Context) error) error
 }
 
 // Serve is gpurun nri: it runs the plugin (New, Run), with the metrics
@@ -71,19 +81,24 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	log.Info("gpurun NRI plugin starting", "version", version.String(), "socket", o.Socket,
 		"plugin", o.Index+"-"+o.Name, "launched_by_runtime", launched, "policy", source)
-	exp, err := o.Metrics.New(shmstats.Options{Policy: pol}, "", log)
-	if err != nil {
-		log.Error("cannot start the NRI plugin", "err", err.Error())
-		return err
+	var beside Beside
+	if o.Beside != nil {
+		var err error
+		if beside, err = o.Beside(pol, log); err != nil {
+			log.Error("cannot start the NRI plugin", "err", err.Error())
+			return err
+		}
 	}
-	cfg := Config{Policy: pol, Logger: log, OnConfigure: func(pol *policy.Policy) { sink.Settle(pol.LogFile) }}
-	if exp != nil {
-		cfg.Observe = exp.ObserveFor(Component)
-	}
-	p := New(cfg)
-	err = exporter.RunBeside(ctx, exp, log, func(ctx context.Context) error {
+	p := New(Config{Policy: pol, Logger: log, Observe: beside.Observe, OnConfigure: func(pol *policy.Policy) { sink.Settle(pol.LogFile) }})
+	run := func(ctx context.Context) error {
 		return Run(ctx, p, Options{Socket: o.Socket, Name: o.Name, Index: o.Index, Logger: log, Getenv: o.Getenv})
-	})
+	}
+	var err error
+	if beside.Run != nil {
+		err = beside.Run(ctx, run)
+	} else {
+		err = run(ctx)
+	}
 	if err != nil {
 		log.Error("NRI plugin stopped", "err", err.Error())
 		return fmt.Errorf("nri: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -27,14 +28,13 @@ func TestServeRefusals(t *testing.T) {
 		{"a bad policy", ServeOptions{Name: DefaultName, Index: DefaultIndex, LoadPolicy: func() (*policy.Policy, error) {
 			return nil, errors.New("none.toml: no such file")
 		}}, "none.toml", "cannot start the NRI plugin"},
-		{"a bad metrics interval", ServeOptions{Name: DefaultName, Index: DefaultIndex, LoadPolicy: defaults}, "--metrics-interval", "cannot start the NRI plugin"},
+		{"what runs beside it cannot start", ServeOptions{Name: DefaultName, Index: DefaultIndex, LoadPolicy: defaults, Beside: func(*policy.Policy, *slog.Logger) (Beside, error) {
+			return Beside{}, exitcode.New(2, errors.New("--metrics-interval -1s: want a positive duration"))
+		}}, "--metrics-interval", "cannot start the NRI plugin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log bytes.Buffer
 			tc.o.Stderr, tc.o.Getenv = &log, func(string) string { return "" }
-			if tc.name == "a bad metrics interval" {
-				tc.o.Metrics.Address, tc.o.Metrics.Interval = "127.0.0.1:0", -1
-			}
 			err := Serve(context.Background(), tc.o)
 			if exitcode.Of(err) != 2 || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Serve: %v (exit %d), want exit 2 with %q", err, exitcode.Of(err), tc.want)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/docker/cliplugin"
 	"github.com/gpurun/gpurun/internal/exitcode"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 func newInstallCLIPluginCmd(g *Globals, uninstall bool) *cobra.Command {
@@ -17,11 +17,11 @@ func newInstallCLIPluginCmd(g *Globals, uninstall bool) *cobra.Command {
 	long := `Install links this gpurun executable as the docker CLI plugin
 "docker-gpurun" in the docker CLI's plugin directory: $DOCKER_CONFIG/cli-plugins,
 else ~/.docker/cli-plugins (just for you); --system uses
-` + install.SystemCLIPluginDir + ` (every user); --dir names another.
+` + cliplugin.SystemCLIPluginDir + ` (every user); --dir names another.
 Then "docker gpurun run ..." is "gpurun run ...", and docker's own global
 options (-H, --context, --config, --tls*) apply to it: "docker --context gpu1
 gpurun run ..." runs "docker --context gpu1 run --shm-size=... ...".
-The .deb and .rpm packages link it in ` + install.PackageCLIPluginDir + ` already.
+The .deb and .rpm packages link it in ` + cliplugin.PackageCLIPluginDir + ` already.
 
 The link follows gpurun: upgrading gpurun upgrades the plugin. Installing
 again changes nothing; uninstall removes the link.`
@@ -29,9 +29,9 @@ again changes nothing; uninstall removes the link.`
 		short = "the docker CLI: remove the docker-gpurun plugin"
 		long = `Uninstall removes docker-gpurun from the docker CLI's plugin directory:
 $DOCKER_CONFIG/cli-plugins, else ~/.docker/cli-plugins; --system
-` + install.SystemCLIPluginDir + `; --dir another. A plugin that is not
+` + cliplugin.SystemCLIPluginDir + `; --dir another. A plugin that is not
 there is not an error. The link the .deb and .rpm ship in
-` + install.PackageCLIPluginDir + ` goes with the package.`
+` + cliplugin.PackageCLIPluginDir + ` goes with the package.`
 	}
 	cmd := &cobra.Command{
 		Use:   "docker-cli-plugin",
@@ -44,7 +44,7 @@ there is not an error. The link the .deb and .rpm ship in
   gpurun uninstall docker-cli-plugin`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := install.CLIPluginDir(dir, system, os.Getenv)
+			d, err := cliplugin.CLIPluginDir(dir, system, os.Getenv)
 			if err != nil {
 				return exitcode.New(2, err)
 			}
@@ -52,12 +52,12 @@ there is not an error. The link the .deb and .rpm ship in
 			if err != nil {
 				return exitcode.New(1, fmt.Errorf("docker CLI plugin: this executable: %w", err))
 			}
-			p := install.CLIPlugin{Dir: d, Target: self, DryRun: g.DryRun, Out: cmd.OutOrStdout()}
+			p := cliplugin.CLIPlugin{Dir: d, Target: self, DryRun: g.DryRun, Out: cmd.OutOrStdout()}
 			return installOrUninstall(uninstall, p.Install, p.Uninstall)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&dir, "dir", "", "the cli-plugins directory (default $DOCKER_CONFIG/cli-plugins, else ~/.docker/cli-plugins)")
-	fl.BoolVar(&system, "system", false, "for every user: "+install.SystemCLIPluginDir)
+	fl.BoolVar(&system, "system", false, "for every user: "+cliplugin.SystemCLIPluginDir)
 	return cmd
 }

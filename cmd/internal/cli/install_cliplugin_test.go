@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpurun/gpurun/docker/cliplugin"
 	"github.com/gpurun/gpurun/docker/launch"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // pluginEnv isolates the variables docker-gpurun reads and sets; t.Setenv
@@ -31,7 +31,7 @@ func TestInstallDockerCLIPluginCmd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	link := filepath.Join(dir, install.CLIPluginFile)
+	link := filepath.Join(dir, cliplugin.CLIPluginFile)
 
 	stdout, stderr, code := execute(t, "install", "docker-cli-plugin", "--dir", dir, "--dry-run")
 	if code != 0 || !strings.Contains(stdout, "would link "+link) {
@@ -59,7 +59,7 @@ func TestInstallDockerCLIPluginCmd(t *testing.T) {
 	if _, stderr, code := execute(t, "install", "docker-cli-plugin"); code != 0 {
 		t.Fatalf("install: %d %s", code, stderr)
 	}
-	if _, err := os.Readlink(filepath.Join(cfg, "cli-plugins", install.CLIPluginFile)); err != nil {
+	if _, err := os.Readlink(filepath.Join(cfg, "cli-plugins", cliplugin.CLIPluginFile)); err != nil {
 		t.Error(err)
 	}
 

@@ -14,11 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/docker/cliplugin"
 	"github.com/gpurun/gpurun/docker/launch"
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // Globals are gpurun's own options, given before the subcommand, and the
@@ -50,7 +50,7 @@ func Main(b Binary) int {
 	g := &Globals{}
 	env := launch.OSEnv()
 	args := os.Args[1:]
-	if install.IsCLIPlugin(os.Args[0]) {
+	if cliplugin.IsCLIPlugin(os.Args[0]) {
 		// Run by the docker CLI as docker-gpurun (`docker gpurun ...`).
 		rest, done, err := launch.FromDockerCLI(args, &g.Options, rootShort, env)
 		if done {

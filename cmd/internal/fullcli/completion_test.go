@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpurun/gpurun/cmd/internal/cli"
+	"github.com/gpurun/gpurun/cmd/internal/docgen"
 	"github.com/gpurun/gpurun/docker/launch"
-	"github.com/gpurun/gpurun/internal/docgen"
 )
 
 // availableCommands walks gpurun's command tree as `gpurun --help` shows

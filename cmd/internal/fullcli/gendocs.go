@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpurun/gpurun/cmd/internal/cli"
-	"github.com/gpurun/gpurun/internal/docgen"
+	"github.com/gpurun/gpurun/cmd/internal/docgen"
 	"github.com/gpurun/gpurun/internal/version"
 )
 

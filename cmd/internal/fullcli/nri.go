@@ -47,7 +47,7 @@ func newNRICmd(g *cli.Globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.DryRun, o.Verbose, o.LoadPolicy = g.DryRun, g.Verbose, g.Policy
-			o.Metrics, o.Getenv, o.Stderr = obs.options(), os.Getenv, cmd.ErrOrStderr()
+			o.Beside, o.Getenv, o.Stderr = obs.nriBeside(), os.Getenv, cmd.ErrOrStderr()
 			return nri.Serve(cmd.Context(), o)
 		},
 	}

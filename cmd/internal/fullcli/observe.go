@@ -1,6 +1,8 @@
 package fullcli
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -10,6 +12,8 @@ import (
 	"github.com/gpurun/gpurun/observe/exporter"
 	"github.com/gpurun/gpurun/observe/metrics"
 	"github.com/gpurun/gpurun/observe/shmstats"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/nri"
 )
 
 // observeFlags are the metrics and events flags of the long-running
@@ -33,4 +37,22 @@ func (f *observeFlags) register(cmd *cobra.Command) {
 // NODE_NAME names.
 func (f *observeFlags) options() exporter.NodeOptions {
 	return exporter.NodeOptions{Address: f.address, Events: f.events, Node: os.Getenv("NODE_NAME"), Interval: f.interval, Containerd: f.containerd}
+}
+
+// nriBeside runs the metrics and events the flags ask for beside the NRI
+// plugin, fed with its outcomes.
+func (f *observeFlags) nriBeside() func(*policy.Policy, *slog.Logger) (nri.Beside, error) {
+	return func(pol *policy.Policy, log *slog.Logger) (nri.Beside, error) {
+		exp, err := f.options().New(shmstats.Options{Policy: pol}, "", log)
+		if err != nil {
+			return nri.Beside{}, err
+		}
+		b := nri.Beside{Run: func(ctx context.Context, fn func(context.Context) error) error {
+			return exporter.RunBeside(ctx, exp, log, fn)
+		}}
+		if exp != nil {
+			b.Observe = exp.ObserveFor(nri.Component)
+		}
+		return b, nil
+	}
 }

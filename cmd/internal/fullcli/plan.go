@@ -5,7 +5,7 @@ import (
 
 	"github.com/gpurun/gpurun/cmd/internal/cli"
 	"github.com/gpurun/gpurun/diagnose/plan"
-	"github.com/gpurun/gpurun/internal/sysinfo"
+	"github.com/gpurun/gpurun/engine/sysinfo"
 )
 
 const planLong = `Plan reads a bundle's config.json (the OCI spec an engine hands to runc) and

@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpurun/gpurun/cmd/internal/cli"
+	"github.com/gpurun/gpurun/diagnose/resize"
 	"github.com/gpurun/gpurun/engine/criclient"
-	"github.com/gpurun/gpurun/engine/resize"
 )
 
 const resizeLong = `Resize changes the size of a running container's /dev/shm in place. The

@@ -1,4 +1,8 @@
-package install
+// Package cliplugin is gpurun as the docker CLI plugin docker-gpurun
+// (`docker gpurun run ...`): the plugin protocol — the metadata the docker
+// CLI asks for, the command line and environment it runs the plugin with —
+// and the link that installs it in a cli-plugins directory.
+package cliplugin
 
 import (
 	"errors"

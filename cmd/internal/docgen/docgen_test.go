@@ -113,7 +113,7 @@ func TestConfigMarkdownFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("..", "..", "docs", "config.md")
+	path := filepath.Join("..", "..", "..", "docs", "config.md")
 	got, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v: run make docs", err)

@@ -1,4 +1,4 @@
-package install
+package cliplugin
 
 import (
 	"bytes"
@@ -300,4 +300,25 @@ func TestCLIPluginInstallUninstall(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
+}
+
+// write writes data to path, making its directory.
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// read returns the content of path.
+func read(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
