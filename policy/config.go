@@ -99,8 +99,11 @@ type File struct {
 	// vendors', whose request makes a pod's container a GPU container
 	// (exact names, or a domain as "example.com/*").
 	GPUResources []string `toml:"gpu_resources" comment:"Kubernetes extended resources that mean a GPU, beyond nvidia.com/*, amd.com/*, gpu.intel.com/* and habana.ai/* (exact names, or \"example.com/*\"). Read by gpurun webhook and gpurun plan --pod."`
-	// GPURuntimeClasses are RuntimeClass names that mean a GPU pod.
-	GPURuntimeClasses []string `toml:"gpu_runtime_classes" comment:"RuntimeClass names that make a pod a GPU pod (the NVIDIA GPU Operator's). Read by gpurun webhook and gpurun plan --pod."`
+	// GPURuntimeClasses are runtime handler names that mean a GPU
+	// container: RuntimeClasses, and the runtimes of docker's --runtime and
+	// compose's runtime: (the NVIDIA toolkit registers the same names in
+	// dockerd and containerd). Exact names.
+	GPURuntimeClasses []string `toml:"gpu_runtime_classes" comment:"Runtime handler names that make a container a GPU container: a pod's RuntimeClass (the NVIDIA GPU Operator's), docker's --runtime and compose's runtime: (the NVIDIA toolkit's nvidia, nvidia-cdi, nvidia-legacy). Exact names."`
 }
 
 // OptOutAnnotation, set to "true" on a pod or container, makes every front
