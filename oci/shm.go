@@ -84,6 +84,10 @@ type ShmLayout struct {
 	// Dir is the path from the root to the owners' directories, Suffix
 	// the path from an owner's directory to the tmpfs.
 	Dir, Suffix string
+	// Files is the path from an owner's directory to where the engine
+	// keeps the other files it binds into the container (its hostname,
+	// hosts and resolv.conf); "" for the owner's directory itself.
+	Files string
 	// hexOwner says owners are container ids (12 to 64 lower-case hex
 	// digits); otherwise they are containerd identifiers (sandbox ids).
 	hexOwner bool
@@ -94,7 +98,7 @@ func ShmLayouts() []ShmLayout {
 	return []ShmLayout{
 		{Engine: EngineDocker, RootName: "dockerd", Dir: "containers", Suffix: "mounts/shm", hexOwner: true},
 		{Engine: EngineContainerdCRI, RootName: "containerd", Dir: "io.containerd.grpc.v1.cri/sandboxes", Suffix: "shm"},
-		{Engine: EngineCRIO, RootName: "containers/storage", Dir: "overlay-containers", Suffix: "userdata/shm", hexOwner: true},
+		{Engine: EngineCRIO, RootName: "containers/storage", Dir: "overlay-containers", Suffix: "userdata/shm", Files: "userdata", hexOwner: true},
 	}
 }
 
@@ -231,6 +235,33 @@ func EngineHostShm(source string) (engine, owner string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// EngineFile reports whether a path is one of the files an engine keeps
+// for a container or pod and binds into it — its hostname, hosts or
+// resolv.conf, in the owner's directory of the engine's layout — and
+// which engine. Like EngineHostShm it matches the last element of each
+// layout's Dir. Doctor takes such a bind at /etc/hostname as proof that it
+// runs in a container.
+func EngineFile(source string) (engine string, ok bool) {
+	src := path.Clean(source)
+	switch path.Base(src) {
+	case "hostname", "hosts", "resolv.conf":
+	default:
+		return "", false
+	}
+	for _, l := range ShmLayouts() {
+		dir := path.Dir(src)
+		if l.Files != "" {
+			if dir, ok = strings.CutSuffix(dir, "/"+l.Files); !ok {
+				continue
+			}
+		}
+		if path.Base(path.Dir(dir)) == path.Base(l.Dir) && l.ValidOwner(path.Base(dir)) {
+			return l.Engine, true
+		}
+	}
+	return "", false
 }
 
 // ClassifyShm says what the spec mounts at /dev/shm. Mounts are applied in

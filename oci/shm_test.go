@@ -104,3 +104,26 @@ func TestIdentifiers(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineFile: the files engines bind at /etc/hostname, /etc/hosts and
+// /etc/resolv.conf, found by the same layouts as their /dev/shm.
+func TestEngineFile(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		path, engine string
+	}{
+		{"/var/lib/docker/containers/" + id + "/hostname", EngineDocker},
+		{"/containers/" + id + "/resolv.conf", EngineDocker}, // data-root on a file system of its own
+		{"/run/containerd/io.containerd.grpc.v1.cri/sandboxes/" + id + "/hosts", EngineContainerdCRI},
+		{"/var/lib/containers/storage/overlay-containers/" + id + "/userdata/hostname", EngineCRIO},
+		{"/var/lib/containers/storage/overlay-containers/" + id + "/hostname", ""}, // not in userdata
+		{"/var/lib/docker/containers/not-an-id/hostname", ""},
+		{"/var/lib/docker/containers/" + id + "/config.v2.json", ""},
+		{"/var/lib/kubelet/pods/uid/etc-hosts", ""}, // the kubelet's, not an engine's
+		{"/etc/hostname", ""},
+	} {
+		if engine, ok := EngineFile(tc.path); engine != tc.engine || ok != (tc.engine != "") {
+			t.Errorf("EngineFile(%s) = %q, %v; want %q", tc.path, engine, ok, tc.engine)
+		}
+	}
+}

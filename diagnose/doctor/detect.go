@@ -1,11 +1,13 @@
 package doctor
 
 import (
+	"path"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/gpurun/gpurun/oci"
 	"github.com/moby/sys/mountinfo"
 )
 
@@ -16,13 +18,15 @@ type Where struct {
 	Evidence []string
 }
 
-// engineFilePattern matches the host paths engines bind-mount at
-// /etc/hostname, /etc/hosts and /etc/resolv.conf: Docker's
-// containers/<id>/, containerd CRI's sandboxes/<id>/, Podman's and CRI-O's
-// overlay-containers/<id>/userdata/, kubelet's pods/<uid>/etc-hosts.
-var engineFilePattern = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`/(containers/[0-9a-f]{12,64}|sandboxes/[^/]+|overlay-containers/[0-9a-f]{12,64}/userdata)/(hostname|hosts|resolv\.conf)$|/pods/[^/]+/etc-hosts$`)
-})
+// engineFile reports whether a mount's root is a file an engine or the
+// kubelet binds at /etc/hostname, /etc/hosts or /etc/resolv.conf: one of
+// the engines' own (oci.EngineFile), or the kubelet's pods/<uid>/etc-hosts.
+func engineFile(root string) bool {
+	if _, ok := oci.EngineFile(root); ok {
+		return true
+	}
+	return path.Base(root) == "etc-hosts" && path.Base(path.Dir(path.Dir(root))) == "pods"
+}
 
 // engineCgroupPattern matches cgroup v1 paths of containers.
 var engineCgroupPattern = sync.OnceValue(func() *regexp.Regexp {
@@ -42,7 +46,7 @@ func Detect(sys *System) Where {
 	pidNS, nsErr := sys.namespaceInode("self", "pid")
 	ms, _ := sys.mounts()
 	for _, p := range []string{"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"} {
-		if m := lastMountAt(ms, p); m != nil && engineFilePattern().MatchString(m.Root) {
+		if m := lastMountAt(ms, p); m != nil && engineFile(m.Root) {
 			strong = append(strong, p+" bound by the engine")
 			break
 		}
