@@ -223,6 +223,15 @@ func TestCorpusListed(t *testing.T) {
 			t.Errorf("testdata/README.md does not list %s as | `%s` | %s | %s | %s |", c.file, c.file, c.class, c.library, c.source)
 		}
 	}
+	for _, c := range newThreads {
+		if listed[c.file] {
+			t.Errorf("%s twice in the corpus", c.file)
+		}
+		listed[c.file] = true
+		if !strings.Contains(string(readme), "| `"+c.file+"` | "+c.class.String()+" | "+c.library+" | "+c.source+" |") {
+			t.Errorf("testdata/README.md does not list %s", c.file)
+		}
+	}
 	for _, dir := range []string{"seeds", "logs"} {
 		ents, err := os.ReadDir(filepath.Join("testdata", dir))
 		if err != nil {
