@@ -102,6 +102,10 @@ type Finding struct {
 	// Fix says what to change for this finding; Report.Fix has the
 	// commands.
 	Fix string `json:"fix"`
+	// Evidence names the kinds of evidence the finding rests on
+	// (message, mention, sigbus, context; see Evidence), and "agrees with
+	// ID" for another finding whose evidence raised it from possible.
+	Evidence []string `json:"evidence,omitempty"`
 }
 
 // Report is what Scan found in one log.
@@ -117,6 +121,9 @@ type Report struct {
 	// are not (CUDA out of memory, too many open files, ...), each saying
 	// what it is, in order of first line.
 	Others []Finding `json:"not_shm,omitempty"`
+	// Ecosystems are the ecosystems whose context the log shows (see
+	// Ecosystems); the fix has a step for each.
+	Ecosystems []string `json:"ecosystems,omitempty"`
 	// Fix is set when a finding calls for one.
 	Fix *Fix `json:"fix,omitempty"`
 }
@@ -161,12 +168,12 @@ func Scan(r io.Reader, o Options) (*Report, error) {
 		defer gz.Close()
 		in = gz
 	}
-	s := newScanner(table())
+	s := newScanner(table(), vocabulary())
 	s.onFinding = o.OnFinding
 	if err := s.run(in); err != nil {
 		return nil, fmt.Errorf("read %s: %w", o.Source, err)
 	}
-	rep := &Report{Source: o.Source, Lines: s.lines, Findings: []Finding{}}
+	rep := &Report{Source: o.Source, Lines: s.lines, Findings: []Finding{}, Ecosystems: s.ecosystems()}
 	for _, f := range s.findings() {
 		if f.Kind == KindOther {
 			rep.Others = append(rep.Others, f)
@@ -186,6 +193,6 @@ func Scan(r io.Reader, o Options) (*Report, error) {
 	if pol == nil {
 		pol = policy.Default()
 	}
-	rep.Fix = suggest(pol, o.Memory, rep.Findings)
+	rep.Fix = suggest(pol, o.Memory, rep.Findings, rep.Ecosystems)
 	return rep, nil
 }
