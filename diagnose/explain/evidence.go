@@ -279,7 +279,8 @@ func kubectlPrefix(line []byte) int {
 // timestamps, bracketed fields ("[rank0]:", "[2021-06-01 ...]"), a
 // process tag ("(pid=4496)"), a compose service ("worker_1  | "), a
 // syslog head ("Jun  1 06:43:28 host proc[9262]: ") and a level name. A
-// line wrapped by such a logger carries it again on its continuation.
+// line wrapped by such a logger carries it again on its continuation; an
+// indented continuation's spaces count too.
 func logPrefix(line []byte) int {
 	i := 0
 	for i < len(line) {
@@ -289,7 +290,7 @@ func logPrefix(line []byte) int {
 		}
 		k := prefixField(line[j:])
 		if k == 0 {
-			return i
+			return j
 		}
 		i = j + k
 	}
