@@ -297,15 +297,16 @@ func signatures() []Signature {
 			Confidence: Likely,
 			Kind:       KindSize,
 			Evidence:   []Evidence{EvidenceMessage},
-			Cause: "Python's multiprocessing locks, queues and semaphores (and joblib's) are POSIX semaphores, files in /dev/shm, and " +
-				"multiprocessing.shared_memory blocks are files there too; [Errno 28] while creating one means the tmpfs is full, " +
+			Cause: "Python's multiprocessing locks, queues and semaphores (and joblib's) are POSIX semaphores, files in /dev/shm, " +
+				"multiprocessing.shared_memory blocks are files there too, and joblib/loky and pandarallel pass data through files in /dev/shm by default; " +
+				"[Errno 28] while creating one means the tmpfs is full, " +
 				"usually of other shared memory, such as DataLoader batches.",
 			Fix:           "Give the container room in /dev/shm (see Fix).",
 			NoSize:        "a semaphore needs only a page; what fills /dev/shm is something else, often shared tensors",
 			Keywords:      []string{"errno 28"},
 			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device`)},
-			After:         re(`SemLock|synchronize\.py|joblib|shared_memory\.py|os\.ftruncate\(self\._fd`),
-			AfterKeywords: []string{"semlock", "synchronize.py", "joblib", "shared_memory.py", "ftruncate"},
+			After:         re(`SemLock|synchronize\.py|joblib|loky|pandarallel|shared_memory\.py|os\.ftruncate\(self\._fd`),
+			AfterKeywords: []string{"semlock", "synchronize.py", "joblib", "loky", "pandarallel", "shared_memory.py", "ftruncate"},
 			AfterWithin:   6,
 		},
 		{
@@ -442,6 +443,35 @@ func signatures() []Signature {
 				re(`FATAL:memory\.cc\(\d+\)\] Out of memory\. size=`),
 				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|Renderer process (?:just )?crashed`),
 			},
+		},
+		{
+			ID:         "chromium-shm-small",
+			Title:      "Chromium warns that /dev/shm is too small for its shared memory",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "chromium",
+			Cause: "Chromium keeps the shared memory of its renderers in files in a temporary directory, /dev/shm unless --disable-dev-shm-usage, " +
+				"and warns when that directory has less room than it wants: with Docker's 64 MiB its pages crash or freeze under load.",
+			Fix:      "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
+			NoSize:   "Chromium wants at least the room the warning names",
+			Keywords: []string{"temporary directory for shared memory"},
+			Patterns: []*regexp.Regexp{re(`(?i)Less than \d+\s*MB of free space in temporary directory for shared memory files`)},
+		},
+		{
+			ID:         "ucx-no-resources",
+			Title:      "UCX found no transport it could use",
+			Confidence: Possible,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "ucx",
+			Cause: "UCX (under Open MPI, MPICH, NCCL's UCX plugin or a library of its own) found no transport for its workers. " +
+				"It leaves its shared-memory transport out when /dev/shm is smaller than UCX_POSIX_SHM_MIN_SIZE, and in a container with a small /dev/shm " +
+				"nothing may be left; a missing network device does the same.",
+			Fix:      "Give the container room in /dev/shm (see Fix), or see the ucx step; ucx_info -d lists the transports UCX sees.",
+			NoSize:   "the message does not say how much",
+			Keywords: []string{"no resources are available to initiate"},
+			Patterns: []*regexp.Regexp{re(`(?i)\bucx\b.*No resources are available to initiate the operation|No resources are available to initiate the operation.*\bucx\b`)},
 		},
 		{
 			ID:         "shm-df-full",
