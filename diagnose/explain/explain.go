@@ -1,23 +1,28 @@
-// Package explain reads a job's log and names the /dev/shm failures in it:
-// PyTorch DataLoader workers killed by SIGBUS, PyTorch shared tensors that
-// did not fit, NCCL segments that could not be created (under vLLM,
-// DeepSpeed or torchrun alike), Ray's object store, Triton's Python
-// backend, PostgreSQL's dynamic shared memory, Python multiprocessing
-// locks and shared_memory blocks without room, and the vaguer messages (a
-// worker that "exited unexpectedly", a `_queue.Empty`, a bare NCCL
-// "unhandled system error") with the confidence they deserve. Look-alikes
-// (CUDA out of memory, too many open files, NCCL timeouts, ...) are named
-// as what they are, apart from the /dev/shm findings.
+// Package explain reads a job's log and names the /dev/shm failures in it.
+// It recognises three kinds of evidence ([Evidence]): a library's own
+// message (PyTorch DataLoader workers killed by SIGBUS, shared tensors that
+// did not fit, NCCL segments, Ray's object store, Triton's Python backend,
+// PostgreSQL's dynamic shared memory, Chromium's crashes, UCX, ...); a
+// mention of the shm filesystem (its path, a size setting, a POSIX shm name
+// or call) in or next to an error of space, existence or permission, in any
+// wording; and SIGBUS in any of its spellings, possible alone and likely
+// near shared memory or a DataLoader, NCCL, MPI, UCX or Ray context. Each
+// finding says which kinds it rests on, and its confidence follows from
+// them. Look-alikes (CUDA out of memory, the GPU's on-chip shared memory,
+// System V limits, too many open files, NCCL timeouts, ...) are named as
+// what they are, apart from the /dev/shm findings.
 //
 // Every signature lives in one table ([Signatures]); each comes with the
 // cause, how much /dev/shm the message implies when it says, and the fix,
-// sized by gpurun's policy.
+// sized by gpurun's policy, with a step for each ecosystem the log shows.
 //
 // Logs are read as a stream, a line at a time, so a log of any size works
 // in constant memory. CRLF line ends, carriage-return progress bars (tqdm),
-// ANSI colour codes, gzip-compressed input, lines wrapped at a terminal's
-// width and Python exception names split over several logger records are
-// all handled.
+// ANSI colour codes, gzip-compressed input, JSON records one a line
+// (Docker's json-file driver, Loki, CloudWatch), kubectl logs --prefix,
+// lines wrapped at a terminal's width (with a logger's prefix or an indent
+// on the continuation), tracebacks flattened onto one line and Python
+// exception names split over several logger records are all handled.
 package explain
 
 import (
@@ -144,9 +149,10 @@ type Options struct {
 	// OnFinding, when set, is called as soon as the line that makes a
 	// finding has been read, once per signature, before Scan reads on: a
 	// log that is still being written (kubectl logs -f) shows its
-	// failures at once. The finding holds the lines read so far. A
-	// finding that a surer one makes redundant (YieldsTo) may be shown
-	// here and left out of the report. Look-alikes come through too, with
+	// failures at once. The finding holds the lines read so far, and the
+	// confidence of its own evidence: the report may raise it when
+	// another kind of evidence agrees. A finding that a surer one makes
+	// redundant (YieldsTo) may be shown here and left out of the report. Look-alikes come through too, with
 	// Kind KindOther.
 	OnFinding func(Finding)
 }

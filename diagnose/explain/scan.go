@@ -302,16 +302,13 @@ func tripleHash(a, b, c byte) uint {
 	return (uint(a)<<10 ^ uint(b)<<5 ^ uint(c)) & 0x7fff
 }
 
-// lowerTab maps each byte to its ASCII lower case.
-var lowerTab = func() (t [256]byte) {
-	for i := range t {
-		t[i] = byte(i)
-		if 'A' <= i && i <= 'Z' {
-			t[i] += 'a' - 'A'
-		}
+// lower is c in ASCII lower case.
+func lower(c byte) byte {
+	if c-'A' < 26 {
+		return c + 'a' - 'A'
 	}
-	return t
-}()
+	return c
+}
 
 // keys puts an ASCII-lower-case copy of text in s.lower and returns the
 // keywords that occur in it, in one pass: a keyword can start only where
@@ -322,7 +319,7 @@ func (s *scanner) keys(text []byte) (m kwset) {
 	l := s.lower
 	h := uint(0)
 	for j, c := range text {
-		c = lowerTab[c]
+		c = lower(c)
 		l[j] = c
 		h = (h<<5 ^ uint(c)) & 0x7fff
 		if j < 2 || s.triples[h/64]&(1<<(h%64)) == 0 {
@@ -352,7 +349,7 @@ func hasLowerPrefix(text, kw []byte) bool {
 		return false
 	}
 	for i, c := range kw {
-		if lowerTab[text[i]] != c {
+		if lower(text[i]) != c {
 			return false
 		}
 	}
