@@ -315,14 +315,21 @@ func lower(c byte) byte {
 // the hash of three bytes is in s.triples, and there only the keywords
 // that start with those bytes are compared.
 func (s *scanner) keys(text []byte) (m kwset) {
-	s.lower = slices.Grow(s.lower[:0], len(text))[:len(text)]
-	l := s.lower
-	h := uint(0)
-	for j, c := range text {
-		c = lower(c)
+	l := slices.Grow(s.lower[:0], len(text))[:len(text)]
+	s.lower = l
+	if len(text) < 3 {
+		for j, c := range text {
+			l[j] = lower(c)
+		}
+		return m
+	}
+	l[0], l[1] = lower(text[0]), lower(text[1])
+	h := (uint(l[0])<<5 ^ uint(l[1])) & 0x7fff
+	for j := 2; j < len(text); j++ {
+		c := lower(text[j])
 		l[j] = c
 		h = (h<<5 ^ uint(c)) & 0x7fff
-		if j < 2 || s.triples[h/64]&(1<<(h%64)) == 0 {
+		if s.triples[h/64]&(1<<(h%64)) == 0 {
 			continue
 		}
 		i := j - 2
