@@ -1,23 +1,28 @@
-// Package explain reads a job's log and names the /dev/shm failures in it:
-// PyTorch DataLoader workers killed by SIGBUS, PyTorch shared tensors that
-// did not fit, NCCL segments that could not be created (under vLLM,
-// DeepSpeed or torchrun alike), Ray's object store, Triton's Python
-// backend, PostgreSQL's dynamic shared memory, Python multiprocessing
-// locks and shared_memory blocks without room, and the vaguer messages (a
-// worker that "exited unexpectedly", a `_queue.Empty`, a bare NCCL
-// "unhandled system error") with the confidence they deserve. Look-alikes
-// (CUDA out of memory, too many open files, NCCL timeouts, ...) are named
-// as what they are, apart from the /dev/shm findings.
+// Package explain reads a job's log and names the /dev/shm failures in it.
+// It recognises three kinds of evidence ([Evidence]): a library's own
+// message (PyTorch DataLoader workers killed by SIGBUS, shared tensors that
+// did not fit, NCCL segments, Ray's object store, Triton's Python backend,
+// PostgreSQL's dynamic shared memory, Chromium's crashes, UCX, ...); a
+// mention of the shm filesystem (its path, a size setting, a POSIX shm name
+// or call) in or next to an error of space, existence or permission, in any
+// wording; and SIGBUS in any of its spellings, possible alone and likely
+// near shared memory or a DataLoader, NCCL, MPI, UCX or Ray context. Each
+// finding says which kinds it rests on, and its confidence follows from
+// them. Look-alikes (CUDA out of memory, the GPU's on-chip shared memory,
+// System V limits, too many open files, NCCL timeouts, ...) are named as
+// what they are, apart from the /dev/shm findings.
 //
 // Every signature lives in one table ([Signatures]); each comes with the
 // cause, how much /dev/shm the message implies when it says, and the fix,
-// sized by gpurun's policy.
+// sized by gpurun's policy, with a step for each ecosystem the log shows.
 //
 // Logs are read as a stream, a line at a time, so a log of any size works
 // in constant memory. CRLF line ends, carriage-return progress bars (tqdm),
-// ANSI colour codes, gzip-compressed input, lines wrapped at a terminal's
-// width and Python exception names split over several logger records are
-// all handled.
+// ANSI colour codes, gzip-compressed input, JSON records one a line
+// (Docker's json-file driver, Loki, CloudWatch), kubectl logs --prefix,
+// lines wrapped at a terminal's width (with a logger's prefix or an indent
+// on the continuation), tracebacks flattened onto one line and Python
+// exception names split over several logger records are all handled.
 package explain
 
 import (
@@ -102,6 +107,10 @@ type Finding struct {
 	// Fix says what to change for this finding; Report.Fix has the
 	// commands.
 	Fix string `json:"fix"`
+	// Evidence names the kinds of evidence the finding rests on
+	// (message, mention, sigbus, context; see Evidence), and "agrees with
+	// ID" for another finding whose evidence raised it from possible.
+	Evidence []string `json:"evidence,omitempty"`
 }
 
 // Report is what Scan found in one log.
@@ -117,6 +126,9 @@ type Report struct {
 	// are not (CUDA out of memory, too many open files, ...), each saying
 	// what it is, in order of first line.
 	Others []Finding `json:"not_shm,omitempty"`
+	// Ecosystems are the ecosystems whose context the log shows (see
+	// Ecosystems); the fix has a step for each.
+	Ecosystems []string `json:"ecosystems,omitempty"`
 	// Fix is set when a finding calls for one.
 	Fix *Fix `json:"fix,omitempty"`
 }
@@ -137,9 +149,10 @@ type Options struct {
 	// OnFinding, when set, is called as soon as the line that makes a
 	// finding has been read, once per signature, before Scan reads on: a
 	// log that is still being written (kubectl logs -f) shows its
-	// failures at once. The finding holds the lines read so far. A
-	// finding that a surer one makes redundant (YieldsTo) may be shown
-	// here and left out of the report. Look-alikes come through too, with
+	// failures at once. The finding holds the lines read so far, and the
+	// confidence of its own evidence: the report may raise it when
+	// another kind of evidence agrees. A finding that a surer one makes
+	// redundant (YieldsTo) may be shown here and left out of the report. Look-alikes come through too, with
 	// Kind KindOther.
 	OnFinding func(Finding)
 }
@@ -161,12 +174,12 @@ func Scan(r io.Reader, o Options) (*Report, error) {
 		defer gz.Close()
 		in = gz
 	}
-	s := newScanner(table())
+	s := newScanner(table(), vocabulary())
 	s.onFinding = o.OnFinding
 	if err := s.run(in); err != nil {
 		return nil, fmt.Errorf("read %s: %w", o.Source, err)
 	}
-	rep := &Report{Source: o.Source, Lines: s.lines, Findings: []Finding{}}
+	rep := &Report{Source: o.Source, Lines: s.lines, Findings: []Finding{}, Ecosystems: s.ecosystems()}
 	for _, f := range s.findings() {
 		if f.Kind == KindOther {
 			rep.Others = append(rep.Others, f)
@@ -186,6 +199,6 @@ func Scan(r io.Reader, o Options) (*Report, error) {
 	if pol == nil {
 		pol = policy.Default()
 	}
-	rep.Fix = suggest(pol, o.Memory, rep.Findings)
+	rep.Fix = suggest(pol, o.Memory, rep.Findings, rep.Ecosystems)
 	return rep, nil
 }

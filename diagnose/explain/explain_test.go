@@ -96,8 +96,15 @@ func TestEverySignatureHasARealLog(t *testing.T) {
 		if !covered[sig.ID] {
 			t.Errorf("signature %s has no real log among the test cases", sig.ID)
 		}
-		if sig.Cause == "" || sig.Fix == "" || sig.Title == "" || len(sig.Keywords) == 0 || len(sig.Patterns) == 0 {
+		both := sig.Both != [2]string{}
+		if sig.Cause == "" || sig.Fix == "" || sig.Title == "" || !both && (len(sig.Keywords) == 0 || len(sig.Patterns) == 0) {
 			t.Errorf("signature %s lacks a title, cause, fix, keyword or pattern", sig.ID)
+		}
+		if both && (len(sig.Patterns) > 0 || sig.Both[0] == "" || sig.Both[1] == "" || sig.BothWithin < 0) {
+			t.Errorf("signature %s: Both %q within %d, with %d patterns", sig.ID, sig.Both, sig.BothWithin, len(sig.Patterns))
+		}
+		if sig.Kind != KindOther && len(sig.Evidence) == 0 {
+			t.Errorf("signature %s names no evidence", sig.ID)
 		}
 		if sig.Implied == "" && sig.NoSize == "" {
 			t.Errorf("signature %s says nothing about size", sig.ID)
@@ -254,7 +261,7 @@ func TestConditions(t *testing.T) {
 		{"generic ENOSPC yields", "misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-A to 9637892 bytes, error: No space left on device (28)\n", []string{"nccl-shm-extend"}},
 		{"generic ENOSPC alone", "OSError: [Errno 28] No space left on device: '/dev/shm/cache.bin'\n", []string{"shm-path-enospc"}},
 		{"dockerd out of mount slots", "Error response from daemon: mounting shm tmpfs: no space left on device /dev/shm\n", nil},
-		{"worker exit code", "RuntimeError: DataLoader worker (pid 1) exited unexpectedly with exit code 1.\n", nil},
+		{"worker exit code", "RuntimeError: DataLoader worker (pid 1) exited unexpectedly with exit code 1.\n", []string{"torch-dataloader-worker-exited"}},
 		{"semaphore without its frame", "OSError: [Errno 28] No space left on device\n", nil},
 		{"sentence not wrapped", "It was fine until the data loader hit a Bus.\nerror is what it said: DataLoader worker (pid 1) is killed by signal\n", nil},
 		{"prose out of shared memory", "ERROR:  out of shared memory\nHINT:  You might need to increase max_locks_per_transaction.\n", nil},

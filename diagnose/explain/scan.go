@@ -3,6 +3,7 @@ package explain
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,18 @@ const (
 	never = -1 << 30
 )
 
+// kwWords is how many 64-bit words a set of keywords takes.
+const kwWords = 3
+
+// kwset is a set of keywords, by index.
+type kwset [kwWords]uint64
+
+func (a kwset) meets(b kwset) bool {
+	return a[0]&b[0]|a[1]&b[1]|a[2]&b[2] != 0
+}
+
+func (a kwset) empty() bool { return a[0]|a[1]|a[2] == 0 }
+
 // candidate is a match of a Near signature waiting for an anchor.
 type candidate struct {
 	refs []LineRef
@@ -58,23 +71,57 @@ type found struct {
 type scanner struct {
 	sigs  []Signature
 	lower []byte
-	// kw are the distinct keywords of all signatures; kwMask, afterMask
-	// and unlessMask say which of them each signature's Keywords,
-	// AfterKeywords and UnlessKeywords are, so that one pass over a line
-	// tells which signatures can match it.
+	// kw are the distinct keywords of all signatures and of the evidence
+	// vocabulary; kwMask, afterMask and unlessMask say which of them each
+	// signature's Keywords, AfterKeywords and UnlessKeywords are, so that
+	// one pass over a line tells which signatures can match it.
 	kw                            [][]byte
-	kwMask, afterMask, unlessMask []uint64
+	kwMask, afterMask, unlessMask []kwset
 	maxKw                         int
+	// anyCond and anySig are the union of all After and Unless keywords
+	// and of all signatures' Keywords: a line with none skips the loops.
+	anyCond, anySig kwset
+	// kwPos is where each keyword of the line first occurs (valid for
+	// the keywords keys returned); vocabKw are each vocabulary word's
+	// keyword indexes.
+	kwPos   [64 * kwWords]int
+	vocabKw [][]int
+	// bothMark says which marks a Both signature waits for; npending
+	// counts the Near candidates waiting.
+	bothMark []bool
+	npending int
 	// first and second say which keywords have a byte as their first or
 	// second: keys tries only those whose first two bytes are at hand.
-	first, second [256]uint64
-	join          []byte
-	lastAfter     []int
-	lastUnless    []int
-	found         []*found
-	pending       [][]candidate
-	lastAnchor    int
-	lines         int
+	first, second [256]kwset
+	// triples has a bit for each hash of three bytes that starts a
+	// keyword (tripleHash): a line's bytes are looked up here first, and
+	// most stop there.
+	triples    [1 << 16 / 64]uint64
+	join       []byte
+	lastAfter  []int
+	lastUnless []int
+	found      []*found
+	pending    [][]candidate
+	lines      int
+
+	// The evidence vocabulary (evidence.go): what each mark's keywords
+	// are, the marks by name, the line each was last seen on and that
+	// line's text, and the ecosystems seen.
+	vocab     []markDef
+	vocabMask []kwset
+	markIndex map[string]int
+	lastMark  []int
+	markLine  []int
+	markText  [][]byte
+	// nearMark, bothMarks and markOf are each signature's NearMark,
+	// Both and Mark as indexes (-1: none).
+	nearMark  []int
+	bothMarks [][2]int
+	markOf    []int
+	// sigEco and vocabEco are each signature's and vocabulary word's
+	// ecosystem as a bit of ecos, the ecosystems seen.
+	sigEco, vocabEco []uint64
+	ecos             uint64
 	// onFinding is told of each signature's first match (Options.OnFinding).
 	onFinding func(Finding)
 
@@ -86,6 +133,9 @@ type scanner struct {
 	// The last two logger-record contents, for exception names that a
 	// logger split into "module", ".", "Name".
 	hist [2]histEntry
+	// msg holds a JSON record's message; msgLines says the line was one.
+	msg      []byte
+	msgLines bool
 }
 
 type histEntry struct {
@@ -94,69 +144,223 @@ type histEntry struct {
 	content string
 }
 
-func newScanner(sigs []Signature) *scanner {
+func newScanner(sigs []Signature, vocab []markDef) *scanner {
 	if len(sigs) > 64 {
 		panic("explain: more than 64 signatures")
 	}
 	s := &scanner{
 		sigs:       sigs,
-		kwMask:     make([]uint64, len(sigs)),
-		afterMask:  make([]uint64, len(sigs)),
-		unlessMask: make([]uint64, len(sigs)),
+		kwMask:     make([]kwset, len(sigs)),
+		afterMask:  make([]kwset, len(sigs)),
+		unlessMask: make([]kwset, len(sigs)),
 		lastAfter:  make([]int, len(sigs)),
 		lastUnless: make([]int, len(sigs)),
 		found:      make([]*found, len(sigs)),
 		pending:    make([][]candidate, len(sigs)),
-		lastAnchor: never,
 		prevN:      never,
+		vocab:      vocab,
+		vocabMask:  make([]kwset, len(vocab)),
+		markIndex:  map[string]int{},
+		nearMark:   make([]int, len(sigs)),
+		bothMarks:  make([][2]int, len(sigs)),
+		markOf:     make([]int, len(sigs)),
 	}
 	index := map[string]int{}
-	mask := func(words []string) (m uint64) {
+	mask := func(words []string) (m kwset) {
 		for _, w := range words {
 			i, ok := index[w]
 			if !ok {
 				i = len(s.kw)
-				if i == 64 {
-					panic("explain: more than 64 keywords")
+				if i == 64*kwWords {
+					panic("explain: more than " + strconv.Itoa(64*kwWords) + " keywords")
 				}
-				if len(w) < 2 {
-					panic("explain: keyword " + strconv.Quote(w) + " is shorter than 2 bytes")
+				if len(w) < 3 {
+					panic("explain: keyword " + strconv.Quote(w) + " is shorter than 3 bytes")
 				}
 				index[w] = i
 				s.kw = append(s.kw, []byte(w))
 				s.maxKw = max(s.maxKw, len(w))
-				s.first[w[0]] |= 1 << i
-				s.second[w[1]] |= 1 << i
+				s.first[w[0]][i/64] |= 1 << (i % 64)
+				s.second[w[1]][i/64] |= 1 << (i % 64)
+				h := tripleHash(w[0], w[1], w[2])
+				s.triples[h/64] |= 1 << (h % 64)
 			}
-			m |= 1 << i
+			m[i/64] |= 1 << (i % 64)
 		}
 		return m
 	}
+	mark := func(name string) int {
+		if name == "" {
+			return -1
+		}
+		i, ok := s.markIndex[name]
+		if !ok {
+			i = len(s.lastMark)
+			s.markIndex[name] = i
+			s.lastMark = append(s.lastMark, never)
+			s.markLine = append(s.markLine, never)
+			s.markText = append(s.markText, nil)
+		}
+		return i
+	}
+	eco := func(e string) uint64 {
+		if e == "" {
+			return 0
+		}
+		return 1 << ecosystemIndex(e)
+	}
+	s.sigEco, s.vocabEco = make([]uint64, len(sigs)), make([]uint64, len(vocab))
+	s.vocabKw = make([][]int, len(vocab))
+	for i, v := range vocab {
+		s.vocabEco[i] = eco(v.Ecosystem)
+		s.vocabMask[i] = mask(v.Keywords)
+		for _, w := range v.Keywords {
+			s.vocabKw[i] = append(s.vocabKw[i], index[w])
+		}
+		for _, m := range v.Marks {
+			mark(m)
+		}
+	}
 	for i, sig := range sigs {
 		s.lastAfter[i], s.lastUnless[i] = never, never
+		s.sigEco[i] = eco(sig.Ecosystem)
 		s.kwMask[i] = mask(sig.Keywords)
 		s.afterMask[i] = mask(sig.AfterKeywords)
 		s.unlessMask[i] = mask(sig.UnlessKeywords)
+		s.nearMark[i], s.markOf[i] = -1, mark(sig.Mark)
+		if sig.Anchor {
+			s.markOf[i] = mark(MarkAnchor)
+		}
+		if sig.Near > 0 {
+			s.nearMark[i] = mark(cmp.Or(sig.NearMark, MarkAnchor))
+		}
+		s.bothMarks[i] = [2]int{mark(sig.Both[0]), mark(sig.Both[1])}
+	}
+	s.bothMark = make([]bool, len(s.lastMark))
+	for i := range sigs {
+		for w := range kwWords {
+			s.anyCond[w] |= s.afterMask[i][w] | s.unlessMask[i][w]
+			s.anySig[w] |= s.kwMask[i][w]
+		}
+		for _, k := range s.bothMarks[i] {
+			if k >= 0 {
+				s.bothMark[k] = true
+			}
+		}
 	}
 	return s
 }
 
-// keys returns the keywords that occur in s.lower, in one pass over it:
-// at each byte only the keywords that start with it and the next byte are
-// compared.
-func (s *scanner) keys() (m uint64) {
-	l := s.lower
-	for i := 0; i+1 < len(l); i++ {
-		c := s.first[l[i]] & s.second[l[i+1]] &^ m
-		for c != 0 {
-			k := bits.TrailingZeros64(c)
-			c &^= 1 << k
-			if bytes.HasPrefix(l[i:], s.kw[k]) {
-				m |= 1 << k
+// Around each occurrence of a vocabulary word's keyword, its pattern is
+// matched from vocabBefore bytes before to vocabAfter bytes after: the
+// words are short, and a long line is not searched whole for each.
+const (
+	vocabBefore = 32
+	vocabAfter  = 160
+)
+
+// marked reports whether vocabulary word i's marks are all set on line n
+// already: its pattern need not run.
+func (s *scanner) marked(i, n int) bool {
+	for _, m := range s.vocab[i].Marks {
+		if s.lastMark[s.markIndex[m]] != n {
+			return false
+		}
+	}
+	return true
+}
+
+// near reports whether vocabulary word i's pattern matches the line in
+// lower case around an occurrence of one of its keywords (keys are the
+// line's keywords).
+func (s *scanner) near(i int, keys kwset) bool {
+	l, re := s.lower, s.vocab[i].Pattern
+	if len(l) <= vocabBefore+vocabAfter {
+		return re.Match(l)
+	}
+	for _, k := range s.vocabKw[i] {
+		if keys[k/64]&(1<<(k%64)) == 0 {
+			continue
+		}
+		for at := s.kwPos[k]; ; {
+			if re.Match(l[max(0, at-vocabBefore):min(len(l), at+vocabAfter)]) {
+				return true
+			}
+			next := bytes.Index(l[at+1:], s.kw[k])
+			if next < 0 {
+				break
+			}
+			at += 1 + next
+		}
+	}
+	return false
+}
+
+// tripleHash hashes three bytes into 15 bits. keys computes it rolling,
+// a byte at a time: ((h<<5)^c) & 0x7fff.
+func tripleHash(a, b, c byte) uint {
+	return (uint(a)<<10 ^ uint(b)<<5 ^ uint(c)) & 0x7fff
+}
+
+// lower is c in ASCII lower case.
+func lower(c byte) byte {
+	if c-'A' < 26 {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// keys puts an ASCII-lower-case copy of text in s.lower and returns the
+// keywords that occur in it, in one pass: a keyword can start only where
+// the hash of three bytes is in s.triples, and there only the keywords
+// that start with those bytes are compared.
+func (s *scanner) keys(text []byte) (m kwset) {
+	l := slices.Grow(s.lower[:0], len(text))[:len(text)]
+	s.lower = l
+	if len(text) < 3 {
+		for j, c := range text {
+			l[j] = lower(c)
+		}
+		return m
+	}
+	l[0], l[1] = lower(text[0]), lower(text[1])
+	h := (uint(l[0])<<5 ^ uint(l[1])) & 0x7fff
+	for j := 2; j < len(text); j++ {
+		c := lower(text[j])
+		l[j] = c
+		h = (h<<5 ^ uint(c)) & 0x7fff
+		if s.triples[h/64]&(1<<(h%64)) == 0 {
+			continue
+		}
+		i := j - 2
+		f, g := &s.first[l[i]], &s.second[l[i+1]]
+		for w := range kwWords {
+			c := f[w] & g[w] &^ m[w]
+			for c != 0 {
+				k := bits.TrailingZeros64(c)
+				c &^= 1 << k
+				if hasLowerPrefix(text[i:], s.kw[w*64+k]) {
+					m[w] |= 1 << k
+					s.kwPos[w*64+k] = i
+				}
 			}
 		}
 	}
 	return m
+}
+
+// hasLowerPrefix reports whether text, in ASCII lower case, starts with
+// kw.
+func hasLowerPrefix(text, kw []byte) bool {
+	if len(kw) > len(text) {
+		return false
+	}
+	for i, c := range kw {
+		if lower(text[i]) != c {
+			return false
+		}
+	}
+	return true
 }
 
 // run reads r to its end, a line at a time.
@@ -194,37 +398,89 @@ func (s *scanner) run(r io.Reader) error {
 }
 
 // line handles one line (or one piece of a very long one): it drops the
-// line end and colour codes and matches each carriage-return segment
-// (a progress bar redraws itself with "\r") on its own.
+// line end and colour codes, reads the message out of a JSON record
+// (Docker's json-file driver, Loki and CloudWatch exports) and the prefix
+// kubectl logs --prefix adds, and matches each segment on its own: a
+// progress bar redraws itself with "\r", a JSON record or a traceback
+// flattened onto one line holds several lines.
 func (s *scanner) line(n int, raw []byte) {
 	raw = bytes.TrimRight(raw, "\r\n")
 	if bytes.IndexByte(raw, 0x1b) >= 0 {
 		raw = stripANSI(raw)
 	}
-	for seg := range bytes.SplitSeq(raw, []byte{'\r'}) {
-		if len(bytes.TrimSpace(seg)) > 0 {
-			s.segment(n, seg)
+	s.msgLines = false
+	if msg, ok := jsonMessage(raw, s.msg[:0]); ok {
+		s.msg, s.msgLines = msg, true
+		raw = msg
+		if bytes.IndexByte(raw, 0x1b) >= 0 {
+			raw = stripANSI(raw)
 		}
+	}
+	raw = raw[kubectlPrefix(raw):]
+	for seg := range bytes.SplitSeq(raw, []byte{'\r'}) {
+		if s.msgLines && bytes.IndexByte(seg, '\n') >= 0 { // a JSON record's message of several lines
+			for part := range bytes.SplitSeq(seg, []byte{'\n'}) {
+				s.piece(n, part)
+			}
+			continue
+		}
+		s.piece(n, seg)
+	}
+}
+
+// piece matches one piece of line n: the line itself, or a line of a
+// traceback flattened onto it with literal "\n"s.
+func (s *scanner) piece(n int, seg []byte) {
+	if bytes.IndexByte(seg, '\\') >= 0 && bytes.Count(seg, []byte(`\n`)) >= 2 {
+		for part := range bytes.SplitSeq(seg, []byte(`\n`)) {
+			if len(bytes.TrimSpace(part)) > 0 {
+				s.segment(n, part)
+			}
+		}
+		return
+	}
+	if len(bytes.TrimSpace(seg)) > 0 {
+		s.segment(n, seg)
 	}
 }
 
 // segment matches one segment of line n, alone, joined with the previous
 // line, and as part of a split exception name.
 func (s *scanner) segment(n int, text []byte) {
-	s.lowerCase(text)
-	keys := s.keys()
-	if keys != 0 {
-		for i := range s.sigs {
-			sig := &s.sigs[i]
-			if keys&s.afterMask[i] != 0 && sig.After.Match(text) {
-				s.lastAfter[i] = n
-			}
-			if keys&s.unlessMask[i] != 0 && sig.Unless.Match(text) {
-				s.lastUnless[i] = n
+	keys := s.keys(text)
+	marked := false
+	if !keys.empty() {
+		if keys.meets(s.anyCond) {
+			for i := range s.sigs {
+				sig := &s.sigs[i]
+				if keys.meets(s.afterMask[i]) && sig.After.Match(text) {
+					s.lastAfter[i] = n
+				}
+				if keys.meets(s.unlessMask[i]) && sig.Unless.Match(text) {
+					s.lastUnless[i] = n
+				}
 			}
 		}
+		for i := range s.vocab {
+			v := &s.vocab[i]
+			if !keys.meets(s.vocabMask[i]) || v.Pattern != nil && (s.marked(i, n) || !s.near(i, keys)) {
+				continue
+			}
+			for _, m := range v.Marks {
+				k := s.markIndex[m]
+				s.mark(k, n, text)
+				marked = marked || s.bothMark[k]
+			}
+			s.ecos |= s.vocabEco[i]
+		}
 	}
-	hit, tried := s.match([]LineRef{{N: n}}, text, -1, 0, keys)
+	var hit, tried uint64
+	if keys.meets(s.anySig) {
+		hit, tried = s.match([]LineRef{{N: n}}, text, -1, 0, keys)
+	}
+	if marked {
+		s.both(n, text)
+	}
 
 	// A line wrapped at a terminal's width: try the two lines joined when
 	// a signature's keyword was seen without its match, or a keyword spans
@@ -233,11 +489,12 @@ func (s *scanner) segment(n int, text []byte) {
 		prev := s.prevText[max(0, len(s.prevText)-joinTail):]
 		cur := text[:min(len(text), joinTail)]
 		s.join = append(append(append(s.join[:0], prev[max(0, len(prev)-s.maxKw+1):]...), ' '), cur[:min(len(cur), s.maxKw-1)]...)
-		s.lowerCase(s.join)
-		if (s.prevTried|tried)&^(s.prevHit|hit) != 0 || s.keys() != 0 {
+		if (s.prevTried|tried)&^(s.prevHit|hit) != 0 || !s.keys(s.join).empty() {
+			cur = text[logPrefix(text):]
+			cur = cur[:min(len(cur), joinTail)]
 			s.join = append(append(append(s.join[:0], prev...), ' '), cur...)
-			s.lowerCase(s.join)
-			s.match([]LineRef{{N: n - 1}, {N: n}}, s.join, len(prev), s.prevHit|hit, s.keys())
+			keys := s.keys(s.join)
+			s.match([]LineRef{{N: n - 1}, {N: n}}, s.join, len(prev), s.prevHit|hit, keys)
 		}
 	}
 
@@ -246,9 +503,8 @@ func (s *scanner) segment(n int, text []byte) {
 	if h0, h1 := s.hist[0], s.hist[1]; h1.n == n-1 && h0.n == n-2 && h1.content == "." &&
 		isIdent(content, false) && isIdent(h0.content, true) {
 		s.join = append(append(append(s.join[:0], h0.content...), '.'), content...)
-		s.lowerCase(s.join)
 		refs := []LineRef{{N: h0.n, Text: h0.text}, {N: h1.n, Text: h1.text}, {N: n, Text: clip(text, 0)}}
-		s.match(refs, s.join, -1, 0, s.keys())
+		s.match(refs, s.join, -1, 0, s.keys(s.join))
 	}
 	s.hist[0] = s.hist[1]
 	s.hist[1] = histEntry{n: n}
@@ -267,8 +523,8 @@ func (s *scanner) segment(n int, text []byte) {
 // much); skip holds signatures that already matched either line. keys are
 // the keywords in text. It returns the signatures that matched, and those
 // whose keywords were there.
-func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, keys uint64) (hit, tried uint64) {
-	if keys == 0 {
+func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, keys kwset) (hit, tried uint64) {
+	if keys.empty() {
 		return 0, 0
 	}
 	type match struct {
@@ -280,7 +536,7 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 	first := refs[0].N
 	for i := range s.sigs {
 		sig := &s.sigs[i]
-		if keys&s.kwMask[i] == 0 {
+		if !keys.meets(s.kwMask[i]) || len(sig.Patterns) == 0 {
 			continue
 		}
 		tried |= 1 << i
@@ -321,8 +577,8 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 			continue
 		}
 		s.record(m.sig, got, sz)
-		if sig.Anchor {
-			s.anchor(got[len(got)-1].N)
+		if k := s.markOf[m.sig]; k >= 0 {
+			s.mark(k, got[len(got)-1].N, nil)
 		}
 	}
 	return hit, tried
@@ -373,35 +629,82 @@ func scaled(v string, unit float64) int64 {
 	return int64(math.Round(f * unit))
 }
 
-// candidate handles a match of a Near signature: it counts at once when an
-// anchor came within Near lines before it, and waits for one otherwise.
+// candidate handles a match of a Near signature: it counts at once when
+// its mark came within Near lines before it, and waits for one otherwise.
 func (s *scanner) candidate(sig int, refs []LineRef) {
-	n, near := refs[0].N, s.sigs[sig].Near
-	if s.lastAnchor >= n-near {
-		s.record(sig, refs, matchSizes{errno: -1})
+	n, near, k := refs[0].N, s.sigs[sig].Near, s.nearMark[sig]
+	if s.lastMark[k] >= n-near {
+		s.record(sig, s.withMark(refs, k), matchSizes{errno: -1})
 		return
 	}
 	p := s.pending[sig]
-	if len(p) == maxPending { // drop those no anchor can reach any more
+	if len(p) == maxPending { // drop those no mark can reach any more
 		p = slices.DeleteFunc(p, func(c candidate) bool { return c.refs[0].N < n-near })
+		s.npending -= maxPending - len(p)
 	}
 	if len(p) < maxPending {
 		p = append(p, candidate{refs: refs})
+		s.npending++
 	}
 	s.pending[sig] = p
 }
 
-// anchor records an anchor at line n: the waiting candidates within Near
-// lines before it count now; the older ones never will.
-func (s *scanner) anchor(n int) {
-	s.lastAnchor = max(s.lastAnchor, n)
+// mark records mark k at line n, whose text (nil: the mark's line is
+// already a finding's) a finding that rests on the mark shows; the Near
+// candidates waiting for it within Near lines before count now, the older
+// ones never will.
+func (s *scanner) mark(k, n int, text []byte) {
+	if text != nil && s.markLine[k] != n {
+		s.markLine[k] = n
+		s.markText[k] = append(s.markText[k][:0], text...)
+	}
+	s.lastMark[k] = max(s.lastMark[k], n)
+	if s.npending == 0 {
+		return
+	}
 	for i, p := range s.pending {
+		if len(p) == 0 || s.nearMark[i] != k {
+			continue
+		}
 		for _, c := range p {
 			if c.refs[0].N >= n-s.sigs[i].Near {
-				s.record(i, c.refs, matchSizes{errno: -1})
+				s.record(i, s.withMark(c.refs, k), matchSizes{errno: -1})
 			}
 		}
+		s.npending -= len(p)
 		s.pending[i] = p[:0]
+	}
+}
+
+// withMark adds to refs the line of mark k, when the vocabulary set the
+// mark on the line it was last seen on.
+func (s *scanner) withMark(refs []LineRef, k int) []LineRef {
+	if s.markLine[k] == s.lastMark[k] {
+		return append(slices.Clip(refs), LineRef{N: s.markLine[k], Text: clip(s.markText[k], 0)})
+	}
+	return refs
+}
+
+// both records the Both signatures whose two marks were both seen within
+// BothWithin lines, one of them on line n.
+func (s *scanner) both(n int, text []byte) {
+	for i, b := range s.bothMarks {
+		if b[0] < 0 {
+			continue
+		}
+		sig := &s.sigs[i]
+		a, c := s.lastMark[b[0]], s.lastMark[b[1]]
+		if a != n && c != n || min(a, c) < n-sig.BothWithin ||
+			sig.Unless != nil && s.lastUnless[i] >= min(a, c)-sig.UnlessWithin {
+			continue
+		}
+		refs := []LineRef{{N: n, Text: clip(text, 0)}}
+		if a != n {
+			refs = s.withMark(refs, b[0])
+		} else if c != n {
+			refs = s.withMark(refs, b[1])
+		}
+		s.record(i, refs, matchSizes{errno: -1})
 	}
 }
 
@@ -427,6 +730,7 @@ func (s *scanner) record(sig int, refs []LineRef, sz matchSizes) {
 		s.found[sig] = f
 	}
 	f.count++
+	s.ecos |= s.sigEco[sig]
 	f.implied = max(f.implied, sz.bytes)
 	if sz.have > 0 {
 		f.have = sz.have
@@ -447,7 +751,9 @@ func (s *scanner) record(sig int, refs []LineRef, sz matchSizes) {
 }
 
 // findings returns what was found, in table order, without the findings
-// that a surer one found in the log makes redundant (YieldsTo).
+// that a surer one found in the log makes redundant (YieldsTo). A possible
+// finding that another kind of evidence agrees with (a /dev/shm finding
+// that rests on none of its own kinds) is raised to likely, and says so.
 func (s *scanner) findings() []Finding {
 	present := map[string]bool{}
 	for i, f := range s.found {
@@ -462,6 +768,18 @@ func (s *scanner) findings() []Finding {
 		}
 		out = append(out, s.finding(i))
 	}
+	for i := range out {
+		f := &out[i]
+		if f.Kind == KindOther || f.Confidence != Possible {
+			continue
+		}
+		for _, g := range out {
+			if g.Kind != KindOther && !slices.ContainsFunc(g.Evidence, func(e string) bool { return slices.Contains(f.Evidence, e) }) {
+				f.Confidence = Likely
+				f.Evidence = append(f.Evidence, "agrees with "+g.Signature)
+			}
+		}
+	}
 	return out
 }
 
@@ -472,6 +790,9 @@ func (s *scanner) finding(i int) Finding {
 		Signature: sig.ID, Title: sig.Title, Confidence: sig.Confidence, Kind: sig.Kind,
 		Lines: slices.Clone(f.lines), Count: f.count, Cause: sig.Cause, Fix: sig.Fix,
 		ImpliedBytes: f.implied, ShmBytes: f.have,
+	}
+	for _, e := range sig.Evidence {
+		fd.Evidence = append(fd.Evidence, string(e))
 	}
 	sort.SliceStable(fd.Lines, func(a, b int) bool { return fd.Lines[a].N < fd.Lines[b].N })
 	if f.implied > 0 && sig.Implied != "" {
@@ -492,20 +813,21 @@ func (s *scanner) finding(i int) Finding {
 	return fd
 }
 
+// ecosystems names the ecosystems whose context the log showed, in the
+// order of Ecosystems.
+func (s *scanner) ecosystems() []string {
+	var out []string
+	for i, e := range Ecosystems() {
+		if s.ecos&(1<<i) != 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // sizeText says n bytes for people: "9.19MiB (9637888 bytes)".
 func sizeText(n int64) string {
 	return fmt.Sprintf("%s (%d bytes)", policy.FormatSize(n), n)
-}
-
-// lowerCase puts an ASCII-lower-case copy of text in s.lower.
-func (s *scanner) lowerCase(text []byte) {
-	s.lower = s.lower[:0]
-	for _, c := range text {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		s.lower = append(s.lower, c)
-	}
 }
 
 // errnoText names the Linux error numbers shm failures report.

@@ -8,14 +8,21 @@ import (
 
 // Signature is one kind of /dev/shm failure and how to recognise it in a
 // log. A line matches when one of Patterns matches it and the conditions
-// (After, Unless, Near) hold.
+// (After, Unless, Near) hold, or, for a signature with Both marks, when
+// both marks were seen close enough.
 type Signature struct {
 	// ID is stable; docs/troubleshooting.md has a section for each.
 	ID    string
 	Title string
-	// Confidence and Kind apply to every match.
+	// Confidence and Kind apply to every match (a possible finding that
+	// another kind of evidence agrees with is raised to likely).
 	Confidence Confidence
 	Kind       Kind
+	// Evidence names the kinds of evidence the signature rests on.
+	Evidence []Evidence
+	// Ecosystem, when set, is the ecosystem (Ecosystems) whose message
+	// this is: the fix gets its step.
+	Ecosystem string
 	// Cause says what happened; Fix what to change (Report.Fix has the
 	// commands).
 	Cause string
@@ -47,9 +54,19 @@ type Signature struct {
 	UnlessKeywords []string
 	UnlessWithin   int
 	// Near > 0: the line counts only within Near lines (before or after)
-	// of a line that an Anchor signature found.
-	Near   int
-	Anchor bool
+	// of a line with NearMark (MarkAnchor when empty: a line that an
+	// Anchor signature found).
+	Near     int
+	NearMark string
+	Anchor   bool
+	// Mark, when set, is set on the lines the signature matches.
+	Mark string
+	// Both, when set, are two marks (evidence.go): the signature matches
+	// when both were seen within BothWithin lines, on the line of the
+	// later one; Patterns are not used. Unless, when set, must not have
+	// matched from UnlessWithin lines before the earlier mark on.
+	Both       [2]string
+	BothWithin int
 	// YieldsTo names signatures that, found anywhere in the log, make
 	// this one's finding redundant: it is left out of the report (a
 	// stream has already shown it, as the first sign).
@@ -74,6 +91,45 @@ const (
 // table is the one signature table. The order matters only for Generic
 // signatures, which yield to any other match on the same line.
 var table = sync.OnceValue(func() []Signature {
+	sigs := signatures()
+	// A mention of /dev/shm with an error is redundant when a library's
+	// own message that is more than possible explains the failure.
+	var messages []string
+	for _, sig := range sigs {
+		if sig.Kind != KindOther && sig.Confidence != Possible && slices.Equal(sig.Evidence, []Evidence{EvidenceMessage}) {
+			messages = append(messages, sig.ID)
+		}
+	}
+	for i := range sigs {
+		if slices.Equal(sigs[i].Evidence, []Evidence{EvidenceMention}) && sigs[i].ID != "shm-path-enospc" {
+			sigs[i].YieldsTo = append(slices.Clip(messages), "shm-path-enospc")
+		}
+	}
+	return sigs
+})
+
+// sigbusKeywords are the keywords of SIGBUS's spellings.
+func sigbusKeywords() []string {
+	return []string{"sigbus", "bus error", "bus_", "signal 7", "signal: 7", ": -7", "= -7", "code -7", "code: 135"}
+}
+
+// sigbusPatterns are SIGBUS's spellings: Python's and a shell's "Bus
+// error", a signal handler's "signal 7" and BUS_ADRERR, a debugger's
+// SIGBUS, an elastic agent's or launcher's exit code -7 (or 128+7).
+func sigbusPatterns() []*regexp.Regexp {
+	re := regexp.MustCompile
+	return []*regexp.Regexp{
+		re(`(?i)\bSIGBUS\b`),
+		re(`(?i)\bBus error\b`),
+		re(`\bBUS_(?:ADRERR|ADRALN|OBJERR)\b`),
+		re(`(?i)\bsignal:? 7\b`),
+		re(`(?i)\bexit ?code\s*[:=]?\s*-7\b|\breturn code\s*=\s*-7\b`),
+		re(`(?i)\bEXIT CODE:\s*135\b`),
+	}
+}
+
+// signatures builds the table.
+func signatures() []Signature {
 	re := regexp.MustCompile
 	return []Signature{
 		{
@@ -81,6 +137,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "PyTorch DataLoader worker killed by SIGBUS: /dev/shm is full",
 			Confidence: Certain,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "pytorch",
 			Cause: "DataLoader workers hand batches to the main process as files in /dev/shm. " +
 				"When the tmpfs is full, the kernel answers a write to a page it cannot allocate with SIGBUS, which kills the worker. " +
 				"Containers get a 64 MiB /dev/shm unless told otherwise.",
@@ -99,6 +157,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "PyTorch could not fill a shared-memory file in /dev/shm",
 			Confidence: Certain,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "pytorch",
 			Cause: "PyTorch shares a tensor between processes (DataLoader workers, torch.multiprocessing) by putting it in a POSIX shared-memory " +
 				"object, a file /torch_... in /dev/shm, and could not make that file as large as the tensor: the tmpfs is full.",
 			Fix:      fixDataLoader + " torch.multiprocessing.set_sharing_strategy(\"file_system\") does not help: it uses /dev/shm too.",
@@ -114,6 +174,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "DataLoader queue ran dry (_queue.Empty) after its worker died",
 			Confidence: Likely,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "pytorch",
 			Cause: "The main process waited for a batch that never came: the worker or multiprocessing manager process that should have sent it died, " +
 				"most often killed by SIGBUS when /dev/shm filled up, and queue.get() gave up with _queue.Empty. " +
 				"The worker's own error is not in this traceback.",
@@ -130,9 +192,12 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "DataLoader worker exited unexpectedly",
 			Confidence: Possible,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "pytorch",
 			Cause: "A DataLoader worker died without saying why; the main process only saw it vanish. " +
 				"In a container the usual reason is SIGBUS at a full /dev/shm (look for \"Bus error\" nearby); " +
-				"it can also be the kernel's OOM killer (dmesg shows it) or a crash in the dataset code.",
+				"it can also be the kernel's OOM killer (dmesg shows it) or a crash in the dataset code. " +
+				"An ordinary exit code (1) means the worker raised: a failed shared-memory write in it ends the same way.",
 			Fix: "If a Bus error or an shm message comes with it, give /dev/shm room (see Fix). Otherwise check dmesg for the OOM killer, " +
 				"and rerun with num_workers=0 to see the worker's own error.",
 			NoSize:   noSizeDataLoader,
@@ -142,15 +207,14 @@ var table = sync.OnceValue(func() []Signature {
 				re(`(?i)DataLoader worker exited unexpectedly`),
 				re(`(?i)DataLoader \d+ workers? exits? unexpectedly`),
 			},
-			// "with exit code 1": the worker raised an exception; no signal.
-			Unless:         re(`(?i)exited unexpectedly with exit code`),
-			UnlessKeywords: []string{"exit code"},
 		},
 		{
 			ID:         "nccl-posix-fallocate",
 			Title:      "NCCL could not reserve a shared-memory segment: /dev/shm is full",
 			Confidence: Certain,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "nccl",
 			Cause: "NCCL's SHM transport passes data between GPUs of one node through segments in /dev/shm, reserved with posix_fallocate; " +
 				"No space left on device means the tmpfs is full. Without NCCL_DEBUG=INFO the job only exits with an NCCL error.",
 			Fix:      fixNCCL,
@@ -164,6 +228,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "NCCL could not extend its segment in /dev/shm",
 			Confidence: Certain,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "nccl",
 			Cause: "NCCL (2.12 and later) creates its SHM transport segments as files /dev/shm/nccl-XXXXXX and could not make one as large as it needs: " +
 				"the tmpfs is full.",
 			Fix:      fixNCCL,
@@ -177,6 +243,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "NCCL could not create a shared-memory segment",
 			Confidence: Likely,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "nccl",
 			Cause: "NCCL's SHM transport could not create the segment named here in /dev/shm. The warning just before it says why: " +
 				"posix_fallocate or \"failed to extend\" with No space left on device means /dev/shm is full (by far the most common case in containers).",
 			Fix:      fixNCCL,
@@ -194,6 +262,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "NCCL may not create files in /dev/shm",
 			Confidence: Certain,
 			Kind:       KindPermission,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "nccl",
 			Cause: "shm_open in /dev/shm was refused: the job's user may not create files there. " +
 				"This is not a size problem; a larger /dev/shm does not help.",
 			Fix: "Make /dev/shm writable for everyone, sticky, as engines create it (mode 1777, drwxrwxrwt): " +
@@ -207,6 +277,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "NCCL error caused by /dev/shm",
 			Confidence: Likely,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage, EvidenceContext},
+			Ecosystem:  "nccl",
 			Cause: "NCCL's error code only says that a system call failed; the NCCL warnings next to it show the call: " +
 				"creating a segment in /dev/shm, which was full.",
 			Fix:      fixNCCL,
@@ -224,15 +296,17 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "Python multiprocessing could not create a lock or a shared_memory block: /dev/shm is full",
 			Confidence: Likely,
 			Kind:       KindSize,
-			Cause: "Python's multiprocessing locks, queues and semaphores (and joblib's) are POSIX semaphores, files in /dev/shm, and " +
-				"multiprocessing.shared_memory blocks are files there too; [Errno 28] while creating one means the tmpfs is full, " +
+			Evidence:   []Evidence{EvidenceMessage},
+			Cause: "Python's multiprocessing locks, queues and semaphores (and joblib's) are POSIX semaphores, files in /dev/shm, " +
+				"multiprocessing.shared_memory blocks are files there too, and joblib/loky and pandarallel pass data through files in /dev/shm by default; " +
+				"[Errno 28] while creating one means the tmpfs is full, " +
 				"usually of other shared memory, such as DataLoader batches.",
 			Fix:           "Give the container room in /dev/shm (see Fix).",
 			NoSize:        "a semaphore needs only a page; what fills /dev/shm is something else, often shared tensors",
 			Keywords:      []string{"errno 28"},
 			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device`)},
-			After:         re(`SemLock|synchronize\.py|joblib|shared_memory\.py|os\.ftruncate\(self\._fd`),
-			AfterKeywords: []string{"semlock", "synchronize.py", "joblib", "shared_memory.py", "ftruncate"},
+			After:         re(`SemLock|synchronize\.py|joblib|loky|pandarallel|shared_memory\.py|os\.ftruncate\(self\._fd`),
+			AfterKeywords: []string{"semlock", "synchronize.py", "joblib", "loky", "pandarallel", "shared_memory.py", "ftruncate"},
 			AfterWithin:   6,
 		},
 		{
@@ -240,6 +314,7 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "No space left on /dev/shm",
 			Confidence: Certain,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
 			Cause:      "A write to a file in /dev/shm failed because the tmpfs is full.",
 			Fix: "Give the container room in /dev/shm (see Fix), and look at what fills it (du -sh /dev/shm/*): " +
 				"files a crashed job left behind count too.",
@@ -261,6 +336,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "NCCL failed on a system call, and the log does not say which",
 			Confidence: Possible,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "nccl",
 			Cause: "NCCL's \"unhandled system error\" (ncclSystemError) only says that a system call failed. Without NCCL_DEBUG=INFO the log does not name it; " +
 				"in a container with the default 64 MiB /dev/shm it is most often the shared-memory segment NCCL creates for GPUs of one node " +
 				"(vLLM, DeepSpeed and torchrun jobs then just exit 1). It can also be a socket or an InfiniBand call.",
@@ -283,6 +360,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "Ray's object store does not fit in /dev/shm",
 			Confidence: Certain,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "ray",
 			Cause: "Ray keeps its object store (plasma) in /dev/shm. /dev/shm is smaller than the store, so Ray either put the store in /tmp on disk " +
 				"(\"This will harm performance\": every object put and get goes through the disk) or refused to start. " +
 				"Containers get a 64 MiB /dev/shm unless told otherwise.",
@@ -301,6 +380,8 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "Triton's Python backend could not grow its shared-memory region",
 			Confidence: Certain,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "triton",
 			Cause: "NVIDIA Triton's Python backend passes tensors between the server and each model instance's stub process through a region in /dev/shm " +
 				"(64 MiB per instance by default, grown as needed). No space left on device: /dev/shm is full.",
 			Fix:      "Give the container room in /dev/shm for every Python model instance (see Fix); --backend-config=python,shm-default-byte-size only lowers the first allocation.",
@@ -316,6 +397,7 @@ var table = sync.OnceValue(func() []Signature {
 			Title:      "PostgreSQL could not size a dynamic shared-memory segment in /dev/shm",
 			Confidence: Certain,
 			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
 			Cause: "PostgreSQL (dynamic_shared_memory_type = posix, the default on Linux) gives parallel queries, VACUUM and index builds " +
 				"segments /PostgreSQL.N in /dev/shm. No space left on device: the container's /dev/shm (64 MiB by default) is full.",
 			Fix:      "Give the database container room in /dev/shm (see Fix)." + fixNotGPU,
@@ -327,20 +409,163 @@ var table = sync.OnceValue(func() []Signature {
 			},
 		},
 		{
-			ID:         "python-sigbus",
-			Title:      "A Python process died of SIGBUS",
+			ID:         "triton-shm-region",
+			Title:      "Triton's Python backend could not set up its shared-memory region",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "triton",
+			Cause: "NVIDIA Triton's Python backend could not create or grow the region in /dev/shm it shares with a model instance's stub process " +
+				"(64 MiB per instance by default). The message is cut off before its reason or names none; in a container it is most often a /dev/shm too small for every instance.",
+			Fix:      "Give the container room in /dev/shm for every Python model instance (see Fix); --backend-config=python,shm-default-byte-size only lowers the first allocation.",
+			NoSize:   "the message is cut off before the size; each Python model instance asks for 64 MiB by default",
+			Keywords: []string{"shared memory pool", "shared memory key"},
+			Patterns: []*regexp.Regexp{re(`(?i)Failed to increase the shared memory pool size|Unable to initialize shared memory key`)},
+			// A reason that is not room.
+			Unless:         re(`(?i)\bError: (?:Connection|Timed out|Timeout|Invalid argument)`),
+			UnlessKeywords: []string{"error: "},
+			YieldsTo:       []string{"triton-python-backend-shm"},
+		},
+		{
+			ID:         "chromium-shm-crash",
+			Title:      "Chromium (Chrome, Electron, Puppeteer, Playwright, Selenium) crashed in a container",
 			Confidence: Possible,
 			Kind:       KindSize,
-			Cause: "A Python process was killed by SIGBUS. In a container the usual cause is a full /dev/shm: shared memory " +
-				"(multiprocessing.shared_memory, Ray, vLLM, PyTorch tensors) is created at full size but filled lazily, " +
-				"and the first page that does not fit kills the process. A file mapped from a disk that was truncated or went away does the same.",
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "chromium",
+			Cause: "Chromium keeps its renderers' and GPU process's shared memory in /dev/shm. In a container with the default 64 MiB, " +
+				"a large page fills it: the allocation fails (FATAL:memory.cc \"Out of memory\"), the tab or page crashes, and a driver reports a crashed page. " +
+				"A page can also crash for its own reasons (memory of the whole container, a GPU driver).",
+			Fix:      "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
+			NoSize:   "the message does not say how much; Chromium's own advice is 1-2 GiB",
+			Keywords: []string{"memory.cc", "page crash", "tab crashed", "renderer process"},
+			Patterns: []*regexp.Regexp{
+				re(`FATAL:memory\.cc\(\d+\)\] Out of memory\. size=`),
+				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|Renderer process (?:just )?crashed`),
+			},
+		},
+		{
+			ID:         "chromium-shm-small",
+			Title:      "Chromium warns that /dev/shm is too small for its shared memory",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "chromium",
+			Cause: "Chromium keeps the shared memory of its renderers in files in a temporary directory, /dev/shm unless --disable-dev-shm-usage, " +
+				"and warns when that directory has less room than it wants: with Docker's 64 MiB its pages crash or freeze under load.",
+			Fix:      "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
+			NoSize:   "Chromium wants at least the room the warning names",
+			Keywords: []string{"temporary directory for shared memory"},
+			Patterns: []*regexp.Regexp{re(`(?i)Less than \d+\s*MB of free space in temporary directory for shared memory files`)},
+		},
+		{
+			ID:         "ucx-no-resources",
+			Title:      "UCX found no transport it could use",
+			Confidence: Possible,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Ecosystem:  "ucx",
+			Cause: "UCX (under Open MPI, MPICH, NCCL's UCX plugin or a library of its own) found no transport for its workers. " +
+				"It leaves its shared-memory transport out when /dev/shm is smaller than UCX_POSIX_SHM_MIN_SIZE, and in a container with a small /dev/shm " +
+				"nothing may be left; a missing network device does the same.",
+			Fix:      "Give the container room in /dev/shm (see Fix), or see the ucx step; ucx_info -d lists the transports UCX sees.",
+			NoSize:   "the message does not say how much",
+			Keywords: []string{"no resources are available to initiate"},
+			Patterns: []*regexp.Regexp{re(`(?i)\bucx\b.*No resources are available to initiate the operation|No resources are available to initiate the operation.*\bucx\b`)},
+		},
+		{
+			ID:         "shm-df-full",
+			Title:      "df shows /dev/shm full",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause:      "A df listing shows /dev/shm at 100%: nothing more fits in it, and the next write to it fails (ENOSPC, or SIGBUS for memory mapped from it).",
+			Fix: "Give the container room in /dev/shm (see Fix), and look at what fills it (du -sh /dev/shm/*): " +
+				"files a crashed job left behind count too.",
+			NoSize:   "df says what /dev/shm had, not what the job needs",
+			Keywords: []string{"100%"},
+			Patterns: []*regexp.Regexp{re(`\b100%\s+(?:/dev/shm|/run/shm)\b`)},
+		},
+		{
+			ID:         "shm-mention-space",
+			Title:      "An error of space next to a mention of /dev/shm",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "A line names the shm filesystem (/dev/shm, a shm size setting, a POSIX shared-memory name or call) and it or a line next to it reports no space, " +
+				"not enough memory, or a size exceeded: the tmpfs is full or too small for what the job puts there.",
+			Fix: "Give the container room in /dev/shm (see Fix), and look at what fills it (du -sh /dev/shm/*): " +
+				"files a crashed job left behind count too.",
+			NoSize:     "the lines do not say how much",
+			Both:       [2]string{MarkShm, MarkSpace},
+			BothWithin: 3,
+			// dockerd out of mount slots, and the GPU's own memory.
+			Unless:         re(`(?i)\bmounting\b|CUDA out of memory|CUDA error: out of memory`),
+			UnlessKeywords: []string{"mounting", "out of memory"},
+		},
+		{
+			ID:         "shm-mention-denied",
+			Title:      "An error of permission next to a mention of /dev/shm",
+			Confidence: Likely,
+			Kind:       KindPermission,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "A line names the shm filesystem and it or a line next to it reports permission denied, an operation not permitted or a read-only file system: " +
+				"the job may not create files in /dev/shm. A larger /dev/shm does not help.",
+			Fix: "Make /dev/shm a writable tmpfs, mode 1777 (drwxrwxrwt), as engines create it: check what is mounted over it " +
+				"(a volume, an emptyDir, a host path, a read-only root) and its mode.",
+			NoSize:     "not a size problem",
+			Both:       [2]string{MarkShm, MarkDenied},
+			BothWithin: 3,
+		},
+		{
+			ID:         "shm-mention-missing",
+			Title:      "An error of existence next to a mention of /dev/shm",
+			Confidence: Possible,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "A line names the shm filesystem and it or a line near it reports no such file or directory (or a file that already exists): " +
+				"/dev/shm is not mounted or is hidden by another mount, a segment was removed while in use (a cleaner, a restart), or two processes " +
+				"chose the same name. It is a /dev/shm failure less surely than one of space: libraries also report their own bugs this way.",
+			Fix: "Check that /dev/shm is a mounted tmpfs with room in the container (gpurun doctor); give it room (see Fix). " +
+				"If it is there and has room, look for what removes its files (systemd's RemoveIPC, a cleanup job) and for a library bug.",
+			NoSize:     "the lines do not say how much",
+			Both:       [2]string{MarkShm, MarkMissing},
+			BothWithin: 8,
+		},
+		{
+			ID:         "sigbus-in-context",
+			Title:      "SIGBUS next to shared memory, a DataLoader, NCCL or MPI",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceSIGBUS, EvidenceContext},
+			Cause: "A process died of SIGBUS, and the lines around it show shared memory, a PyTorch DataLoader or torchrun, NCCL, MPI, UCX, libfabric or Ray: " +
+				"they all map memory from /dev/shm, which the kernel creates lazily, so the first page that does not fit in a full tmpfs kills the process with SIGBUS " +
+				"instead of returning an error. A file mapped from a disk that was truncated or failed does the same.",
+			Fix: "Give the container room in /dev/shm (see Fix); gpurun doctor in the container shows what fills it. " +
+				"The ecosystem's step in Fix says how to make it use less or none.",
+			NoSize:   "a SIGBUS names no size",
+			Keywords: sigbusKeywords(),
+			Patterns: sigbusPatterns(),
+			Generic:  true,
+			Near:     30,
+			NearMark: MarkContext,
+			YieldsTo: []string{"torch-dataloader-bus-error"},
+		},
+		{
+			ID:         "sigbus",
+			Title:      "A process died of SIGBUS",
+			Confidence: Possible,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceSIGBUS},
+			Cause: "A process was killed by SIGBUS (a shell's \"Bus error (core dumped)\", a signal handler's \"signal 7\", BUS_ADRERR, exit code -7 or 135). " +
+				"In a container the usual cause is a full /dev/shm: shared memory is created at full size but filled lazily, " +
+				"and the first page that does not fit kills the process. A file mapped from a disk that was truncated or failed does the same.",
 			Fix:      "Run gpurun doctor in the container: it measures /dev/shm and what fills it. If /dev/shm is small or full, give it room (see Fix).",
 			NoSize:   "a SIGBUS names no size",
-			Keywords: []string{"bus error"},
-			Patterns: []*regexp.Regexp{
-				re(`Fatal Python error: Bus error`),
-				re(`(?i)\bBus error(?: \(core dumped\))?\s+(?:\S*/)?python[\d.]*\b`),
-			},
+			Keywords: sigbusKeywords(),
+			Patterns: sigbusPatterns(),
+			Generic:  true,
+			YieldsTo: []string{"sigbus-in-context", "torch-dataloader-bus-error"},
 		},
 
 		// Look-alikes: failures read as /dev/shm ones, which they are not.
@@ -435,6 +660,29 @@ var table = sync.OnceValue(func() []Signature {
 			Patterns: []*regexp.Regexp{re(`(?i)No available shared memory broadcast block found in \d+ seconds?`)},
 		},
 		{
+			ID:    "gpu-shared-memory",
+			Title: "The GPU's on-chip shared memory or launch limits, not /dev/shm",
+			Kind:  KindOther,
+			Cause: "A GPU kernel asked for more on-chip shared memory (or registers, or threads) per block than the GPU has: " +
+				"Triton's compiler says \"out of resource: shared memory\", CUDA \"too many resources requested for launch\". " +
+				"This shared memory is on the GPU; /dev/shm is not involved.",
+			Fix:      "Smaller block sizes or fewer pipeline stages (num_stages) for that GPU, a kernel built for it, or a GPU with more shared memory per block.",
+			NoSize:   notShm,
+			Keywords: []string{"out of resource", "too many resources", "launch_out_of_resources"},
+			Patterns: []*regexp.Regexp{re(`(?i)out of resource: shared memory|too many resources requested for launch|ERROR_LAUNCH_OUT_OF_RESOURCES`)},
+		},
+		{
+			ID:    "sysv-shm-limit",
+			Title: "System V shared memory limits (shmget, SHMMAX), not /dev/shm",
+			Kind:  KindOther,
+			Cause: "shmget(2) failed: a System V shared-memory segment is bounded by the kernel's kernel.shmmax, shmall and shmmni, " +
+				"not by /dev/shm, whose size does not matter here.",
+			Fix:      "Raise the limit the message names (sysctl kernel.shmmax / shmall / shmmni; ipcs -l shows them), or ask for a smaller segment.",
+			NoSize:   notShm,
+			Keywords: []string{"shmget", "shmmax", "shmall", "shmmni", "kernel.shm", "ipcs -l", "ipcmemorycreate"},
+			Patterns: []*regexp.Regexp{re(`(?i)\bshmget\b|\bSHM(?:MAX|ALL|MNI)\b|kernel\.shm(?:max|all|mni)|ipcs -l|IpcMemoryCreate`)},
+		},
+		{
 			ID:       "postgres-lock-table",
 			Title:    "PostgreSQL's lock table is full (\"out of shared memory\")",
 			Kind:     KindOther,
@@ -445,4 +693,4 @@ var table = sync.OnceValue(func() []Signature {
 			Patterns: []*regexp.Regexp{re(`(?i)\bERROR:\s+out of shared memory\s*$`)},
 		},
 	}
-})
+}

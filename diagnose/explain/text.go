@@ -74,6 +74,9 @@ func writeFinding(bw *bufio.Writer, n int, f Finding) {
 	fmt.Fprintf(bw, "   cause: %s\n", f.Cause)
 	if f.Kind != KindOther {
 		fmt.Fprintf(bw, "   shm:   %s\n", f.Implied)
+		if len(f.Evidence) > 0 {
+			fmt.Fprintf(bw, "   evidence: %s\n", strings.Join(f.Evidence, ", "))
+		}
 	}
 	fmt.Fprintf(bw, "   fix:   %s\n", f.Fix)
 }

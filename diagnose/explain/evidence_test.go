@@ -1,0 +1,213 @@
+package explain
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Each kind of evidence fires on lines whose wording no signature names.
+// These lines were written for this test: they are not from real logs
+// (the corpus has those), and each is worded differently from the
+// messages the signatures quote.
+func TestEvidenceKinds(t *testing.T) {
+	tests := []struct {
+		name     string
+		log      string
+		want     string     // the finding; "" for none
+		conf     Confidence // its confidence
+		evidence string     // one of its Evidence
+		other    string     // a look-alike note, when want is ""
+	}{
+		// mention: the shm filesystem next to an error, in new words.
+		{"path and a shortage on one line", "arena: cannot grow /dev/shm/arena.7 by 4 MiB: not enough memory\n",
+			"shm-mention-space", Likely, "mention", ""},
+		{"path, then the error two lines on", "mapping segment /dev/shm/seg.42\nretrying once\nfatal: insufficient room for segment\n",
+			"shm-mention-space", Likely, "mention", ""},
+		{"the error, then the path", "writer failed: Errno 28\n  while writing into /run/shm/cache\n",
+			"shm-mention-space", Likely, "mention", ""},
+		{"a size setting", "hint: the shm-size of this container is too small for 8 workers\n",
+			"shm-mention-space", Likely, "mention", ""},
+		{"a POSIX shm call", "shm_open(\"/queue-3\") returned ENOMEM\n",
+			"shm-mention-space", Likely, "mention", ""},
+		{"a Kubernetes volume", "eviction: volume dshm used 2Gi, which exceeds its sizeLimit\n",
+			"shm-mention-space", Likely, "mention", ""},
+		{"df of a full /dev/shm", "Filesystem Size Used Avail Use% Mounted on\ntmpfs 256M 256M 0 100% /dev/shm\n",
+			"shm-df-full", Likely, "mention", ""},
+		{"permission", "open /dev/shm/lock.1: EACCES\n",
+			"shm-mention-denied", Likely, "mention", ""},
+		{"existence", "attach /dev/shm/seg-9 failed: ENOENT\n",
+			"shm-mention-missing", Possible, "mention", ""},
+		{"far apart: nothing", "mapping segment /dev/shm/seg.42\n" + strings.Repeat("step\n", 10) + "fatal: insufficient room\n",
+			"", "", "", ""},
+		{"dockerd's mount slots: nothing", "error mounting \"/dev/shm\" to rootfs: no space left on device\n",
+			"", "", "", ""},
+
+		// sigbus: its spellings, alone and in context.
+		{"a supervisor's SIGBUS", "supervisor: child 3 terminated by SIGBUS\n", "sigbus", Possible, "sigbus", ""},
+		{"a debugger's stop", "Thread 7 \"loader\" received signal SIGBUS, Bus error.\n", "sigbus", Possible, "sigbus", ""},
+		{"a handler's banner", "[host:1] Signal: Bus error (7)\n", "sigbus", Possible, "sigbus", ""},
+		{"BUS_ADRERR", "crash at 0x7f00: code BUS_ADRERR\n", "sigbus", Possible, "sigbus", ""},
+		{"an agent's exit code", "  exitcode  : -7 (pid: 12)\n", "sigbus", Possible, "sigbus", ""},
+		{"a launcher's exit code", "=   EXIT CODE: 135\n", "sigbus", Possible, "sigbus", ""},
+		{"signal 7 with NCCL frames after it", "[w:1] Caught signal 7 (Bus error)\n  3 0x0 ncclSend()  ???:0\n",
+			"sigbus-in-context", Likely, "context", ""},
+		{"SIGBUS after an MPI launch", "mpiexec -n 4 ./solver\nsolver: SIGBUS while copying halo\n",
+			"sigbus-in-context", Likely, "context", ""},
+		{"SIGBUS near a shm path", "segment at /dev/shm/psm_1a2b3c4d\nBus error (core dumped)\n",
+			"sigbus-in-context", Likely, "sigbus", ""},
+
+		// message: a library's own message, in a form no other
+		// signature quotes.
+		{"Chromium's crash", "Error: Page crashed!\n", "chromium-shm-crash", Possible, "message", ""},
+		{"agreement raises it", "Error: Page crashed!\nshm 64M 64M 0 100% /dev/shm\n", "chromium-shm-crash", Likely, "agrees with shm-df-full", ""},
+
+		// Look-alikes stay look-alikes.
+		{"GPU shared memory", "OutOfResources: out of resource: shared memory, Required: 70000, Hardware limit: 65536\n", "", "", "", "gpu-shared-memory"},
+		{"System V", "shmget failed: Invalid argument (SHMMAX is 32 MiB)\n", "", "", "", "sysv-shm-limit"},
+		{"a disk elsewhere", "OSError: [Errno 28] No space left on device: '/data/out.bin'\n", "", "", "", ""},
+		{"D-Bus", "ERROR:bus.cc(393)] Failed to connect to the bus: No such file or directory\n", "", "", "", ""},
+		{"shmem in an OOM kill", "Out of memory: Killed process 7 (python) anon-rss:1kB, shmem-rss:0kB\n", "", "", "", "worker-killed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := scanString(t, tt.log, Options{})
+			if tt.want == "" {
+				if r.Found() {
+					t.Errorf("findings %q, want none", ids(r))
+				}
+			} else {
+				f := finding(t, r, tt.want)
+				if f.Confidence != tt.conf || !slices.Contains(f.Evidence, tt.evidence) {
+					t.Errorf("%s: %s, evidence %q; want %s with %q", f.Signature, f.Confidence, f.Evidence, tt.conf, tt.evidence)
+				}
+			}
+			if got := otherIDs(r); tt.other != "" && !slices.Contains(got, tt.other) || tt.other == "" && tt.want == "" && len(got) > 0 {
+				t.Errorf("look-alike notes %q, want %q", got, tt.other)
+			}
+		})
+	}
+}
+
+// Logs as they arrive in the field: JSON records, kubectl's prefix, a
+// logger's prefix on a wrapped line, indentation, a traceback flattened
+// onto one line. Written for the test.
+func TestFieldFormats(t *testing.T) {
+	ray1 := "WARNING: The object store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes"
+	ray2 := "available. This will harm performance!"
+	tests := []struct {
+		name     string
+		log      string
+		wantID   string
+		wantLine int
+	}{
+		{"Docker's json-file record", `{"log":"RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error.\n","stream":"stderr","time":"2024-01-01T00:00:00Z"}` + "\n",
+			"torch-dataloader-bus-error", 1},
+		{"a JSON record with escapes", `{"time":"t","message":"open(\"\/dev\/shm\/x\") = -1 ENOSPC (No space left on device)"}` + "\n",
+			"shm-path-enospc", 1},
+		{"a Loki export's line", "{\"line\":\"\\u001b[31mNCCL WARN Call to posix_fallocate failed : No space left on device\\u001b[0m\",\"ts\":\"1\"}\n",
+			"nccl-posix-fallocate", 1},
+		{"kubectl logs --prefix", "[pod/train-0/main] step 1\n[pod/train-0/main] " + busError + "\n",
+			"torch-dataloader-bus-error", 2},
+		{"a logger's prefix on the wrapped part", "2025-10-09 20:16:32,652 " + ray1 + "\n2025-10-09 20:16:32,652 " + ray2 + "\n",
+			"ray-object-store-shm", 1},
+		{"a compose service's prefix on the wrapped part", "worker_1  | " + ray1 + "\nworker_1  | " + ray2 + "\n",
+			"ray-object-store-shm", 1},
+		{"an indented continuation", ray1 + "\n      " + ray2 + "\n",
+			"ray-object-store-shm", 1},
+		{"a traceback flattened onto one line", `Traceback (most recent call last):\n  File "/x/torch/utils/data/dataloader.py", line 1, in _try_get_data\n    data = self._data_queue.get(timeout=timeout)\n_queue.Empty` + "\n",
+			"torch-dataloader-queue-empty", 1},
+		{"CRLF and colours around a SIGBUS", "step\r\n\x1b[31mBus error (core dumped)\x1b[0m\r\n",
+			"sigbus", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := finding(t, scanString(t, tt.log, Options{}), tt.wantID)
+			if f.Lines[0].N != tt.wantLine {
+				t.Errorf("first line %d, want %d", f.Lines[0].N, tt.wantLine)
+			}
+		})
+	}
+}
+
+func TestJSONMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"log":"a\tb\n","stream":"stderr"}`:       "a\tb\n",
+		`{"stream":"stdout","log":"q\"uote\\d"}`:   "q\"uote\\d",
+		`{"msg": "caf\u00e9 \/dev\/shm"}`:          "café /dev/shm",
+		` {"level":"info","message":"x"} `:         "x",
+		`{"log":1}`:                                "",
+		`{"log":"unterminated}`:                    "",
+		`not json {"log":"x"}`:                     "",
+		`{"other":"log","line":"second key wins"}`: "second key wins",
+	} {
+		got, ok := jsonMessage([]byte(in), nil)
+		if string(got) != want || ok != (want != "") {
+			t.Errorf("jsonMessage(%s) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}
+
+func TestPrefixes(t *testing.T) {
+	for _, tt := range []struct {
+		line          string
+		kubectl, logs int
+	}{
+		{"[pod/a-0/c] x", len("[pod/a-0/c] "), 0},
+		{"[pod/a b/c] x", 0, 0},
+		{"plain text", 0, 0},
+		{"2021-06-01 06:43:28.473 UTC [101] ERROR:  x", 0, len("2021-06-01 06:43:28.473 UTC [101] ERROR:  ")},
+		{"[rank0]:[E1206 18:44:12.71 ProcessGroupNCCL.cpp:607] x", 0, len("[rank0]:[E1206 18:44:12.71 ProcessGroupNCCL.cpp:607] ")},
+		{"(pid=4496) Fatal Python error", 0, len("(pid=4496) ")},
+		{"worker_1  | started", 0, len("worker_1  | ")},
+		{"  indented", 0, 2},
+		{"/usr/lib/x.py: y", 0, 0},
+	} {
+		if got := kubectlPrefix([]byte(tt.line)); got != tt.kubectl {
+			t.Errorf("kubectlPrefix(%q) = %d, want %d", tt.line, got, tt.kubectl)
+		}
+		if got := logPrefix([]byte(tt.line)); got != tt.logs {
+			t.Errorf("logPrefix(%q) = %d, want %d", tt.line, got, tt.logs)
+		}
+	}
+}
+
+// The fix names the right setting for the ecosystem the log shows.
+func TestEcosystemSteps(t *testing.T) {
+	tests := []struct {
+		name, log string
+		eco       string
+		says      []string
+	}{
+		{"Chromium", "[1:7:0131/235140.910186:FATAL:memory.cc(22)] Out of memory. size=524288\n", "chromium",
+			[]string{"--disable-dev-shm-usage", "cost", "/tmp"}},
+		{"Open MPI", "mpirun -np 8 ./a.out\n[n1:3] *** Process received signal ***\n[n1:3] Signal: Bus error (7)\n", "mpi",
+			[]string{"btl ^vader", "MPIR_CVAR_NOLOCAL=1", "I_MPI_FABRICS=ofi", "FI_PROVIDER=^shm"}},
+		{"UCX", "[1] mm_posix.c:206 UCX ERROR Not enough memory to write 1 bytes; check /dev/shm\n", "ucx",
+			[]string{"UCX_TLS=^posix", "UCX_POSIX_DIR"}},
+		{"Ray", "(raylet) store_runner.cc:83: System memory request exceeds memory available in /dev/shm. The request is for 10 bytes, and the amount available is 9 bytes.\n", "ray",
+			[]string{"object store", "--shm-size", "RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := scanString(t, tt.log, Options{})
+			if !slices.Contains(r.Ecosystems, tt.eco) || r.Fix == nil {
+				t.Fatalf("ecosystems %q, fix %v; want %s", r.Ecosystems, r.Fix, tt.eco)
+			}
+			var how string
+			for _, s := range r.Fix.Steps {
+				if s.Where == tt.eco {
+					how = s.How
+				}
+			}
+			for _, want := range tt.says {
+				if !strings.Contains(how, want) {
+					t.Errorf("%s step %q lacks %q", tt.eco, how, want)
+				}
+			}
+		})
+	}
+	if r := scanString(t, "step 1\n"+busError+"\n", Options{}); slices.Contains(r.Ecosystems, "chromium") || len(r.Fix.Steps) == 0 {
+		t.Errorf("a DataLoader log: ecosystems %q", r.Ecosystems)
+	}
+}
