@@ -337,7 +337,7 @@ func TestFix(t *testing.T) {
 				steps = append(steps, s.Where+": "+s.How)
 			}
 			all := strings.Join(steps, "\n")
-			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", fx.Size), "sizeLimit: " + policy.FormatQuantity(want), "gpurun run",
+			for _, s := range []string{"--shm-size=" + fx.Size, fmt.Sprintf("shm_size: %q", policy.FormatCompose(want)), "sizeLimit: " + policy.FormatQuantity(want), "gpurun run",
 				"gpurun resize CONTAINER " + fx.Size, "gpurun compose migrate --write", "gpurun install docker", "overlays/runtime-class", "gpurun install podman", "gpurun doctor"} {
 				if !strings.Contains(all, s) {
 					t.Errorf("steps lack %q:\n%s", s, all)

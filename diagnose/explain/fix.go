@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/policy/remedy"
 )
 
 // Fix is what to change, with the size gpurun's policy gives.
@@ -18,35 +19,32 @@ type Fix struct {
 	Steps []Step `json:"steps"`
 }
 
-// Step is one way to apply a fix.
-type Step struct {
-	// Where is the front door: "gpurun", "docker run", "compose", ...
-	Where string `json:"where"`
-	How   string `json:"how"`
-}
+// Step is one way to apply a fix (remedy's: doctor and stats give theirs
+// the same way).
+type Step = remedy.Step
 
 // ecosystemSteps are the steps of a fix for each ecosystem a log shows
 // (Ecosystems): its own way to need less /dev/shm or none, and what that
 // costs.
 func ecosystemSteps() map[string][]Step {
 	return map[string][]Step{
-		"pytorch": {{"pytorch", "DataLoader(num_workers=0) keeps batches out of /dev/shm, at the cost of loading data in the training process; " +
+		"pytorch": {{Where: "pytorch", How: "DataLoader(num_workers=0) keeps batches out of /dev/shm, at the cost of loading data in the training process; " +
 			"fewer workers or a smaller prefetch_factor lower what /dev/shm must hold"}},
-		"nccl": {{"nccl", "NCCL_SHM_DISABLE=1 keeps NCCL's segments out of /dev/shm; GPUs of one node then talk over P2P or sockets (slower without P2P)"}},
-		"mpi": {{"mpi", "Open MPI: --mca btl ^vader (5.x: ^sm) leaves the shared-memory transport out, so ranks of one node talk over the network (slower), " +
+		"nccl": {{Where: "nccl", How: "NCCL_SHM_DISABLE=1 keeps NCCL's segments out of /dev/shm; GPUs of one node then talk over P2P or sockets (slower without P2P)"}},
+		"mpi": {{Where: "mpi", How: "Open MPI: --mca btl ^vader (5.x: ^sm) leaves the shared-memory transport out, so ranks of one node talk over the network (slower), " +
 			"or --mca btl_vader_backing_directory /tmp (5.x: btl_sm_backing_directory) puts its segments on disk; " +
 			"MPICH: MPIR_CVAR_NOLOCAL=1 sends local traffic through the network; Intel MPI: I_MPI_FABRICS=ofi leaves shm out; libfabric: FI_PROVIDER=^shm"}},
-		"ucx": {{"ucx", "UCX_TLS=^posix leaves UCX's /dev/shm transport out (slower between ranks of one node), " +
+		"ucx": {{Where: "ucx", How: "UCX_TLS=^posix leaves UCX's /dev/shm transport out (slower between ranks of one node), " +
 			"or UCX_POSIX_DIR=/tmp puts its backing files on disk"}},
-		"ray": {{"ray", "Ray wants /dev/shm larger than its object store, which defaults to 30% of the memory: --shm-size on docker run " +
+		"ray": {{Where: "ray", How: "Ray wants /dev/shm larger than its object store, which defaults to 30% of the memory: --shm-size on docker run " +
 			"or in the cluster's run_options; or ray start --object-store-memory below /dev/shm's size " +
 			"(RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1 lets it use /tmp: every object through the disk)"}},
-		"chromium": {{"chromium", "--disable-dev-shm-usage (Chrome/Chromium flag; Puppeteer and Playwright launch args, Selenium's ChromeOptions, Electron's app.commandLine) " +
+		"chromium": {{Where: "chromium", How: "--disable-dev-shm-usage (Chrome/Chromium flag; Puppeteer and Playwright launch args, Selenium's ChromeOptions, Electron's app.commandLine) " +
 			"makes Chromium put its shared memory in /tmp instead of /dev/shm: no more crashes, at the cost of disk writes for every tile and frame " +
 			"(slower pages; /tmp needs the room, ideally a tmpfs); --ipc=host shares the host's /dev/shm instead"}},
-		"joblib": {{"joblib", "joblib/loky: JOBLIB_TEMP_FOLDER=/tmp memmaps large arrays on disk instead (slower); " +
+		"joblib": {{Where: "joblib", How: "joblib/loky: JOBLIB_TEMP_FOLDER=/tmp memmaps large arrays on disk instead (slower); " +
 			"pandarallel: pandarallel.initialize(use_memory_fs=False), or MEMORY_FS_ROOT=/tmp"}},
-		"triton": {{"triton", "Triton's Python backend: each model instance needs its own region (64 MiB by default); " +
+		"triton": {{Where: "triton", How: "Triton's Python backend: each model instance needs its own region (64 MiB by default); " +
 			"--backend-config=python,shm-default-byte-size=<bytes> lowers the first allocation, fewer instances need less"}},
 	}
 }
@@ -82,24 +80,15 @@ func suggest(pol *policy.Policy, memory int64, findings []Finding, ecosystems []
 		}
 		docker := policy.FormatDocker(size)
 		fix.SizeBytes, fix.Size, fix.Why = size, docker, why
-		fix.Steps = append(fix.Steps,
-			Step{"gpurun", "gpurun run <your docker run arguments>   (gives every GPU container the policy's /dev/shm)"},
-			Step{"docker run", "docker run --shm-size=" + docker + " ..."},
-			Step{"compose", fmt.Sprintf("gpurun compose migrate --write   (adds shm_size to the GPU services), or shm_size: %q in the service", docker)},
-			Step{"docker host", "sudo gpurun install docker --set-as-default --reload   (every GPU container the daemon starts)"},
-			Step{"kubernetes", "kubectl apply -k deploy/kubernetes/overlays/runtime-class (or default-runtime, or nri) to size each GPU pod's /dev/shm on the nodes, " +
-				"or mount an emptyDir {medium: Memory, sizeLimit: " + policy.FormatQuantity(size) + "} at /dev/shm"},
-			Step{"podman/cri-o", "sudo gpurun install podman   (or crio: the hook sizes GPU containers)"},
-			Step{"check", "gpurun doctor   (in the container: /dev/shm's size, what fills it, whether it fits)"},
-			Step{"running container", "sudo gpurun resize CONTAINER " + docker + "   (now, without a restart)"},
-		)
+		fix.Steps = append(remedy.For(remedy.Target{}, size),
+			Step{Where: "check", How: "gpurun doctor   (in the container: /dev/shm's size, what fills it, whether it fits)"})
 		steps := ecosystemSteps()
 		for _, e := range ecosystems {
 			fix.Steps = append(fix.Steps, steps[e]...)
 		}
 	}
 	if perm {
-		fix.Steps = append(fix.Steps, Step{"permissions", "chmod 1777 /dev/shm in the container, or fix the mode of what is mounted there"})
+		fix.Steps = append(fix.Steps, Step{Where: "permissions", How: "chmod 1777 /dev/shm in the container, or fix the mode of what is mounted there"})
 	}
 	return fix
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gpurun/gpurun/policy/remedy"
 )
 
 // shownLines is how many matched lines the text report prints per finding.
@@ -90,13 +92,7 @@ func writeFix(bw *bufio.Writer, fx *Fix) {
 	} else {
 		fmt.Fprintf(bw, "\nFix:\n")
 	}
-	width := 0
-	for _, s := range fx.Steps {
-		width = max(width, len(s.Where))
-	}
-	for _, s := range fx.Steps {
-		fmt.Fprintf(bw, "  %-*s  %s\n", width+1, s.Where+":", s.How)
-	}
+	_ = remedy.Write(bw, "  ", fx.Steps) // a bufio.Writer's error comes with its Flush
 }
 
 func writeOthers(bw *bufio.Writer, others []Finding) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/policy/remedy"
 )
 
 // The suggestion rule. A /dev/shm is near its ceiling when its measured
@@ -39,6 +40,10 @@ type Measured struct {
 	// GPUs is the GPU count the plan went by.
 	Sized bool
 	GPUs  int
+	// Ref names the container for gpurun resize (its id), "" unknown;
+	// Owner is the id of the container whose shared tmpfs it binds (a
+	// Docker --ipc shareable group's), "" for none.
+	Ref, Owner string
 	// Target is the size the policy gives the container (oci.Plan.Target),
 	// 0 unknown; Pending says gpurun's plan for it acts but was not carried
 	// out (no gpurun front door started it).
@@ -48,7 +53,11 @@ type Measured struct {
 
 // Measure returns what Suggest needs from a collected container.
 func (c *Container) Measure() Measured {
-	return Measured{Peak: max(c.Shm.Peak, c.Shm.Used), Size: c.Shm.Size, Engine: c.Engine, Pod: c.Pod != nil,
+	var owner string
+	if _, id, ok := oci.EngineHostShm(c.Shm.Source); ok {
+		owner = ShortID(id)
+	}
+	return Measured{Peak: max(c.Shm.Peak, c.Shm.Used), Size: c.Shm.Size, Engine: c.Engine, Pod: c.Pod != nil, Ref: ShortID(c.ID), Owner: owner,
 		Kind: c.Shm.Kind, Sized: c.Decision.Applies, GPUs: c.Decision.GPUs,
 		Target: c.Decision.Target, Pending: c.Decision.Action != "" && c.Decision.Action != string(oci.ActionNone) && !c.Decision.InEffect}
 }
@@ -91,33 +100,35 @@ func SuggestFor(m Measured, pol *policy.Policy) *Suggestion {
 	return &s
 }
 
-// settings lists the ways to give a container size bytes of /dev/shm, the
-// one nearest the container first; a policy setting only to grow (near),
-// since the policy sizes every container it matches.
+// settings lists the ways to give a container size bytes of /dev/shm: its
+// front door's (remedy.For, from what stats knows of it), then a policy
+// setting, only to grow (near), since the policy sizes every container it
+// matches.
 func settings(m Measured, size int64, pol *policy.Policy, near bool) []string {
-	var out []string
-	docker := policy.FormatDocker(size)
+	t := remedy.Target{Ref: m.Ref}
 	switch {
 	case m.Pod:
+		t.Where = remedy.Pod
 		if len(pol.AllowedAnnotations) > 0 {
-			out = append(out, fmt.Sprintf("pod annotation %s: %q (the runtime must pass it to the spec: containerd's pod_annotations)", pol.AllowedAnnotations[0], policy.FormatQuantity(size)))
+			t.Annotation = pol.AllowedAnnotations[0]
 		}
-		out = append(out, fmt.Sprintf("a Memory emptyDir at /dev/shm with sizeLimit: %s", policy.FormatQuantity(size)))
-	case m.Engine == EngineDocker && m.Kind == string(oci.ShmEngine):
-		out = append(out, fmt.Sprintf("docker run --shm-size=%s on the --ipc shareable container (its --ipc container: peers share its /dev/shm; compose: shm_size: %s on that service)", docker, docker))
 	case m.Engine == EngineDocker:
-		out = append(out, fmt.Sprintf("docker run --shm-size=%s (compose: shm_size: %s)", docker, docker))
+		t.Where = remedy.Docker
+		if m.Kind == string(oci.ShmEngine) {
+			t.Donor = m.Owner
+		}
 	case m.Engine == EnginePodman:
-		out = append(out, fmt.Sprintf("podman run --shm-size=%s", docker))
+		t.Where = remedy.Podman
 	case m.Engine == EngineContainerd:
-		out = append(out, fmt.Sprintf("nerdctl run --shm-size=%s", docker))
+		t.Where = remedy.Containerd
 	}
+	steps := remedy.For(t, size)
 	switch {
 	case !m.Sized || !near:
 		// The policy does not size it, or sizes every container: no
 		// policy setting to shrink one.
 	case m.Pending && m.Target >= size:
-		out = append(out, fmt.Sprintf("start it through a gpurun front door (gpurun run, gpurun-runtime, the hook, the NRI plugin): the policy already gives it %s", policy.FormatSize(m.Target)))
+		steps = append(steps, remedy.Step{Where: "gpurun", How: fmt.Sprintf("start it through a gpurun front door (gpurun run, gpurun-runtime, the hook, the NRI plugin): the policy already gives it %s", policy.FormatSize(m.Target))})
 	case m.Target >= size:
 		// The policy's size would do, but gpurun left this one alone (a
 		// user's own choice): the settings above are the way.
@@ -125,10 +136,14 @@ func settings(m Measured, size int64, pol *policy.Policy, near bool) []string {
 		if pol.PerGPU > 0 && m.GPUs > 0 {
 			per := (size + int64(m.GPUs) - 1) / int64(m.GPUs)
 			per = (per + policy.MiB - 1) / policy.MiB * policy.MiB
-			out = append(out, fmt.Sprintf("policy per_gpu = %q (x %d GPUs; sizes every GPU container the policy sizes)", policy.FormatSize(per), m.GPUs))
+			steps = append(steps, remedy.Step{Where: "policy", How: fmt.Sprintf("per_gpu = %q (x %d GPUs; sizes every GPU container the policy sizes)", policy.FormatSize(per), m.GPUs)})
 		} else {
-			out = append(out, fmt.Sprintf("policy min = %q (sizes every container the policy sizes at least this)", policy.FormatSize(size)))
+			steps = append(steps, remedy.Step{Where: "policy", How: fmt.Sprintf("min = %q (sizes every container the policy sizes at least this)", policy.FormatSize(size))})
 		}
+	}
+	out := make([]string, 0, len(steps))
+	for _, s := range steps {
+		out = append(out, s.String())
 	}
 	return out
 }

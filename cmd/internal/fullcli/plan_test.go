@@ -133,7 +133,7 @@ func TestPlanMeasuredPeak(t *testing.T) {
 		want []string
 	}{
 		{"pod near its 32Gi emptyDir", []string{"plan", "--pod", pod, "--measured-peak", "31Gi"}, 0,
-			[]string{"measured: suggest 46.5GiB: near the ceiling: the peak 31GiB is 97% of the 32GiB /dev/shm", `pod annotation gpurun.io/shm-size: "47616Mi"`, `policy min = "46.5GiB"`}},
+			[]string{"measured: suggest 46.5GiB: near the ceiling: the peak 31GiB is 97% of the 32GiB /dev/shm", `pod annotation gpurun.io/shm-size: "47616Mi"`, `policy: min = "46.5GiB"`}},
 		{"pod far below", []string{"plan", "--pod", pod, "--measured-peak", "1Gi"}, 0,
 			[]string{"measured: suggest 1.5GiB: far below the ceiling"}},
 		{"pod fits", []string{"plan", "--pod", pod, "--measured-peak", "20Gi"}, 0,
