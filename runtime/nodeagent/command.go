@@ -84,15 +84,21 @@ func (a *Agent) WriteStatus(out io.Writer, asJSON bool) error {
 }
 
 // NodePolicy is the policy the node's front doors go by: the DaemonSet's
-// source when given, else the node's file, else the defaults.
-func (a *Agent) NodePolicy() *policy.Policy {
+// source when given, else the node's file, else the defaults. A file that
+// exists but cannot be loaded is passed over, and said: the error names
+// each such file (the policy returned is still the next one's, so that the
+// metrics keep running while the agent reports the node not ready).
+func (a *Agent) NodePolicy() (*policy.Policy, error) {
+	var errs []error
 	for _, path := range []string{a.PolicySource, filepath.Join(a.HostRoot, a.PolicyPath)} {
 		if path == "" {
 			continue
 		}
-		if pol, err := policy.Load(path, false); err == nil {
-			return pol
+		pol, err := policy.Load(path, false)
+		if err == nil {
+			return pol, errors.Join(errs...)
 		}
+		errs = append(errs, fmt.Errorf("policy %s: %w", path, err))
 	}
-	return policy.Default()
+	return policy.Default(), errors.Join(errs...)
 }

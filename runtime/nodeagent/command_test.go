@@ -67,7 +67,8 @@ func TestWriteStatus(t *testing.T) {
 }
 
 // TestNodePolicy: the DaemonSet's source first, then the node's file,
-// then the defaults; a file that cannot be read is passed over.
+// then the defaults; a file that cannot be loaded is passed over, and the
+// error names it.
 func TestNodePolicy(t *testing.T) {
 	host := t.TempDir()
 	src := filepath.Join(t.TempDir(), "source.toml")
@@ -90,14 +91,18 @@ func TestNodePolicy(t *testing.T) {
 		name    string
 		a       Agent
 		wantMin int64
+		wantErr string
 	}{
-		{"source", Agent{HostRoot: host, PolicyPath: "/etc/gpurun/config.toml", PolicySource: src}, 3 << 30},
-		{"node file", Agent{HostRoot: host, PolicyPath: "/etc/gpurun/config.toml"}, 5 << 30},
-		{"bad source: the node file", Agent{HostRoot: host, PolicyPath: "/etc/gpurun/config.toml", PolicySource: bad}, 5 << 30},
-		{"nothing: defaults", Agent{HostRoot: host, PolicyPath: "/etc/none.toml"}, 0},
+		{"source", Agent{HostRoot: host, PolicyPath: "/etc/gpurun/config.toml", PolicySource: src}, 3 << 30, ""},
+		{"node file", Agent{HostRoot: host, PolicyPath: "/etc/gpurun/config.toml"}, 5 << 30, ""},
+		{"bad source: the node file, and the error", Agent{HostRoot: host, PolicyPath: "/etc/gpurun/config.toml", PolicySource: bad}, 5 << 30, bad},
+		{"nothing: defaults", Agent{HostRoot: host, PolicyPath: "/etc/none.toml"}, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := tc.a.NodePolicy()
+			p, err := tc.a.NodePolicy()
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("err %v, want one naming %q", err, tc.wantErr)
+			}
 			if tc.wantMin != 0 && p.Min != tc.wantMin {
 				t.Errorf("min %d, want %d", p.Min, tc.wantMin)
 			}

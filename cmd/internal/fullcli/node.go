@@ -138,7 +138,10 @@ func newNodeRunCmd(g *cli.Globals) *cobra.Command {
 		Example: `  gpurun node run --host-root /host --restart=systemd --uninstall-on-exit`,
 		Args:    cobra.NoArgs,
 		RunE: f.withAgent(g, func(ctx context.Context, a *nodeagent.Agent) error {
-			pol := a.NodePolicy()
+			pol, err := a.NodePolicy()
+			if err != nil {
+				a.Log.Error("the metrics go by another policy than the node's", "err", err.Error())
+			}
 			exp, err := obs.options().New(shmstats.Options{HostRoot: a.HostRoot, Policy: pol}, filepath.Join(a.HostRoot, pol.LogFile), a.Log)
 			if err != nil {
 				return err
