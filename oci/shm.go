@@ -189,8 +189,9 @@ func IsSandboxID(s string) bool {
 	return !sep
 }
 
-// hostShmPaths are the host's own POSIX shared memory directories.
-var hostShmPaths = []string{"/dev/shm", "/run/shm"}
+// HostShmPaths are the host's own POSIX shared memory directories, which
+// gpurun never resizes.
+func HostShmPaths() []string { return []string{"/dev/shm", "/run/shm"} }
 
 // IsBind reports whether an OCI mount is a bind mount.
 func IsBind(m specs.Mount) bool {
@@ -284,7 +285,7 @@ func ClassifyShm(s *specs.Spec, hostMemory int64) Shm {
 	if IsBind(m) {
 		src := path.Clean(m.Source)
 		switch {
-		case slices.Contains(hostShmPaths, src):
+		case slices.Contains(HostShmPaths(), src):
 			sh.Kind = ShmHost
 		default:
 			if engine, owner, ok := EngineHostShm(src); ok {

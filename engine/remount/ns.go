@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpurun/gpurun/oci"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
@@ -274,7 +275,7 @@ func openNoSymlinks(path string) (int, error) {
 // as this process sees them.
 func hostShmDevs() []uint64 {
 	var devs []uint64
-	for _, p := range hostShm {
+	for _, p := range oci.HostShmPaths() {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err == nil {
 			devs = append(devs, st.Dev)

@@ -12,12 +12,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpurun/gpurun/oci"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
-
-// hostShm are the host's own shared memory directories, never resized.
-var hostShm = []string{"/dev/shm", "/run/shm"}
 
 // ErrUnsafe is matched (errors.Is) by every refusal of a path the rules do
 // not allow: a *RefusalError.
@@ -130,7 +128,7 @@ func CheckPath(path string, scope Scope) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return refuse(ErrUnclean, path, "%q is not a clean absolute path", path)
 	}
-	if slices.Contains(hostShm, path) {
+	if slices.Contains(oci.HostShmPaths(), path) {
 		return refuse(ErrHostShm, path, "%s is the host's /dev/shm", path)
 	}
 	if scope.Named != "" && path != scope.Named {
@@ -143,7 +141,7 @@ func CheckPath(path string, scope Scope) error {
 	if resolved != path {
 		return refuse(ErrSymlink, path, "%s goes through a symbolic link (to %s)", path, resolved)
 	}
-	for _, hs := range hostShm {
+	for _, hs := range oci.HostShmPaths() {
 		if r, err := filepath.EvalSymlinks(hs); err == nil && r == path {
 			return refuse(ErrHostShm, path, "%s is the host's /dev/shm", path)
 		}
