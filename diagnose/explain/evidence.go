@@ -49,6 +49,11 @@ const (
 	// MarkContext: a shm mention, or a DataLoader, NCCL, MPI, UCX,
 	// libfabric, Ray or multiprocessing context.
 	MarkContext = "context"
+	// MarkPosixIPC: the creation of a POSIX semaphore, lock or
+	// shared-memory object, which live in /dev/shm: sem_open, Python
+	// multiprocessing's SemLock and its synchronize.py and shared_memory.py
+	// frames (billiard's and loky's copies too), joblib's semaphore check.
+	MarkPosixIPC = "posix-ipc"
 )
 
 // Ecosystems returns the ecosystems explain recognises from a log's
@@ -102,6 +107,14 @@ var vocabulary = sync.OnceValue(func() []markDef {
 			Marks:    []string{MarkShm, MarkContext},
 			Keywords: []string{"dev/shm", "dshm", "torch_", "psm_", "postgresql."},
 			Pattern:  re(`(?:^|[\s'"` + "`" + `(])dev/shm\b|\bdshm\b|/torch_\d+_|\bpsm_[0-9a-f]{6,}|/postgresql\.\d+`),
+		},
+		// POSIX semaphores and shared-memory objects being created:
+		// their calls and the frames that create them. A traceback may
+		// print its error before these frames or after them.
+		{
+			Marks: []string{MarkPosixIPC},
+			Keywords: []string{"sem_open", "named semaphore", "named_semaphore", "semlock", "synchronize.py", "shared_memory.py",
+				"_multiprocessing_helpers"},
 		},
 		// An error of space: the tmpfs is full or too small.
 		{

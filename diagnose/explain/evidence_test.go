@@ -38,6 +38,16 @@ func TestEvidenceKinds(t *testing.T) {
 			"shm-mention-denied", Likely, "mention", ""},
 		{"existence", "attach /dev/shm/seg-9 failed: ENOENT\n",
 			"shm-mention-missing", Possible, "mention", ""},
+		{"a semaphore's error before its frames", "OSError: [Errno 28] No space left on device\n" +
+			strings.Repeat("  File \"/srv/app/jobs.py\", line 3, in run\n    step()\n", 8) +
+			"  File \"/venv/lib/billiard/synchronize.py\", line 72, in __init__\n", "python-semlock-enospc", Likely, "mention", ""},
+		{"a semaphore's error after its frame", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 57, in __init__\nOSError: [Errno 28] No space left on device\n",
+			"python-semlock-enospc", Likely, "mention", ""},
+		{"sem_open in C", "lockd: sem_open(\"/jobs.lock\") failed: No space left on device\n", "python-semlock-enospc", Likely, "mention", ""},
+		{"a semaphore far from the error: nothing", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 57, in __init__\n" +
+			strings.Repeat("step\n", 40) + "OSError: [Errno 28] No space left on device\n", "", "", "", ""},
+		{"a lock next to a full disk elsewhere: nothing", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 95, in __enter__\nOSError: [Errno 28] No space left on device: '/data/out.bin'\n",
+			"", "", "", ""},
 		{"far apart: nothing", "mapping segment /dev/shm/seg.42\n" + strings.Repeat("step\n", 10) + "fatal: insufficient room\n",
 			"", "", "", ""},
 		{"dockerd's mount slots: nothing", "error mounting \"/dev/shm\" to rootfs: no space left on device\n",
@@ -65,6 +75,7 @@ func TestEvidenceKinds(t *testing.T) {
 		// Look-alikes stay look-alikes.
 		{"GPU shared memory", "OutOfResources: out of resource: shared memory, Required: 70000, Hardware limit: 65536\n", "", "", "", "gpu-shared-memory"},
 		{"System V", "shmget failed: Invalid argument (SHMMAX is 32 MiB)\n", "", "", "", "sysv-shm-limit"},
+		{"a System V semaphore", "semget(IPC_PRIVATE, 4) failed: No space left on device\n", "", "", "", "sysv-shm-limit"},
 		{"a disk elsewhere", "OSError: [Errno 28] No space left on device: '/data/out.bin'\n", "", "", "", ""},
 		{"D-Bus", "ERROR:bus.cc(393)] Failed to connect to the bus: No such file or directory\n", "", "", "", ""},
 		{"shmem in an OOM kill", "Out of memory: Killed process 7 (python) anon-rss:1kB, shmem-rss:0kB\n", "", "", "", "worker-killed"},

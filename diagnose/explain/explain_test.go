@@ -109,6 +109,11 @@ func TestEverySignatureHasARealLog(t *testing.T) {
 		if sig.Implied == "" && sig.NoSize == "" {
 			t.Errorf("signature %s says nothing about size", sig.ID)
 		}
+		for _, y := range sig.YieldsTo {
+			if i := slices.IndexFunc(Signatures(), func(s Signature) bool { return s.ID == y }); i < 0 || slices.Contains(Signatures()[i].YieldsTo, sig.ID) {
+				t.Errorf("signature %s yields to %s, which is unknown or yields back", sig.ID, y)
+			}
+		}
 		for _, k := range append(append(slices.Clone(sig.Keywords), sig.AfterKeywords...), sig.UnlessKeywords...) {
 			if k != strings.ToLower(k) {
 				t.Errorf("signature %s: keyword %q is not lower case", sig.ID, k)

@@ -554,9 +554,11 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 			break
 		}
 	}
+	// A Near signature's match is not one yet: it may wait for its mark
+	// in vain.
 	specific := false
 	for _, m := range matches {
-		specific = specific || !s.sigs[m.sig].Generic
+		specific = specific || !s.sigs[m.sig].Generic && s.sigs[m.sig].Near == 0
 	}
 	for _, m := range matches {
 		sig := &s.sigs[m.sig]

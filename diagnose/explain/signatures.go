@@ -41,7 +41,9 @@ type Signature struct {
 	Keywords []string
 	// Patterns are tried in order; the first that matches counts.
 	Patterns []*regexp.Regexp
-	// Generic signatures only count on a line no other signature matched.
+	// Generic signatures only count on a line no other signature matched
+	// (a Near signature's match, which may wait for its mark in vain,
+	// does not count).
 	Generic bool
 	// After, when set, must have matched this line or one of the
 	// AfterWithin lines before it (a traceback frame, say).
@@ -94,16 +96,24 @@ var table = sync.OnceValue(func() []Signature {
 	sigs := signatures()
 	// A mention of /dev/shm with an error is redundant when a library's
 	// own message that is more than possible explains the failure.
-	var messages []string
+	// A message that itself yields to the mention is left out: two
+	// findings must not make each other redundant.
+	var messages []Signature
 	for _, sig := range sigs {
 		if sig.Kind != KindOther && sig.Confidence != Possible && slices.Equal(sig.Evidence, []Evidence{EvidenceMessage}) {
-			messages = append(messages, sig.ID)
+			messages = append(messages, sig)
 		}
 	}
 	for i := range sigs {
-		if slices.Equal(sigs[i].Evidence, []Evidence{EvidenceMention}) && sigs[i].ID != "shm-path-enospc" {
-			sigs[i].YieldsTo = append(slices.Clip(messages), "shm-path-enospc")
+		if !slices.Equal(sigs[i].Evidence, []Evidence{EvidenceMention}) || sigs[i].ID == "shm-path-enospc" {
+			continue
 		}
+		for _, m := range messages {
+			if !slices.Contains(m.YieldsTo, sigs[i].ID) {
+				sigs[i].YieldsTo = append(sigs[i].YieldsTo, m.ID)
+			}
+		}
+		sigs[i].YieldsTo = append(sigs[i].YieldsTo, "shm-path-enospc")
 	}
 	return sigs
 })
@@ -293,21 +303,42 @@ func signatures() []Signature {
 		},
 		{
 			ID:         "python-semlock-enospc",
-			Title:      "Python multiprocessing could not create a lock or a shared_memory block: /dev/shm is full",
+			Title:      "A POSIX semaphore, lock or shared_memory block could not be created: /dev/shm is full",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "POSIX semaphores are files in /dev/shm: Python's multiprocessing locks, queues and semaphores (billiard's and loky's too, " +
+				"and joblib's check that multiprocessing works) are made with sem_open, and multiprocessing.shared_memory blocks are files there as well. " +
+				"No space left on device while one is created means the tmpfs is full, " +
+				"usually of something else (DataLoader batches, files a crashed job left behind) or of semaphores a pool leaked.",
+			Fix:      "Give the container room in /dev/shm (see Fix); ls /dev/shm shows what fills it (sem.* files are semaphores).",
+			NoSize:   "a semaphore needs only a page; what fills /dev/shm is something else, often shared tensors or leaked semaphores",
+			Keywords: []string{"errno 28", "no space left", "enospc"},
+			// The error names no path, or one in /dev/shm: a path elsewhere
+			// is another disk.
+			Patterns: []*regexp.Regexp{re(`(?i)(?:\[Errno 28\] |\b)No space left on device(?:$|[^:]|:\s*['"]?/(?:dev|run)/shm|:\s*\(?28\)?)|\bENOSPC\b`)},
+			// The error comes after the frames that create the object, or
+			// before them (a logger or Sentry that prints it first).
+			Near:     30,
+			NearMark: MarkPosixIPC,
+		},
+		{
+			ID:         "python-shm-write-enospc",
+			Title:      "joblib, loky or pandarallel could not write to /dev/shm",
 			Confidence: Likely,
 			Kind:       KindSize,
 			Evidence:   []Evidence{EvidenceMessage},
-			Cause: "Python's multiprocessing locks, queues and semaphores (and joblib's) are POSIX semaphores, files in /dev/shm, " +
-				"multiprocessing.shared_memory blocks are files there too, and joblib/loky and pandarallel pass data through files in /dev/shm by default; " +
-				"[Errno 28] while creating one means the tmpfs is full, " +
-				"usually of other shared memory, such as DataLoader batches.",
-			Fix:           "Give the container room in /dev/shm (see Fix).",
-			NoSize:        "a semaphore needs only a page; what fills /dev/shm is something else, often shared tensors",
+			Ecosystem:  "joblib",
+			Cause: "joblib and loky memory-map large arguments in a folder in /dev/shm (when it has room at the start), and pandarallel " +
+				"passes every chunk through files in /dev/shm by default; [Errno 28] right after their frames means the tmpfs is full.",
+			Fix:           "Give the container room in /dev/shm (see Fix), or see the joblib step to put those files on disk.",
+			NoSize:        "the message does not say how much; joblib memory-maps each large argument, pandarallel each chunk",
 			Keywords:      []string{"errno 28"},
-			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device`)},
-			After:         re(`SemLock|synchronize\.py|joblib|loky|pandarallel|shared_memory\.py|os\.ftruncate\(self\._fd`),
-			AfterKeywords: []string{"semlock", "synchronize.py", "joblib", "loky", "pandarallel", "shared_memory.py", "ftruncate"},
+			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device(?:$|[^:]|:\s*['"]?/(?:dev|run)/shm)`)},
+			After:         re(`joblib|loky|pandarallel`),
+			AfterKeywords: []string{"joblib", "loky", "pandarallel"},
 			AfterWithin:   6,
+			YieldsTo:      []string{"python-semlock-enospc"},
 		},
 		{
 			ID:         "shm-path-enospc",
@@ -673,14 +704,16 @@ func signatures() []Signature {
 		},
 		{
 			ID:    "sysv-shm-limit",
-			Title: "System V shared memory limits (shmget, SHMMAX), not /dev/shm",
+			Title: "System V IPC limits (shmget, semget, SHMMAX, SEMMNI), not /dev/shm",
 			Kind:  KindOther,
-			Cause: "shmget(2) failed: a System V shared-memory segment is bounded by the kernel's kernel.shmmax, shmall and shmmni, " +
-				"not by /dev/shm, whose size does not matter here.",
-			Fix:      "Raise the limit the message names (sysctl kernel.shmmax / shmall / shmmni; ipcs -l shows them), or ask for a smaller segment.",
+			Cause: "shmget(2) or semget(2) failed: System V shared-memory segments and semaphores are bounded by the kernel's kernel.shmmax, shmall, shmmni " +
+				"and kernel.sem (SEMMNI, SEMMNS), and live outside /dev/shm, whose size does not matter here. " +
+				"No space left on device from semget means the system's semaphore sets are used up, often by ones a crashed program left.",
+			Fix: "Raise the limit the message names (sysctl kernel.shmmax / shmall / shmmni / kernel.sem; ipcs -l shows them), " +
+				"remove what crashed programs left (ipcs, ipcrm), or ask for a smaller segment.",
 			NoSize:   notShm,
-			Keywords: []string{"shmget", "shmmax", "shmall", "shmmni", "kernel.shm", "ipcs -l", "ipcmemorycreate"},
-			Patterns: []*regexp.Regexp{re(`(?i)\bshmget\b|\bSHM(?:MAX|ALL|MNI)\b|kernel\.shm(?:max|all|mni)|ipcs -l|IpcMemoryCreate`)},
+			Keywords: []string{"shmget", "shmmax", "shmall", "shmmni", "kernel.shm", "ipcs -l", "ipcmemorycreate", "semget", "sem_get(", "semmni", "semmns", "kernel.sem", "ipcs -s"},
+			Patterns: []*regexp.Regexp{re(`(?i)\bshmget\b|\bSHM(?:MAX|ALL|MNI)\b|kernel\.shm(?:max|all|mni)|ipcs -[ls]|IpcMemoryCreate|\bsemget\b|\bsem_get\(|\bSEMMN[IS]\b|kernel\.sem\b`)},
 		},
 		{
 			ID:       "postgres-lock-table",
