@@ -228,6 +228,7 @@ var corpus = []corpusLog{
 	// Missed in the blind measurement; found by rules written for the kind
 	// of evidence they show, not their phrases.
 	{"logs/billiard-293.log", shmLog, "Python multiprocessing", "https://github.com/celery/billiard/issues/293", []string{"python-semlock-enospc"}, nil},
+	{"logs/ompi-12784.log", shmLog, "Open MPI", "https://github.com/open-mpi/ompi/issues/12784", []string{"shm-mention-create"}, nil},
 
 	// Threads found while writing those rules (issue #28, round 2): other
 	// libraries and wordings of the same kinds of evidence, and their

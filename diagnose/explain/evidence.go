@@ -41,11 +41,17 @@ const (
 	MarkAnchor = "anchor"
 	// MarkShm: a mention of the shm filesystem.
 	MarkShm = "shm"
-	// MarkSpace, MarkMissing, MarkDenied: an error of space, of
-	// existence, of permission.
+	// MarkSegment: a shared-memory segment's name or backing file: a
+	// POSIX shm call, a library's segment name, a file in /dev/shm, an
+	// MPI or UCX shared-memory transport's segment (not a size setting or
+	// the bare directory).
+	MarkSegment = "segment"
+	// MarkSpace, MarkMissing, MarkDenied, MarkCreate: an error of space,
+	// of existence, of permission, of creation (that names no reason).
 	MarkSpace   = "space"
 	MarkMissing = "missing"
 	MarkDenied  = "denied"
+	MarkCreate  = "create"
 	// MarkContext: a shm mention, or a DataLoader, NCCL, MPI, UCX,
 	// libfabric, Ray or multiprocessing context.
 	MarkContext = "context"
@@ -98,15 +104,33 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		// segments in it. Most are their keywords; a pattern checks the
 		// few that need more.
 		{
-			Marks: []string{MarkShm, MarkContext},
-			Keywords: []string{"/dev/shm", "/run/shm", "--shm-size", "shm_size", "shm-size", "shmsize", "--ipc=host", "--ipc host",
-				"shm_open", "shm_unlink", "mm_posix", "md posix", "posix/memory", "nccl-shm", "triton_python_backend_shm", "intel_mpi_",
-				"vader_segment", "sm_segment"},
+			Marks:    []string{MarkShm, MarkContext},
+			Keywords: []string{"/dev/shm", "/run/shm", "--shm-size", "shm_size", "shm-size", "shmsize", "--ipc=host", "--ipc host"},
 		},
 		{
 			Marks:    []string{MarkShm, MarkContext},
-			Keywords: []string{"dev/shm", "dshm", "torch_", "psm_", "postgresql."},
-			Pattern:  re(`(?:^|[\s'"` + "`" + `(])dev/shm\b|\bdshm\b|/torch_\d+_|\bpsm_[0-9a-f]{6,}|/postgresql\.\d+`),
+			Keywords: []string{"dev/shm", "dshm"},
+			Pattern:  re(`(?:^|[\s'"` + "`" + `(])dev/shm\b|\bdshm\b`),
+		},
+		// The segments themselves: POSIX shm calls, libraries' segment
+		// names, and the shared-memory transports of MPI and UCX, whose
+		// backing files may be elsewhere than /dev/shm (Open MPI's
+		// session directory, UCX_POSIX_DIR).
+		{
+			Marks: []string{MarkShm, MarkContext, MarkSegment},
+			Keywords: []string{"shm_open", "shm_unlink", "posix shm", "posix shared memory", "nccl-shm", "triton_python_backend_shm",
+				"mm_posix", "md posix", "posix/memory", "ucx_shm_posix", "intel_mpi_", "vader_segment", "sm_segment", "shmem: mmap",
+				"shmem: posix", "shmem_mmap", "shmem_posix", "mpl_shm", "mpidu_shm", "mpidu_init_shm", "mpiu_shmw", "mpidi_ch3i_seg", "psm2_shm"},
+		},
+		{
+			Marks:    []string{MarkShm, MarkContext, MarkSegment},
+			Keywords: []string{"torch_", "psm_", "postgresql."},
+			Pattern:  re(`/torch_\d+_|\bpsm_[0-9a-f]{6,}|/postgresql\.\d+`),
+		},
+		{
+			Marks:    []string{MarkSegment},
+			Keywords: []string{"/dev/shm/", "/run/shm/"},
+			Pattern:  re(`/(?:dev|run)/shm/[\w.-]`),
 		},
 		// POSIX semaphores and shared-memory objects being created:
 		// their calls and the frames that create them. A traceback may
@@ -126,6 +150,14 @@ var vocabulary = sync.OnceValue(func() []markDef {
 			Marks:    []string{MarkSpace},
 			Keywords: []string{"errno", "enough", "is full"},
 			Pattern:  re(`errno[ =:]*28\b|\benough\b[^.;:]{0,40}\b(?:space|memory|room)\b|\bis full\b`),
+		},
+		// An error of creation that names no reason: a segment could not
+		// be created or allocated.
+		{
+			Marks: []string{MarkCreate},
+			Keywords: []string{"could not be created", "could be created", "could not create", "couldn't create", "cannot create", "can't create",
+				"unable to create", "failed to create", "error creating", "creation failed", "unable to allocate", "failed to allocate",
+				"could not allocate", "allocation failed"},
 		},
 		// An error of existence: /dev/shm or a segment in it is not there
 		// (not mounted, removed early) or already is.
@@ -162,7 +194,8 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "mpi",
-			Keywords: []string{"mpirun", "mpiexec", "mpi_", "libmpi", "openmpi", "open mpi", "ompi", "mpich", "intel mpi", "mca_", "vader", "hydra_", "bad termination", "libfabric"},
+			Keywords: []string{"mpirun", "mpiexec", "mpi_", "libmpi", "openmpi", "open mpi", "ompi", "mpich", "intel mpi", "mca_", "vader", "hydra_", "bad termination", "libfabric",
+				"shmem: mmap", "shmem: posix", "mpl_shm", "mpidu_", "mpiu_shmw", "psm2"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "ucx",

@@ -40,16 +40,16 @@ const (
 )
 
 // kwWords is how many 64-bit words a set of keywords takes.
-const kwWords = 3
+const kwWords = 4
 
 // kwset is a set of keywords, by index.
 type kwset [kwWords]uint64
 
 func (a kwset) meets(b kwset) bool {
-	return a[0]&b[0]|a[1]&b[1]|a[2]&b[2] != 0
+	return a[0]&b[0]|a[1]&b[1]|a[2]&b[2]|a[3]&b[3] != 0
 }
 
-func (a kwset) empty() bool { return a[0]|a[1]|a[2] == 0 }
+func (a kwset) empty() bool { return a[0]|a[1]|a[2]|a[3] == 0 }
 
 // candidate is a match of a Near signature waiting for an anchor.
 type candidate struct {

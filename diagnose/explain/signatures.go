@@ -549,6 +549,31 @@ func signatures() []Signature {
 			BothWithin: 3,
 		},
 		{
+			ID:         "shm-mention-create",
+			Title:      "A shared-memory segment could not be created",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "A line names a shared-memory segment or its backing file — a POSIX shm object, a file in /dev/shm, the segment of an MPI or UCX " +
+				"shared-memory transport (Open MPI's sm_segment or vader_segment, MPICH's shm allocation, UCX's posix transport) — and it or the next " +
+				"line says it could not be created or allocated, without saying why. These segments live in /dev/shm, or in a backing directory set " +
+				"for the transport (Open MPI's session directory under /tmp in some builds, UCX_POSIX_DIR); the usual reason in a container is " +
+				"that it is too small, full or not writable.",
+			Fix: "Give the container room in /dev/shm and check that the job may write there (mode 1777) (see Fix). If the transport keeps its " +
+				"segments in another directory, that directory needs the room: Open MPI's btl_sm_backing_directory (4.x: btl_vader_backing_directory), " +
+				"UCX_POSIX_DIR. The mpi and ucx steps say how to leave the shared-memory transport out.",
+			NoSize:     "the message does not say how much",
+			Both:       [2]string{MarkSegment, MarkCreate},
+			BothWithin: 1,
+			// NCCL's segments have their own signatures (its cuMem segments
+			// fail for CUDA's reasons); dockerd's shm mount.
+			Unless:         re(`(?i)Cuda failure|cuMem|NCCL WARN|\bmount`),
+			UnlessKeywords: []string{"cuda failure", "cumem", "nccl warn", "mount"},
+			UnlessWithin:   3,
+			// A reason named next to it says more.
+			YieldsTo: []string{"shm-mention-space", "shm-mention-denied", "shm-mention-missing"},
+		},
+		{
 			ID:         "shm-mention-missing",
 			Title:      "An error of existence next to a mention of /dev/shm",
 			Confidence: Possible,
