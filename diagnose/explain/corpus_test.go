@@ -235,6 +235,9 @@ var corpus = []corpusLog{
 	// look-alikes. round2From is the index of the first.
 	{"logs/liboauth2-18.log", shmLog, "POSIX semaphore (C)", "https://github.com/OpenIDC/liboauth2/issues/18", []string{"python-semlock-enospc"}, nil},
 	{"logs/friendica-8200.log", lookAlike, "System V semaphore", "https://github.com/friendica/friendica/issues/8200 (System V semaphores used up: ipcrm -s freed them)", nil, []string{"sysv-shm-limit"}},
+	{"logs/ucx-4511.log", lookAlike, "UCX (cross-process)", "https://github.com/openucx/ucx/pull/4511 (UCX's posix transport could not open the peer's /proc/PID/fd in apptainer: UCX_POSIX_USE_PROC_LINK=n works)", nil, []string{"cross-process-memory"}},
+	{"logs/radiasoft-devops-132.log", lookAlike, "Open MPI (cross-process)", "https://github.com/radiasoft/devops/issues/132 (vader's CMA refused in the container: --cap-add=SYS_PTRACE removes the errors)", nil, []string{"cross-process-memory"}},
+	{"logs/ucx-3545.log", lookAlike, "UCX (cross-process)", "https://github.com/openucx/ucx/issues/3545 (CMA refused by kernel.yama.ptrace_scope: setting it to 0 fixes it)", nil, []string{"cross-process-memory"}},
 }
 
 // Minimum recall on the /dev/shm logs, and most false findings allowed on

@@ -86,6 +86,9 @@ func TestEvidenceKinds(t *testing.T) {
 		{"a System V semaphore", "semget(IPC_PRIVATE, 4) failed: No space left on device\n", "", "", "", "sysv-shm-limit"},
 		{"a disk elsewhere", "OSError: [Errno 28] No space left on device: '/data/out.bin'\n", "", "", "", ""},
 		{"D-Bus", "ERROR:bus.cc(393)] Failed to connect to the bus: No such file or directory\n", "", "", "", ""},
+		{"UCX reaching a peer through /proc", "[n1:7:0] mm_posix.c:210 UCX ERROR open(file_name=/proc/4242/fd/31 flags=0x0) failed: No such file or directory\n",
+			"", "", "", "cross-process-memory"},
+		{"CMA refused", "[n1:7:0] cma_ep.c:81 process_vm_writev(pid=4242 {0x1,64}) returned -1: Operation not permitted\n", "", "", "", "cross-process-memory"},
 		{"shmem in an OOM kill", "Out of memory: Killed process 7 (python) anon-rss:1kB, shmem-rss:0kB\n", "", "", "", "worker-killed"},
 	}
 	for _, tt := range tests {

@@ -138,6 +138,19 @@ func sigbusPatterns() []*regexp.Regexp {
 	}
 }
 
+// crossProcess matches a process reaching another's memory and refused:
+// CMA (process_vm_readv/writev, Open MPI's "Read -1, expected N, errno =
+// 1") or UCX's open of /proc/PID/fd/N.
+func crossProcess() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)process_vm_(?:readv|writev)\b.*\b(?:returned -1|delivered|Operation not permitted|Permission denied)|` +
+		`\b(?:Read|Wrote|Write) -1, expected \d+, errno ?= ?1\b|open\(file_name=/proc/\d+/fd/\d+`)
+}
+
+// crossProcessKeywords are crossProcess's keywords.
+func crossProcessKeywords() []string {
+	return []string{"process_vm_", "-1, expected", "/proc/"}
+}
+
 // signatures builds the table.
 func signatures() []Signature {
 	re := regexp.MustCompile
@@ -547,6 +560,10 @@ func signatures() []Signature {
 			NoSize:     "not a size problem",
 			Both:       [2]string{MarkShm, MarkDenied},
 			BothWithin: 3,
+			// A peer's memory reached through /proc or CMA: not /dev/shm
+			// (cross-process-memory).
+			Unless:         crossProcess(),
+			UnlessKeywords: crossProcessKeywords(),
 		},
 		{
 			ID:         "shm-mention-create",
@@ -584,9 +601,11 @@ func signatures() []Signature {
 				"chose the same name. It is a /dev/shm failure less surely than one of space: libraries also report their own bugs this way.",
 			Fix: "Check that /dev/shm is a mounted tmpfs with room in the container (gpurun doctor); give it room (see Fix). " +
 				"If it is there and has room, look for what removes its files (systemd's RemoveIPC, a cleanup job) and for a library bug.",
-			NoSize:     "the lines do not say how much",
-			Both:       [2]string{MarkShm, MarkMissing},
-			BothWithin: 8,
+			NoSize:         "the lines do not say how much",
+			Both:           [2]string{MarkShm, MarkMissing},
+			BothWithin:     8,
+			Unless:         crossProcess(),
+			UnlessKeywords: crossProcessKeywords(),
 		},
 		{
 			ID:         "sigbus-in-context",
@@ -726,6 +745,21 @@ func signatures() []Signature {
 			NoSize:   notShm,
 			Keywords: []string{"out of resource", "too many resources", "launch_out_of_resources"},
 			Patterns: []*regexp.Regexp{re(`(?i)out of resource: shared memory|too many resources requested for launch|ERROR_LAUNCH_OUT_OF_RESOURCES`)},
+		},
+		{
+			ID:    "cross-process-memory",
+			Title: "A process may not reach another's memory (CMA, /proc/PID/fd): ptrace rules or PID namespaces, not /dev/shm",
+			Kind:  KindOther,
+			Cause: "MPI's and UCX's shared-memory transports copy large messages straight from the peer process's memory (cross-memory attach, " +
+				"process_vm_readv/writev, which needs ptrace rights), and UCX's posix transport opens the peer's segment through /proc/PID/fd. " +
+				"A container without CAP_SYS_PTRACE, kernel.yama.ptrace_scope, a user namespace or a PID namespace of its own refuses both: " +
+				"Permission denied, Operation not permitted, errno 1, or No such file or directory. /dev/shm's size is not involved.",
+			Fix: "Open MPI: --mca btl_vader_single_copy_mechanism none (5.x: btl_sm_single_copy_mechanism), or run the container with --cap-add=SYS_PTRACE; " +
+				"UCX: UCX_POSIX_USE_PROC_LINK=n, or leave cma out of UCX_TLS; libfabric: FI_SHM_DISABLE_CMA=1; " +
+				"or let the ranks share a PID namespace (one container or pod per node).",
+			NoSize:   notShm,
+			Keywords: crossProcessKeywords(),
+			Patterns: []*regexp.Regexp{crossProcess()},
 		},
 		{
 			ID:    "sysv-shm-limit",
