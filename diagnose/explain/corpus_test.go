@@ -229,6 +229,7 @@ var corpus = []corpusLog{
 	// of evidence they show, not their phrases.
 	{"logs/billiard-293.log", shmLog, "Python multiprocessing", "https://github.com/celery/billiard/issues/293", []string{"python-semlock-enospc"}, nil},
 	{"logs/ompi-12784.log", shmLog, "Open MPI", "https://github.com/open-mpi/ompi/issues/12784", []string{"shm-mention-create"}, nil},
+	{"logs/cubicle-3.log", shmLog, "Chromium (Electron)", "https://github.com/ongardie/cubicle/issues/3", []string{"chromium-shm-crash"}, nil},
 
 	// Threads found while writing those rules (issue #28, round 2): other
 	// libraries and wordings of the same kinds of evidence, and their
@@ -238,6 +239,7 @@ var corpus = []corpusLog{
 	{"logs/ucx-4511.log", lookAlike, "UCX (cross-process)", "https://github.com/openucx/ucx/pull/4511 (UCX's posix transport could not open the peer's /proc/PID/fd in apptainer: UCX_POSIX_USE_PROC_LINK=n works)", nil, []string{"cross-process-memory"}},
 	{"logs/radiasoft-devops-132.log", lookAlike, "Open MPI (cross-process)", "https://github.com/radiasoft/devops/issues/132 (vader's CMA refused in the container: --cap-add=SYS_PTRACE removes the errors)", nil, []string{"cross-process-memory"}},
 	{"logs/ucx-3545.log", lookAlike, "UCX (cross-process)", "https://github.com/openucx/ucx/issues/3545 (CMA refused by kernel.yama.ptrace_scope: setting it to 0 fixes it)", nil, []string{"cross-process-memory"}},
+	{"logs/docker-picard-29.log", shmLog, "Chromium", "https://github.com/mikenye/docker-picard/issues/29", []string{"chromium-shm-crash"}, nil},
 }
 
 // Minimum recall on the /dev/shm logs, and most false findings allowed on

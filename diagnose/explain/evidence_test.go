@@ -78,6 +78,8 @@ func TestEvidenceKinds(t *testing.T) {
 		// message: a library's own message, in a form no other
 		// signature quotes.
 		{"Chromium's crash", "Error: Page crashed!\n", "chromium-shm-crash", Possible, "message", ""},
+		{"Chromium's broker without a region", "[31:40:0102/101010.1:ERROR:broker_posix.cc(40)] Received unexpected number of handles\n", "chromium-shm-crash", Possible, "message", ""},
+		{"Windows' broker: nothing", "[9:9:0102/101010.1:ERROR:broker_win.cc(60)] Received unexpected number of handles in broker message\n", "", "", "", ""},
 		{"agreement raises it", "Error: Page crashed!\nshm 64M 64M 0 100% /dev/shm\n", "chromium-shm-crash", Likely, "agrees with shm-df-full", ""},
 
 		// Look-alikes stay look-alikes.

@@ -478,14 +478,19 @@ func signatures() []Signature {
 			Evidence:   []Evidence{EvidenceMessage},
 			Ecosystem:  "chromium",
 			Cause: "Chromium keeps its renderers' and GPU process's shared memory in /dev/shm. In a container with the default 64 MiB, " +
-				"a large page fills it: the allocation fails (FATAL:memory.cc \"Out of memory\"), the tab or page crashes, and a driver reports a crashed page. " +
+				"a large page fills it: the allocation fails (FATAL:memory.cc \"Out of memory\"; a renderer whose broker could not hand it a " +
+				"shared-memory region logs \"Received unexpected number of handles\"), the tab or page crashes, and a driver reports a crashed page. " +
 				"A page can also crash for its own reasons (memory of the whole container, a GPU driver).",
 			Fix:      "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
 			NoSize:   "the message does not say how much; Chromium's own advice is 1-2 GiB",
-			Keywords: []string{"memory.cc", "page crash", "tab crashed", "renderer process"},
+			Keywords: []string{"memory.cc", "page crash", "tab crashed", "renderer process", "unexpected number of handles"},
 			Patterns: []*regexp.Regexp{
 				re(`FATAL:memory\.cc\(\d+\)\] Out of memory\. size=`),
 				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|Renderer process (?:just )?crashed`),
+				// Mojo's broker (broker_posix.cc) got no handle for the
+				// shared-memory region it asked the browser for; Windows'
+				// broker says "... in broker message", and has no /dev/shm.
+				re(`Received unexpected number of handles\s*$`),
 			},
 		},
 		{
