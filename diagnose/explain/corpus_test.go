@@ -191,7 +191,7 @@ var corpus = []corpusLog{
 	{"logs/ariac-355.log", shmLog, "Python multiprocessing", "https://github.com/usnistgov/ARIAC/issues/355", []string{"python-semlock-enospc"}, nil},
 	{"logs/codalab-worksheets-1961.log", shmLog, "PyTorch", "https://github.com/codalab/codalab-worksheets/pull/1961", []string{"torch-dataloader-bus-error"}, nil},
 	{"logs/coolify-2963.log", shmLog, "PostgreSQL", "https://github.com/coollabsio/coolify/issues/2963", []string{"postgres-dsm-resize"}, nil},
-	{"logs/dlrover-1046.log", shmLog, "torch elastic (SIGBUS)", "https://github.com/intelligent-machine-learning/dlrover/pull/1046", []string{"sigbus"}, nil},
+	{"logs/dlrover-1046.log", shmLog, "torch elastic (SIGBUS)", "https://github.com/intelligent-machine-learning/dlrover/pull/1046", []string{"sigbus-in-context"}, nil},
 	{"logs/docker-selenium-79.log", shmLog, "Selenium (Chrome)", "https://github.com/SeleniumHQ/docker-selenium/issues/79", []string{"chromium-shm-crash"}, nil},
 	{"logs/easyr1-228.log", shmLog, "NCCL", "https://github.com/hiyouga/EasyR1/issues/228", []string{"nccl-shm-segment"}, nil},
 	{"logs/frost-server-123.log", shmLog, "PostgreSQL", "https://github.com/FraunhoferIOSB/FROST-Server/issues/123", []string{"postgres-dsm-resize"}, nil},

@@ -186,7 +186,10 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		// SIGBUS, and pick the steps of the fix.
 		{
 			Marks: []string{MarkContext}, Ecosystem: "pytorch",
-			Keywords: []string{"dataloader", "utils/data", "utils.data", "torch.multiprocessing", "share_memory", "torch.distributed", "torchrun", "elastic.multiprocessing", "childfailederror"},
+			Keywords: []string{"dataloader", "utils/data", "utils.data", "torch.multiprocessing", "share_memory", "torch.distributed", "torchrun", "elastic.multiprocessing", "childfailederror",
+				// torch elastic's record of a dead worker, and the engines
+				// and launchers that run ranks of one node side by side.
+				"processfailure", "local_rank", "vllm", "sglang", "deepspeed"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "nccl",
@@ -203,7 +206,7 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "ray",
-			Keywords: []string{"raylet", "ray::", "/ray/", "plasma", "object store"},
+			Keywords: []string{"raylet", "ray::", "/ray/", "plasma", "object store", "rayworker"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "joblib",
@@ -211,9 +214,10 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		},
 		{
 			// Python's multiprocessing: its locks, queues and
-			// shared_memory blocks live in /dev/shm.
+			// shared_memory blocks live in /dev/shm; so do the batches of
+			// DALI's parallel external source.
 			Marks:    []string{MarkContext},
-			Keywords: []string{"multiprocessing", "semlock", "shared_memory"},
+			Keywords: []string{"multiprocessing", "semlock", "shared_memory", "nvidia.dali", "nvidia/dali"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "chromium",

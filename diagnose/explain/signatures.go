@@ -118,23 +118,30 @@ var table = sync.OnceValue(func() []Signature {
 	return sigs
 })
 
-// sigbusKeywords are the keywords of SIGBUS's spellings.
+// sigbusKeywords are the keywords of SIGBUS's spellings: the signal's
+// names, and the words that introduce an exit status.
 func sigbusKeywords() []string {
-	return []string{"sigbus", "bus error", "bus_", "signal 7", "signal: 7", ": -7", "= -7", "code -7", "code: 135"}
+	return []string{"sigbus", "bus error", "bus_", "signal 7", "signal: 7", "exit code", "exit_code", "exitcode", "exit status",
+		"exit_status", "exited with", "return code", "return_code", "returncode", "error 135"}
 }
 
 // sigbusPatterns are SIGBUS's spellings: Python's and a shell's "Bus
 // error", a signal handler's "signal 7" and BUS_ADRERR, a debugger's
-// SIGBUS, an elastic agent's or launcher's exit code -7 (or 128+7).
+// SIGBUS, and an exit status that says a process died of signal 7: -7
+// where the parent reads the signal (an elastic agent, a launcher,
+// Python's subprocess, vLLM's worker monitor), 135 (128+7) where a shell
+// or an engine reports it (docker, kubectl's Exit Code, CI runners,
+// make's "Error 135").
 func sigbusPatterns() []*regexp.Regexp {
 	re := regexp.MustCompile
+	status := `\b(?:exit(?:ed)?(?: with)?[ _]?(?:code|status)|exitcode|return(?:ed)?[ _]?code|returncode)\s*[:=]?\s*['"(]?`
 	return []*regexp.Regexp{
 		re(`(?i)\bSIGBUS\b`),
 		re(`(?i)\bBus error\b`),
 		re(`\bBUS_(?:ADRERR|ADRALN|OBJERR)\b`),
 		re(`(?i)\bsignal:? 7\b`),
-		re(`(?i)\bexit ?code\s*[:=]?\s*-7\b|\breturn code\s*=\s*-7\b`),
-		re(`(?i)\bEXIT CODE:\s*135\b`),
+		re(`(?i)` + status + `-7\b`),
+		re(`(?i)` + status + `135\b|\*\*\* \[[^\]]*\] Error 135\b`),
 	}
 }
 
