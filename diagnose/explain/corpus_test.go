@@ -240,6 +240,8 @@ var corpus = []corpusLog{
 	{"logs/radiasoft-devops-132.log", lookAlike, "Open MPI (cross-process)", "https://github.com/radiasoft/devops/issues/132 (vader's CMA refused in the container: --cap-add=SYS_PTRACE removes the errors)", nil, []string{"cross-process-memory"}},
 	{"logs/ucx-3545.log", lookAlike, "UCX (cross-process)", "https://github.com/openucx/ucx/issues/3545 (CMA refused by kernel.yama.ptrace_scope: setting it to 0 fixes it)", nil, []string{"cross-process-memory"}},
 	{"logs/docker-picard-29.log", shmLog, "Chromium", "https://github.com/mikenye/docker-picard/issues/29", []string{"chromium-shm-crash"}, nil},
+	{"logs/jax-3122.log", lookAlike, "XLA (GPU)", "https://github.com/jax-ml/jax/issues/3122 (an XLA fusion needs more GPU shared memory per block than 48 KiB)", nil, []string{"gpu-shared-memory"}},
+	{"logs/jax-17320.log", lookAlike, "XLA (GPU)", "https://github.com/jax-ml/jax/issues/17320 (a Triton kernel under XLA asks for more GPU shared memory than the device has)", nil, []string{"gpu-shared-memory"}},
 }
 
 // Minimum recall on the /dev/shm logs, and most false findings allowed on

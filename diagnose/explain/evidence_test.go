@@ -93,6 +93,7 @@ func TestEvidenceKinds(t *testing.T) {
 
 		// Look-alikes stay look-alikes.
 		{"GPU shared memory", "OutOfResources: out of resource: shared memory, Required: 70000, Hardware limit: 65536\n", "", "", "", "gpu-shared-memory"},
+		{"ptxas under XLA", "ptxas error   : Entry function 'fusion_7' uses too much shared data (0xd000 bytes, 0xc000 max)\n", "", "", "", "gpu-shared-memory"},
 		{"System V", "shmget failed: Invalid argument (SHMMAX is 32 MiB)\n", "", "", "", "sysv-shm-limit"},
 		{"a System V semaphore", "semget(IPC_PRIVATE, 4) failed: No space left on device\n", "", "", "", "sysv-shm-limit"},
 		{"a disk elsewhere", "OSError: [Errno 28] No space left on device: '/data/out.bin'\n", "", "", "", ""},

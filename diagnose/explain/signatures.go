@@ -751,12 +751,14 @@ func signatures() []Signature {
 			Title: "The GPU's on-chip shared memory or launch limits, not /dev/shm",
 			Kind:  KindOther,
 			Cause: "A GPU kernel asked for more on-chip shared memory (or registers, or threads) per block than the GPU has: " +
-				"Triton's compiler says \"out of resource: shared memory\", CUDA \"too many resources requested for launch\". " +
+				"Triton's compiler says \"out of resource: shared memory\", CUDA \"too many resources requested for launch\", " +
+				"ptxas (under XLA/JAX too) \"uses too much shared data\", XLA \"Shared memory requested exceeds device resources\". " +
 				"This shared memory is on the GPU; /dev/shm is not involved.",
 			Fix:      "Smaller block sizes or fewer pipeline stages (num_stages) for that GPU, a kernel built for it, or a GPU with more shared memory per block.",
 			NoSize:   notShm,
-			Keywords: []string{"out of resource", "too many resources", "launch_out_of_resources"},
-			Patterns: []*regexp.Regexp{re(`(?i)out of resource: shared memory|too many resources requested for launch|ERROR_LAUNCH_OUT_OF_RESOURCES`)},
+			Keywords: []string{"out of resource", "too many resources", "launch_out_of_resources", "too much shared data", "exceeds device resources"},
+			Patterns: []*regexp.Regexp{re(`(?i)out of resource: shared memory|too many resources requested for launch|ERROR_LAUNCH_OUT_OF_RESOURCES|` +
+				`uses too much shared data|Shared memory requested exceeds device resources`)},
 		},
 		{
 			ID:    "cross-process-memory",
