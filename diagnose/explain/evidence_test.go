@@ -101,6 +101,8 @@ func TestEvidenceKinds(t *testing.T) {
 		{"UCX reaching a peer through /proc", "[n1:7:0] mm_posix.c:210 UCX ERROR open(file_name=/proc/4242/fd/31 flags=0x0) failed: No such file or directory\n",
 			"", "", "", "cross-process-memory"},
 		{"CMA refused", "[n1:7:0] cma_ep.c:81 process_vm_writev(pid=4242 {0x1,64}) returned -1: Operation not permitted\n", "", "", "", "cross-process-memory"},
+		{"a checkpoint's error before its frame", "RuntimeError: PytorchStreamWriter failed writing file data/3: file write failed\n  File \"/opt/torch/serialization.py\", line 9, in save\n",
+			"", "", "", "checkpoint-write-failed"},
 		{"shmem in an OOM kill", "Out of memory: Killed process 7 (python) anon-rss:1kB, shmem-rss:0kB\n", "", "", "", "worker-killed"},
 	}
 	for _, tt := range tests {

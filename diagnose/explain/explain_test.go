@@ -251,6 +251,8 @@ func TestConditions(t *testing.T) {
 		{"queue.Empty after a DataLoader frame", frame + "_queue.Empty\n", []string{"torch-dataloader-queue-empty"}},
 		{"queue.Empty long after it", frame + filler + "_queue.Empty\n", nil},
 		{"queue.Empty alone", "_queue.Empty\n", nil},
+		{"queue.Empty before its DataLoader frame (error first)", "_queue.Empty\n" + strings.Repeat("  File \"/srv/train.py\", line 9, in step\n", 10) + frame, []string{"torch-dataloader-queue-empty"}},
+		{"queue.Empty long before it", "_queue.Empty\n" + filler + frame, nil},
 		{"segment after a Cuda failure", "NCCL WARN Cuda failure 'invalid argument'\n" + seg, nil},
 		{"segment well after a Cuda failure", "NCCL WARN Cuda failure 'invalid argument'\n" + filler + seg, []string{"nccl-shm-segment"}},
 		{"NCCL error before its shm lines", sysErr + seg, []string{"nccl-error-near-shm", "nccl-shm-segment"}},

@@ -114,8 +114,11 @@ type scanner struct {
 	markLine  []int
 	markText  [][]byte
 	// nearMark, bothMarks and markOf are each signature's NearMark,
-	// Both and Mark as indexes (-1: none).
+	// Both and Mark as indexes (-1: none); an AfterAround signature's
+	// nearMark is a mark of its own, set where its After matched. window
+	// is how far a candidate waits for its nearMark: Near, or AfterWithin.
 	nearMark  []int
+	window    []int
 	bothMarks [][2]int
 	markOf    []int
 	// sigEco and vocabEco are each signature's and vocabulary word's
@@ -162,6 +165,7 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		vocabMask:  make([]kwset, len(vocab)),
 		markIndex:  map[string]int{},
 		nearMark:   make([]int, len(sigs)),
+		window:     make([]int, len(sigs)),
 		bothMarks:  make([][2]int, len(sigs)),
 		markOf:     make([]int, len(sigs)),
 	}
@@ -232,7 +236,9 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 			s.markOf[i] = mark(MarkAnchor)
 		}
 		if sig.Near > 0 {
-			s.nearMark[i] = mark(cmp.Or(sig.NearMark, MarkAnchor))
+			s.nearMark[i], s.window[i] = mark(cmp.Or(sig.NearMark, MarkAnchor)), sig.Near
+		} else if sig.AfterAround {
+			s.nearMark[i], s.window[i] = mark("after "+sig.ID), sig.AfterWithin
 		}
 		s.bothMarks[i] = [2]int{mark(sig.Both[0]), mark(sig.Both[1])}
 	}
@@ -455,6 +461,9 @@ func (s *scanner) segment(n int, text []byte) {
 				sig := &s.sigs[i]
 				if keys.meets(s.afterMask[i]) && sig.After.Match(text) {
 					s.lastAfter[i] = n
+					if sig.AfterAround {
+						s.mark(s.nearMark[i], n, text)
+					}
 				}
 				if keys.meets(s.unlessMask[i]) && sig.Unless.Match(text) {
 					s.lastUnless[i] = n
@@ -528,9 +537,10 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 		return 0, 0
 	}
 	type match struct {
-		sig int
-		loc []int
-		pat int
+		sig  int
+		loc  []int
+		pat  int
+		wait bool // a candidate: Near, or After yet to come (AfterAround)
 	}
 	var matches []match
 	first := refs[0].N
@@ -540,8 +550,8 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 			continue
 		}
 		tried |= 1 << i
-		if skip&(1<<i) != 0 || boundary >= 0 && sig.Generic ||
-			sig.After != nil && s.lastAfter[i] < first-sig.AfterWithin ||
+		noAfter := sig.After != nil && s.lastAfter[i] < first-sig.AfterWithin
+		if skip&(1<<i) != 0 || boundary >= 0 && sig.Generic || noAfter && !sig.AfterAround ||
 			sig.Unless != nil && s.lastUnless[i] >= first-sig.UnlessWithin {
 			continue
 		}
@@ -550,15 +560,14 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 			if loc == nil || boundary >= 0 && (loc[0] >= boundary || loc[1] <= boundary+1) {
 				continue
 			}
-			matches = append(matches, match{i, loc, p})
+			matches = append(matches, match{i, loc, p, sig.Near > 0 || noAfter})
 			break
 		}
 	}
-	// A Near signature's match is not one yet: it may wait for its mark
-	// in vain.
+	// A candidate is not a match yet: it may wait for its mark in vain.
 	specific := false
 	for _, m := range matches {
-		specific = specific || !s.sigs[m.sig].Generic && s.sigs[m.sig].Near == 0
+		specific = specific || !s.sigs[m.sig].Generic && !m.wait
 	}
 	for _, m := range matches {
 		sig := &s.sigs[m.sig]
@@ -574,7 +583,7 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 			}
 		}
 		sz := sizes(sig.Patterns[m.pat], text, m.loc)
-		if sig.Near > 0 {
+		if m.wait {
 			s.candidate(m.sig, got)
 			continue
 		}
@@ -631,10 +640,11 @@ func scaled(v string, unit float64) int64 {
 	return int64(math.Round(f * unit))
 }
 
-// candidate handles a match of a Near signature: it counts at once when
-// its mark came within Near lines before it, and waits for one otherwise.
+// candidate handles a match of a Near signature, or of an AfterAround
+// one whose After has not matched yet: it counts at once when its mark
+// came within its window before it, and waits for one otherwise.
 func (s *scanner) candidate(sig int, refs []LineRef) {
-	n, near, k := refs[0].N, s.sigs[sig].Near, s.nearMark[sig]
+	n, near, k := refs[0].N, s.window[sig], s.nearMark[sig]
 	if s.lastMark[k] >= n-near {
 		s.record(sig, s.withMark(refs, k), matchSizes{errno: -1})
 		return
@@ -669,7 +679,7 @@ func (s *scanner) mark(k, n int, text []byte) {
 			continue
 		}
 		for _, c := range p {
-			if c.refs[0].N >= n-s.sigs[i].Near {
+			if c.refs[0].N >= n-s.window[i] {
 				s.record(i, s.withMark(c.refs, k), matchSizes{errno: -1})
 			}
 		}

@@ -46,10 +46,13 @@ type Signature struct {
 	// does not count).
 	Generic bool
 	// After, when set, must have matched this line or one of the
-	// AfterWithin lines before it (a traceback frame, say).
+	// AfterWithin lines before it (a traceback frame, say); with
+	// AfterAround, or one of the AfterWithin lines after it (a traceback
+	// that a logger or Sentry prints error first).
 	After         *regexp.Regexp
 	AfterKeywords []string
 	AfterWithin   int
+	AfterAround   bool
 	// Unless, when set, must not have matched this line or one of the
 	// UnlessWithin lines before it.
 	Unless         *regexp.Regexp
@@ -216,6 +219,7 @@ func signatures() []Signature {
 			After:         re(`(?i)torch[/\\]utils[/\\]data|dataloader|multiprocessing[/\\](?:managers|queues)\.py`),
 			AfterKeywords: []string{"torch", "dataloader", "multiprocessing"},
 			AfterWithin:   40,
+			AfterAround:   true,
 		},
 		{
 			ID:         "torch-dataloader-worker-exited",
@@ -713,6 +717,7 @@ func signatures() []Signature {
 			After:         re(`torch[/\\]serialization\.py`),
 			AfterKeywords: []string{"serialization.py"},
 			AfterWithin:   12,
+			AfterAround:   true,
 		},
 		{
 			ID:    "nccl-timeout",
