@@ -46,6 +46,10 @@ func TestEvidenceKinds(t *testing.T) {
 		{"sem_open in C", "lockd: sem_open(\"/jobs.lock\") failed: No space left on device\n", "python-semlock-enospc", Likely, "mention", ""},
 		{"a semaphore far from the error: nothing", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 57, in __init__\n" +
 			strings.Repeat("step\n", 40) + "OSError: [Errno 28] No space left on device\n", "", "", "", ""},
+		{"joblib's memmap folder in /dev/shm", "OSError: [Errno 28] No space left on device: '/dev/shm/joblib_memmapping_folder_12_ab/12-x.pkl'\n",
+			"shm-path-enospc", Certain, "mention", ""},
+		{"joblib's memmap folder on disk: nothing", "  File \"/venv/lib/python3.10/site-packages/joblib/_memmapping_reducer.py\", line 9, in __call__\n" +
+			"OSError: [Errno 28] No space left on device: '/tmp/joblib_memmapping_folder_12_ab/12-x.pkl'\n", "", "", "", ""},
 		{"a lock next to a full disk elsewhere: nothing", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 95, in __enter__\nOSError: [Errno 28] No space left on device: '/data/out.bin'\n",
 			"", "", "", ""},
 		{"an MPI transport's allocation", "MPIDU_Init_shm_alloc(150): unable to allocate shared memory\n", "shm-mention-create", Likely, "mention", ""},
@@ -68,6 +72,8 @@ func TestEvidenceKinds(t *testing.T) {
 		{"BUS_ADRERR", "crash at 0x7f00: code BUS_ADRERR\n", "sigbus", Possible, "sigbus", ""},
 		{"an agent's exit code", "  exitcode  : -7 (pid: 12)\n", "sigbus", Possible, "sigbus", ""},
 		{"a launcher's exit code", "=   EXIT CODE: 135\n", "sigbus", Possible, "sigbus", ""},
+		{"a loky worker's SIGBUS", "joblib.externals.loky.process_executor.TerminatedWorkerError: A worker process managed by the executor was unexpectedly terminated.\n\nThe exit codes of the workers are {SIGBUS(-7)}\n",
+			"sigbus-in-context", Likely, "context", ""},
 		{"an engine's exit code", "worker-3 exited with code 135\n", "sigbus", Possible, "sigbus", ""},
 		{"kubectl's exit code", "    Last State:     Terminated\n      Reason:       Error\n      Exit Code:    135\n", "sigbus", Possible, "sigbus", ""},
 		{"a CI runner's exit code", "##[error]Process completed with exit code '135'.\n", "sigbus", Possible, "sigbus", ""},

@@ -338,9 +338,9 @@ func signatures() []Signature {
 			Fix:      "Give the container room in /dev/shm (see Fix); ls /dev/shm shows what fills it (sem.* files are semaphores).",
 			NoSize:   "a semaphore needs only a page; what fills /dev/shm is something else, often shared tensors or leaked semaphores",
 			Keywords: []string{"errno 28", "no space left", "enospc"},
-			// The error names no path, or one in /dev/shm: a path elsewhere
-			// is another disk.
-			Patterns: []*regexp.Regexp{re(`(?i)(?:\[Errno 28\] |\b)No space left on device(?:$|[^:]|:\s*['"]?/(?:dev|run)/shm|:\s*\(?28\)?)|\bENOSPC\b`)},
+			// The error names no path: a path in /dev/shm is shm-path-enospc's
+			// (certain), a path elsewhere another disk.
+			Patterns: []*regexp.Regexp{re(`(?i)(?:\[Errno 28\] |\b)No space left on device(?:$|[^:])|\bENOSPC\b`)},
 			// The error comes after the frames that create the object, or
 			// before them (a logger or Sentry that prints it first).
 			Near:     30,
@@ -355,10 +355,11 @@ func signatures() []Signature {
 			Ecosystem:  "joblib",
 			Cause: "joblib and loky memory-map large arguments in a folder in /dev/shm (when it has room at the start), and pandarallel " +
 				"passes every chunk through files in /dev/shm by default; [Errno 28] right after their frames means the tmpfs is full.",
-			Fix:           "Give the container room in /dev/shm (see Fix), or see the joblib step to put those files on disk.",
-			NoSize:        "the message does not say how much; joblib memory-maps each large argument, pandarallel each chunk",
-			Keywords:      []string{"errno 28"},
-			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device(?:$|[^:]|:\s*['"]?/(?:dev|run)/shm)`)},
+			Fix:      "Give the container room in /dev/shm (see Fix), or see the joblib step to put those files on disk.",
+			NoSize:   "the message does not say how much; joblib memory-maps each large argument, pandarallel each chunk",
+			Keywords: []string{"errno 28"},
+			// No path: see python-semlock-enospc.
+			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device(?:$|[^:])`)},
 			After:         re(`joblib|loky|pandarallel`),
 			AfterKeywords: []string{"joblib", "loky", "pandarallel"},
 			AfterWithin:   6,
