@@ -189,7 +189,7 @@ var vocabulary = sync.OnceValue(func() []markDef {
 			Keywords: []string{"dataloader", "utils/data", "utils.data", "torch.multiprocessing", "share_memory", "torch.distributed", "torchrun", "elastic.multiprocessing", "childfailederror",
 				// torch elastic's record of a dead worker, and the engines
 				// and launchers that run ranks of one node side by side.
-				"processfailure", "local_rank", "vllm", "sglang", "deepspeed"},
+				"local_rank", "vllm", "sglang", "deepspeed"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "nccl",

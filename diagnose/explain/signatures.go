@@ -158,7 +158,7 @@ func crossProcess() *regexp.Regexp {
 
 // crossProcessKeywords are crossProcess's keywords.
 func crossProcessKeywords() []string {
-	return []string{"process_vm_", "-1, expected", "/proc/"}
+	return []string{"vm_readv", "vm_writev", "-1, expected", "/proc/"}
 }
 
 // signatures builds the table.
@@ -600,9 +600,10 @@ func signatures() []Signature {
 			Both:       [2]string{MarkSegment, MarkCreate},
 			BothWithin: 1,
 			// NCCL's segments have their own signatures (its cuMem segments
-			// fail for CUDA's reasons); dockerd's shm mount.
-			Unless:         re(`(?i)Cuda failure|cuMem|NCCL WARN|\bmount`),
-			UnlessKeywords: []string{"cuda failure", "cumem", "nccl warn", "mount"},
+			// fail for CUDA's reasons, in NCCL WARN lines too); dockerd's
+			// shm mount.
+			Unless:         re(`(?i)NCCL WARN|\bmount`),
+			UnlessKeywords: []string{"nccl warn", "mount"},
 			UnlessWithin:   3,
 			// A reason named next to it says more.
 			YieldsTo: []string{"shm-mention-space", "shm-mention-denied", "shm-mention-missing"},
