@@ -90,9 +90,10 @@ type scanner struct {
 	// counts the Near candidates waiting.
 	bothMark []bool
 	npending int
-	// first and second say which keywords have a byte as their first or
-	// second: keys tries only those whose first two bytes are at hand.
-	first, second [256]kwset
+	// first, second and third say which keywords have a byte as their
+	// first, second or third: keys tries only those whose first three
+	// bytes are at hand.
+	first, second, third [256]kwset
 	// triples has a bit for each hash of three bytes that starts a
 	// keyword (tripleHash): a line's bytes are looked up here first, and
 	// most stop there.
@@ -109,16 +110,21 @@ type scanner struct {
 	// line's text, and the ecosystems seen.
 	vocab     []markDef
 	vocabMask []kwset
-	markIndex map[string]int
-	lastMark  []int
-	markLine  []int
-	markText  [][]byte
+	// vocabMarks are each vocabulary word's marks, as indexes.
+	vocabMarks [][]int
+	markIndex  map[string]int
+	lastMark   []int
+	markLine   []int
+	markText   [][]byte
 	// nearMark, bothMarks and markOf are each signature's NearMark,
 	// Both and Mark as indexes (-1: none); an AfterAround signature's
 	// nearMark is a mark of its own, set where its After matched. window
 	// is how far a candidate waits for its nearMark: Near, or AfterWithin.
-	nearMark  []int
-	window    []int
+	nearMark []int
+	window   []int
+	// waiters are, for each mark, the signatures whose candidates wait
+	// for it.
+	waiters   [][]int
 	bothMarks [][2]int
 	markOf    []int
 	// sigEco and vocabEco are each signature's and vocabulary word's
@@ -186,6 +192,7 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 				s.maxKw = max(s.maxKw, len(w))
 				s.first[w[0]][i/64] |= 1 << (i % 64)
 				s.second[w[1]][i/64] |= 1 << (i % 64)
+				s.third[w[2]][i/64] |= 1 << (i % 64)
 				h := tripleHash(w[0], w[1], w[2])
 				s.triples[h/64] |= 1 << (h % 64)
 			}
@@ -243,6 +250,18 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		s.bothMarks[i] = [2]int{mark(sig.Both[0]), mark(sig.Both[1])}
 	}
 	s.bothMark = make([]bool, len(s.lastMark))
+	s.waiters = make([][]int, len(s.lastMark))
+	for i, k := range s.nearMark {
+		if k >= 0 {
+			s.waiters[k] = append(s.waiters[k], i)
+		}
+	}
+	s.vocabMarks = make([][]int, len(vocab))
+	for i, v := range vocab {
+		for _, m := range v.Marks {
+			s.vocabMarks[i] = append(s.vocabMarks[i], s.markIndex[m])
+		}
+	}
 	for i := range sigs {
 		for w := range kwWords {
 			s.anyCond[w] |= s.afterMask[i][w] | s.unlessMask[i][w]
@@ -268,8 +287,8 @@ const (
 // marked reports whether vocabulary word i's marks are all set on line n
 // already: its pattern need not run.
 func (s *scanner) marked(i, n int) bool {
-	for _, m := range s.vocab[i].Marks {
-		if s.lastMark[s.markIndex[m]] != n {
+	for _, k := range s.vocabMarks[i] {
+		if s.lastMark[k] != n {
 			return false
 		}
 	}
@@ -339,12 +358,12 @@ func (s *scanner) keys(text []byte) (m kwset) {
 			continue
 		}
 		i := j - 2
-		f, g := &s.first[l[i]], &s.second[l[i+1]]
+		f, g, t := &s.first[l[i]], &s.second[l[i+1]], &s.third[c]
 		for w := range kwWords {
-			c := f[w] & g[w] &^ m[w]
-			for c != 0 {
-				k := bits.TrailingZeros64(c)
-				c &^= 1 << k
+			cand := f[w] & g[w] & t[w] &^ m[w]
+			for cand != 0 {
+				k := bits.TrailingZeros64(cand)
+				cand &^= 1 << k
 				if hasLowerPrefix(text[i:], s.kw[w*64+k]) {
 					m[w] |= 1 << k
 					s.kwPos[w*64+k] = i
@@ -475,8 +494,7 @@ func (s *scanner) segment(n int, text []byte) {
 			if !keys.meets(s.vocabMask[i]) || v.Pattern != nil && (s.marked(i, n) || !s.near(i, keys)) {
 				continue
 			}
-			for _, m := range v.Marks {
-				k := s.markIndex[m]
+			for _, k := range s.vocabMarks[i] {
 				s.mark(k, n, text)
 				marked = marked || s.bothMark[k]
 			}
@@ -674,8 +692,9 @@ func (s *scanner) mark(k, n int, text []byte) {
 	if s.npending == 0 {
 		return
 	}
-	for i, p := range s.pending {
-		if len(p) == 0 || s.nearMark[i] != k {
+	for _, i := range s.waiters[k] {
+		p := s.pending[i]
+		if len(p) == 0 {
 			continue
 		}
 		for _, c := range p {
