@@ -242,6 +242,9 @@ var corpus = []corpusLog{
 	{"logs/docker-picard-29.log", shmLog, "Chromium", "https://github.com/mikenye/docker-picard/issues/29", []string{"chromium-shm-crash"}, nil},
 	{"logs/jax-3122.log", lookAlike, "XLA (GPU)", "https://github.com/jax-ml/jax/issues/3122 (an XLA fusion needs more GPU shared memory per block than 48 KiB)", nil, []string{"gpu-shared-memory"}},
 	{"logs/jax-17320.log", lookAlike, "XLA (GPU)", "https://github.com/jax-ml/jax/issues/17320 (a Triton kernel under XLA asks for more GPU shared memory than the device has)", nil, []string{"gpu-shared-memory"}},
+	{"logs/rear-2114.log", shmLog, "Python multiprocessing", "https://github.com/rear/rear/issues/2114", []string{"posix-ipc-unavailable"}, nil},
+	{"logs/sandbox-jl-16.log", shmLog, "Python multiprocessing", "https://github.com/JuliaContainerization/Sandbox.jl/issues/16", []string{"posix-ipc-unavailable"}, nil},
+	{"logs/proot-79.log", shmLog, "Python multiprocessing", "https://github.com/termux/proot/issues/79", []string{"posix-ipc-unavailable"}, nil},
 }
 
 // Minimum recall on the /dev/shm logs, and most false findings allowed on

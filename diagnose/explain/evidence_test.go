@@ -44,6 +44,11 @@ func TestEvidenceKinds(t *testing.T) {
 		{"a semaphore's error after its frame", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 57, in __init__\nOSError: [Errno 28] No space left on device\n",
 			"python-semlock-enospc", Likely, "mention", ""},
 		{"sem_open in C", "lockd: sem_open(\"/jobs.lock\") failed: No space left on device\n", "python-semlock-enospc", Likely, "mention", ""},
+		{"a sandbox without /dev/shm", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 57, in __init__\nOSError: [Errno 38] Function not implemented\n",
+			"posix-ipc-unavailable", Likely, "mention", ""},
+		{"sem_open refused", "lockd: sem_open(\"/jobs.lock\"): Permission denied\n", "posix-ipc-unavailable", Likely, "mention", ""},
+		{"a file refused next to a lock: nothing", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 95, in __enter__\nPermissionError: [Errno 13] Permission denied: '/data/out.bin'\n",
+			"", "", "", ""},
 		{"a semaphore far from the error: nothing", "  File \"/usr/lib/python3.11/multiprocessing/synchronize.py\", line 57, in __init__\n" +
 			strings.Repeat("step\n", 40) + "OSError: [Errno 28] No space left on device\n", "", "", "", ""},
 		{"joblib's memmap folder in /dev/shm", "OSError: [Errno 28] No space left on device: '/dev/shm/joblib_memmapping_folder_12_ab/12-x.pkl'\n",

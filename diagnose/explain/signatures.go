@@ -347,6 +347,24 @@ func signatures() []Signature {
 			NearMark: MarkPosixIPC,
 		},
 		{
+			ID:         "posix-ipc-unavailable",
+			Title:      "POSIX semaphores cannot be created: /dev/shm is missing or not writable",
+			Confidence: Likely,
+			Kind:       KindPermission,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "POSIX semaphores (Python's multiprocessing locks and queues, sem_open) are files in /dev/shm. glibc answers sem_open with " +
+				"ENOSYS (\"Function not implemented\") when no tmpfs is mounted at /dev/shm — sandboxes, VMs and runtimes that mount none, " +
+				"AWS Lambda — and with EACCES or EROFS when it is not writable. It is not a size problem.",
+			Fix: "Mount a writable tmpfs at /dev/shm, mode 1777 (drwxrwxrwt), as container engines do; where the platform has none " +
+				"(AWS Lambda), use threads instead of processes.",
+			NoSize:   "not a size problem",
+			Keywords: []string{"function not implemented", "enosys", "permission denied", "eacces", "read-only file system", "erofs"},
+			// The error names no path: one that does is about that file.
+			Patterns: []*regexp.Regexp{re(`(?i)(?:Function not implemented|\bENOSYS\b|Permission denied|\bEACCES\b|Read-only file system|\bEROFS\b)(?:$|[^:])`)},
+			Near:     30,
+			NearMark: MarkPosixIPC,
+		},
+		{
 			ID:         "python-shm-write-enospc",
 			Title:      "joblib, loky or pandarallel could not write to /dev/shm",
 			Confidence: Likely,
