@@ -81,6 +81,10 @@ type scanner struct {
 	// anyCond and anySig are the union of all After and Unless keywords
 	// and of all signatures' Keywords: a line with none skips the loops.
 	anyCond, anySig kwset
+	// sigOf and vocabOf are, for each keyword, the signatures whose
+	// Keywords and the vocabulary words whose Keywords hold it: a line's
+	// keywords give the few to try.
+	sigOf, vocabOf [64 * kwWords]uint64
 	// kwPos is where each keyword of the line first occurs (valid for
 	// the keywords keys returned); vocabKw are each vocabulary word's
 	// keyword indexes.
@@ -108,8 +112,7 @@ type scanner struct {
 	// The evidence vocabulary (evidence.go): what each mark's keywords
 	// are, the marks by name, the line each was last seen on and that
 	// line's text, and the ecosystems seen.
-	vocab     []markDef
-	vocabMask []kwset
+	vocab []markDef
 	// vocabMarks are each vocabulary word's marks, as indexes.
 	vocabMarks [][]int
 	markIndex  map[string]int
@@ -168,7 +171,6 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		pending:    make([][]candidate, len(sigs)),
 		prevN:      never,
 		vocab:      vocab,
-		vocabMask:  make([]kwset, len(vocab)),
 		markIndex:  map[string]int{},
 		nearMark:   make([]int, len(sigs)),
 		window:     make([]int, len(sigs)),
@@ -221,12 +223,16 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		return 1 << ecosystemIndex(e)
 	}
 	s.sigEco, s.vocabEco = make([]uint64, len(sigs)), make([]uint64, len(vocab))
+	if len(vocab) > 64 {
+		panic("explain: more than 64 vocabulary words")
+	}
 	s.vocabKw = make([][]int, len(vocab))
 	for i, v := range vocab {
 		s.vocabEco[i] = eco(v.Ecosystem)
-		s.vocabMask[i] = mask(v.Keywords)
+		mask(v.Keywords)
 		for _, w := range v.Keywords {
 			s.vocabKw[i] = append(s.vocabKw[i], index[w])
+			s.vocabOf[index[w]] |= 1 << i
 		}
 		for _, m := range v.Marks {
 			mark(m)
@@ -236,6 +242,9 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		s.lastAfter[i], s.lastUnless[i] = never, never
 		s.sigEco[i] = eco(sig.Ecosystem)
 		s.kwMask[i] = mask(sig.Keywords)
+		for _, w := range sig.Keywords {
+			s.sigOf[index[w]] |= 1 << i
+		}
 		s.afterMask[i] = mask(sig.AfterKeywords)
 		s.unlessMask[i] = mask(sig.UnlessKeywords)
 		s.nearMark[i], s.markOf[i] = -1, mark(sig.Mark)
@@ -374,6 +383,18 @@ func (s *scanner) keys(text []byte) (m kwset) {
 	return m
 }
 
+// having returns the union of of's sets over the keywords in keys: the
+// signatures (sigOf) or vocabulary words (vocabOf) that a line with those
+// keywords can match.
+func (s *scanner) having(keys kwset, of *[64 * kwWords]uint64) (set uint64) {
+	for w, word := range keys {
+		for ; word != 0; word &= word - 1 {
+			set |= of[w*64+bits.TrailingZeros64(word)]
+		}
+	}
+	return set
+}
+
 // hasLowerPrefix reports whether text, in ASCII lower case, starts with
 // kw.
 func hasLowerPrefix(text, kw []byte) bool {
@@ -489,9 +510,10 @@ func (s *scanner) segment(n int, text []byte) {
 				}
 			}
 		}
-		for i := range s.vocab {
+		for vs := s.having(keys, &s.vocabOf); vs != 0; vs &= vs - 1 {
+			i := bits.TrailingZeros64(vs)
 			v := &s.vocab[i]
-			if !keys.meets(s.vocabMask[i]) || v.Pattern != nil && (s.marked(i, n) || !s.near(i, keys)) {
+			if v.Pattern != nil && (s.marked(i, n) || !s.near(i, keys)) {
 				continue
 			}
 			for _, k := range s.vocabMarks[i] {
@@ -562,9 +584,10 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 	}
 	var matches []match
 	first := refs[0].N
-	for i := range s.sigs {
+	for cs := s.having(keys, &s.sigOf); cs != 0; cs &= cs - 1 {
+		i := bits.TrailingZeros64(cs)
 		sig := &s.sigs[i]
-		if !keys.meets(s.kwMask[i]) || len(sig.Patterns) == 0 {
+		if len(sig.Patterns) == 0 {
 			continue
 		}
 		tried |= 1 << i
