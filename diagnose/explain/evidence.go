@@ -20,15 +20,18 @@ const (
 	EvidenceMessage Evidence = "message"
 	// EvidenceMention: a mention of the shm filesystem (its path, a size
 	// flag or setting of Docker, compose, Kubernetes or a library, a
-	// POSIX shm name or call) in or next to a line with an error of
-	// space, existence, permission or mapping.
+	// POSIX shm name or call, a shared-memory segment's name wherever its
+	// backing file is, a POSIX semaphore's creation) in or next to a line
+	// with an error of space, existence, permission or creation.
 	EvidenceMention Evidence = "mention"
 	// EvidenceSIGBUS: SIGBUS in any of its spellings (a shell's "Bus
 	// error (core dumped)", a signal handler's "signal 7", BUS_ADRERR,
-	// an elastic agent's exit code -7, a launcher's "killed by signal 7").
+	// an exit status of -7 or 135 as a parent, a shell or an engine
+	// reports it, a launcher's "killed by signal 7").
 	EvidenceSIGBUS Evidence = "sigbus"
-	// EvidenceContext: a DataLoader, NCCL, MPI, UCX, libfabric, Ray or
-	// shared-memory context near the line: frames, paths, launchers.
+	// EvidenceContext: a DataLoader, torch elastic, vLLM, NCCL, MPI, UCX,
+	// libfabric, Ray or shared-memory context near the line: frames,
+	// paths, launchers.
 	EvidenceContext Evidence = "context"
 )
 
