@@ -20,15 +20,18 @@ const (
 	EvidenceMessage Evidence = "message"
 	// EvidenceMention: a mention of the shm filesystem (its path, a size
 	// flag or setting of Docker, compose, Kubernetes or a library, a
-	// POSIX shm name or call) in or next to a line with an error of
-	// space, existence, permission or mapping.
+	// POSIX shm name or call, a shared-memory segment's name wherever its
+	// backing file is, a POSIX semaphore's creation) in or next to a line
+	// with an error of space, existence, permission or creation.
 	EvidenceMention Evidence = "mention"
 	// EvidenceSIGBUS: SIGBUS in any of its spellings (a shell's "Bus
 	// error (core dumped)", a signal handler's "signal 7", BUS_ADRERR,
-	// an elastic agent's exit code -7, a launcher's "killed by signal 7").
+	// an exit status of -7 or 135 as a parent, a shell or an engine
+	// reports it, a launcher's "killed by signal 7").
 	EvidenceSIGBUS Evidence = "sigbus"
-	// EvidenceContext: a DataLoader, NCCL, MPI, UCX, libfabric, Ray or
-	// shared-memory context near the line: frames, paths, launchers.
+	// EvidenceContext: a DataLoader, torch elastic, vLLM, NCCL, MPI, UCX,
+	// libfabric, Ray or shared-memory context near the line: frames,
+	// paths, launchers.
 	EvidenceContext Evidence = "context"
 )
 
@@ -41,14 +44,25 @@ const (
 	MarkAnchor = "anchor"
 	// MarkShm: a mention of the shm filesystem.
 	MarkShm = "shm"
-	// MarkSpace, MarkMissing, MarkDenied: an error of space, of
-	// existence, of permission.
+	// MarkSegment: a shared-memory segment's name or backing file: a
+	// POSIX shm call, a library's segment name, a file in /dev/shm, an
+	// MPI or UCX shared-memory transport's segment (not a size setting or
+	// the bare directory).
+	MarkSegment = "segment"
+	// MarkSpace, MarkMissing, MarkDenied, MarkCreate: an error of space,
+	// of existence, of permission, of creation (that names no reason).
 	MarkSpace   = "space"
 	MarkMissing = "missing"
 	MarkDenied  = "denied"
+	MarkCreate  = "create"
 	// MarkContext: a shm mention, or a DataLoader, NCCL, MPI, UCX,
 	// libfabric, Ray or multiprocessing context.
 	MarkContext = "context"
+	// MarkPosixIPC: the creation of a POSIX semaphore, lock or
+	// shared-memory object, which live in /dev/shm: sem_open, Python
+	// multiprocessing's SemLock and its synchronize.py and shared_memory.py
+	// frames (billiard's and loky's copies too), joblib's semaphore check.
+	MarkPosixIPC = "posix-ipc"
 )
 
 // Ecosystems returns the ecosystems explain recognises from a log's
@@ -93,15 +107,41 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		// segments in it. Most are their keywords; a pattern checks the
 		// few that need more.
 		{
-			Marks: []string{MarkShm, MarkContext},
-			Keywords: []string{"/dev/shm", "/run/shm", "--shm-size", "shm_size", "shm-size", "shmsize", "--ipc=host", "--ipc host",
-				"shm_open", "shm_unlink", "mm_posix", "md posix", "posix/memory", "nccl-shm", "triton_python_backend_shm", "intel_mpi_",
-				"vader_segment", "sm_segment"},
+			Marks:    []string{MarkShm, MarkContext},
+			Keywords: []string{"/dev/shm", "/run/shm", "--shm-size", "shm_size", "shm-size", "shmsize", "--ipc=host", "--ipc host"},
 		},
 		{
 			Marks:    []string{MarkShm, MarkContext},
-			Keywords: []string{"dev/shm", "dshm", "torch_", "psm_", "postgresql."},
-			Pattern:  re(`(?:^|[\s'"` + "`" + `(])dev/shm\b|\bdshm\b|/torch_\d+_|\bpsm_[0-9a-f]{6,}|/postgresql\.\d+`),
+			Keywords: []string{"dev/shm", "dshm"},
+			Pattern:  re(`(?:^|[\s'"` + "`" + `(])dev/shm\b|\bdshm\b`),
+		},
+		// The segments themselves: POSIX shm calls, libraries' segment
+		// names, and the shared-memory transports of MPI and UCX, whose
+		// backing files may be elsewhere than /dev/shm (Open MPI's
+		// session directory, UCX_POSIX_DIR).
+		{
+			Marks: []string{MarkShm, MarkContext, MarkSegment},
+			Keywords: []string{"shm_open", "shm_unlink", "posix shm", "posix shared memory", "nccl-shm", "triton_python_backend_shm",
+				"mm_posix", "md posix", "posix/memory", "ucx_shm_posix", "intel_mpi_", "vader_segment", "sm_segment", "shmem: mmap",
+				"shmem: posix", "shmem_mmap", "shmem_posix", "mpl_shm", "mpidu_shm", "mpidu_init_shm", "mpiu_shmw", "mpidi_ch3i_seg", "psm2_shm"},
+		},
+		{
+			Marks:    []string{MarkShm, MarkContext, MarkSegment},
+			Keywords: []string{"torch_", "psm_", "postgresql."},
+			Pattern:  re(`/torch_\d+_|\bpsm_[0-9a-f]{6,}|/postgresql\.\d+`),
+		},
+		{
+			Marks:    []string{MarkSegment},
+			Keywords: []string{"/dev/shm/", "/run/shm/"},
+			Pattern:  re(`/(?:dev|run)/shm/[\w.-]`),
+		},
+		// POSIX semaphores and shared-memory objects being created:
+		// their calls and the frames that create them. A traceback may
+		// print its error before these frames or after them.
+		{
+			Marks: []string{MarkPosixIPC},
+			Keywords: []string{"sem_open", "named semaphore", "named_semaphore", "semlock", "synchronize.py", "shared_memory.py",
+				"_multiprocessing_helpers"},
 		},
 		// An error of space: the tmpfs is full or too small.
 		{
@@ -113,6 +153,14 @@ var vocabulary = sync.OnceValue(func() []markDef {
 			Marks:    []string{MarkSpace},
 			Keywords: []string{"errno", "enough", "is full"},
 			Pattern:  re(`errno[ =:]*28\b|\benough\b[^.;:]{0,40}\b(?:space|memory|room)\b|\bis full\b`),
+		},
+		// An error of creation that names no reason: a segment could not
+		// be created or allocated.
+		{
+			Marks: []string{MarkCreate},
+			Keywords: []string{"could not be created", "could be created", "could not create", "couldn't create", "cannot create", "can't create",
+				"unable to create", "failed to create", "error creating", "creation failed", "unable to allocate", "failed to allocate",
+				"could not allocate", "allocation failed"},
 		},
 		// An error of existence: /dev/shm or a segment in it is not there
 		// (not mounted, removed early) or already is.
@@ -141,7 +189,10 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		// SIGBUS, and pick the steps of the fix.
 		{
 			Marks: []string{MarkContext}, Ecosystem: "pytorch",
-			Keywords: []string{"dataloader", "utils/data", "utils.data", "torch.multiprocessing", "share_memory", "torch.distributed", "torchrun", "elastic.multiprocessing", "childfailederror"},
+			Keywords: []string{"dataloader", "utils/data", "utils.data", "torch.multiprocessing", "share_memory", "torch.distributed", "torchrun", "elastic.multiprocessing", "childfailederror",
+				// torch elastic's record of a dead worker, and the engines
+				// and launchers that run ranks of one node side by side.
+				"local_rank", "vllm", "sglang", "deepspeed"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "nccl",
@@ -149,7 +200,8 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "mpi",
-			Keywords: []string{"mpirun", "mpiexec", "mpi_", "libmpi", "openmpi", "open mpi", "ompi", "mpich", "intel mpi", "mca_", "vader", "hydra_", "bad termination", "libfabric"},
+			Keywords: []string{"mpirun", "mpiexec", "mpi_", "libmpi", "openmpi", "open mpi", "ompi", "mpich", "intel mpi", "mca_", "vader", "hydra_", "bad termination", "libfabric",
+				"shmem: mmap", "shmem: posix", "mpl_shm", "mpidu_", "mpiu_shmw", "psm2"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "ucx",
@@ -157,7 +209,7 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "ray",
-			Keywords: []string{"raylet", "ray::", "/ray/", "plasma", "object store"},
+			Keywords: []string{"raylet", "ray::", "/ray/", "plasma", "object store", "rayworker"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "joblib",
@@ -165,9 +217,10 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		},
 		{
 			// Python's multiprocessing: its locks, queues and
-			// shared_memory blocks live in /dev/shm.
+			// shared_memory blocks live in /dev/shm; so do the batches of
+			// DALI's parallel external source.
 			Marks:    []string{MarkContext},
-			Keywords: []string{"multiprocessing", "semlock", "shared_memory"},
+			Keywords: []string{"multiprocessing", "semlock", "shared_memory", "nvidia.dali", "nvidia/dali"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "chromium",

@@ -4,12 +4,15 @@
 // did not fit, NCCL segments, Ray's object store, Triton's Python backend,
 // PostgreSQL's dynamic shared memory, Chromium's crashes, UCX, ...); a
 // mention of the shm filesystem (its path, a size setting, a POSIX shm name
-// or call) in or next to an error of space, existence or permission, in any
-// wording; and SIGBUS in any of its spellings, possible alone and likely
-// near shared memory or a DataLoader, NCCL, MPI, UCX or Ray context. Each
+// or call, a shared-memory transport's segment, a POSIX semaphore's
+// creation) in or next to an error of space, existence, permission or
+// creation, in any wording; and SIGBUS in any of its spellings, possible
+// alone and likely near shared memory or a DataLoader, NCCL, MPI, UCX or Ray
+// context. Each
 // finding says which kinds it rests on, and its confidence follows from
 // them. Look-alikes (CUDA out of memory, the GPU's on-chip shared memory,
-// System V limits, too many open files, NCCL timeouts, ...) are named as
+// System V limits, CMA refused in a container, too many open files, NCCL
+// timeouts, ...) are named as
 // what they are, apart from the /dev/shm findings.
 //
 // Every signature lives in one table ([Signatures]); each comes with the

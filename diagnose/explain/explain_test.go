@@ -109,6 +109,11 @@ func TestEverySignatureHasARealLog(t *testing.T) {
 		if sig.Implied == "" && sig.NoSize == "" {
 			t.Errorf("signature %s says nothing about size", sig.ID)
 		}
+		for _, y := range sig.YieldsTo {
+			if i := slices.IndexFunc(Signatures(), func(s Signature) bool { return s.ID == y }); i < 0 || slices.Contains(Signatures()[i].YieldsTo, sig.ID) {
+				t.Errorf("signature %s yields to %s, which is unknown or yields back", sig.ID, y)
+			}
+		}
 		for _, k := range append(append(slices.Clone(sig.Keywords), sig.AfterKeywords...), sig.UnlessKeywords...) {
 			if k != strings.ToLower(k) {
 				t.Errorf("signature %s: keyword %q is not lower case", sig.ID, k)
@@ -246,6 +251,8 @@ func TestConditions(t *testing.T) {
 		{"queue.Empty after a DataLoader frame", frame + "_queue.Empty\n", []string{"torch-dataloader-queue-empty"}},
 		{"queue.Empty long after it", frame + filler + "_queue.Empty\n", nil},
 		{"queue.Empty alone", "_queue.Empty\n", nil},
+		{"queue.Empty before its DataLoader frame (error first)", "_queue.Empty\n" + strings.Repeat("  File \"/srv/train.py\", line 9, in step\n", 10) + frame, []string{"torch-dataloader-queue-empty"}},
+		{"queue.Empty long before it", "_queue.Empty\n" + filler + frame, nil},
 		{"segment after a Cuda failure", "NCCL WARN Cuda failure 'invalid argument'\n" + seg, nil},
 		{"segment well after a Cuda failure", "NCCL WARN Cuda failure 'invalid argument'\n" + filler + seg, []string{"nccl-shm-segment"}},
 		{"NCCL error before its shm lines", sysErr + seg, []string{"nccl-error-near-shm", "nccl-shm-segment"}},

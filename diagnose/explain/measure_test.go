@@ -20,19 +20,54 @@ type thread struct {
 // issue28Dev are the 40 threads collected for issue #28 (Chromium,
 // Selenium, MPI, UCX, libfabric, pandarallel, torchrun, SIGBUS in its
 // native forms, and look-alikes) and labelled before any rule was written
-// for them: the development set, the entries of corpus from
-// issue28DevFrom on. Rules may be written from them.
-func issue28Dev() []thread {
+// for them, with the three held-out threads moved to them: the development
+// set, the entries of corpus from issue28DevFrom to freshFrom. Rules may
+// be written from them.
+func issue28Dev() []thread { return threads(corpus[issue28DevFrom:freshFrom]) }
+
+// fresh are issue #28's fresh threads, collected and labelled without
+// reading the rules, measured once blind (20 of their 23 /dev/shm logs
+// found), and development logs since: the entries of corpus from
+// freshFrom to round2From.
+func fresh() []thread { return threads(corpus[freshFrom:round2From]) }
+
+// round2 are the threads found while writing the rules for the fresh
+// set's misses: the entries of corpus from round2From on.
+func round2() []thread { return threads(corpus[round2From:]) }
+
+// The indexes in corpus of the first entry of issue #28's development
+// set, of its fresh set and of the threads found for round 2's rules;
+// TestCorpusSets checks them.
+const (
+	issue28DevFrom = 69
+	freshFrom      = 112
+	round2From     = 153
+)
+
+// threads are corpus entries as labelled threads.
+func threads(entries []corpusLog) []thread {
 	var out []thread
-	for _, c := range corpus[issue28DevFrom:] {
+	for _, c := range entries {
 		out = append(out, thread{c.file, c.class, c.library, c.source})
 	}
 	return out
 }
 
-// issue28DevFrom is the index of the first entry of issue #28's
-// development set in corpus.
-const issue28DevFrom = 69
+// The sets start where their first logs are.
+func TestCorpusSets(t *testing.T) {
+	for _, s := range []struct {
+		at   int
+		file string
+	}{
+		{issue28DevFrom, "logs/chrome-docker-8.log"},
+		{freshFrom, "logs/ai-voice-cloning-111.log"},
+		{round2From, "logs/liboauth2-18.log"},
+	} {
+		if s.at >= len(corpus) || corpus[s.at].file != s.file {
+			t.Errorf("corpus[%d] is not %s", s.at, s.file)
+		}
+	}
+}
 
 // heldOut are threads no rule was written from: they measure how explain
 // does on logs it was not built from. The first were collected and
@@ -127,6 +162,8 @@ func TestMeasureNewThreads(t *testing.T) {
 		min     int
 	}{
 		{"issue #28 development set", issue28Dev(), 40},
+		{"issue #28 fresh set (development since its blind measurement)", fresh(), 41},
+		{"threads found for round 2's rules", round2(), 11},
 		{"held-out threads", heldOut, 20},
 	} {
 		if len(set.threads) < set.min {

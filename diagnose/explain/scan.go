@@ -40,16 +40,16 @@ const (
 )
 
 // kwWords is how many 64-bit words a set of keywords takes.
-const kwWords = 3
+const kwWords = 4
 
 // kwset is a set of keywords, by index.
 type kwset [kwWords]uint64
 
 func (a kwset) meets(b kwset) bool {
-	return a[0]&b[0]|a[1]&b[1]|a[2]&b[2] != 0
+	return a[0]&b[0]|a[1]&b[1]|a[2]&b[2]|a[3]&b[3] != 0
 }
 
-func (a kwset) empty() bool { return a[0]|a[1]|a[2] == 0 }
+func (a kwset) empty() bool { return a[0]|a[1]|a[2]|a[3] == 0 }
 
 // candidate is a match of a Near signature waiting for an anchor.
 type candidate struct {
@@ -81,6 +81,10 @@ type scanner struct {
 	// anyCond and anySig are the union of all After and Unless keywords
 	// and of all signatures' Keywords: a line with none skips the loops.
 	anyCond, anySig kwset
+	// sigOf and vocabOf are, for each keyword, the signatures whose
+	// Keywords and the vocabulary words whose Keywords hold it: a line's
+	// keywords give the few to try.
+	sigOf, vocabOf [64 * kwWords]uint64
 	// kwPos is where each keyword of the line first occurs (valid for
 	// the keywords keys returned); vocabKw are each vocabulary word's
 	// keyword indexes.
@@ -90,9 +94,10 @@ type scanner struct {
 	// counts the Near candidates waiting.
 	bothMark []bool
 	npending int
-	// first and second say which keywords have a byte as their first or
-	// second: keys tries only those whose first two bytes are at hand.
-	first, second [256]kwset
+	// first, second and third say which keywords have a byte as their
+	// first, second or third: keys tries only those whose first three
+	// bytes are at hand.
+	first, second, third [256]kwset
 	// triples has a bit for each hash of three bytes that starts a
 	// keyword (tripleHash): a line's bytes are looked up here first, and
 	// most stop there.
@@ -107,15 +112,22 @@ type scanner struct {
 	// The evidence vocabulary (evidence.go): what each mark's keywords
 	// are, the marks by name, the line each was last seen on and that
 	// line's text, and the ecosystems seen.
-	vocab     []markDef
-	vocabMask []kwset
-	markIndex map[string]int
-	lastMark  []int
-	markLine  []int
-	markText  [][]byte
+	vocab []markDef
+	// vocabMarks are each vocabulary word's marks, as indexes.
+	vocabMarks [][]int
+	markIndex  map[string]int
+	lastMark   []int
+	markLine   []int
+	markText   [][]byte
 	// nearMark, bothMarks and markOf are each signature's NearMark,
-	// Both and Mark as indexes (-1: none).
-	nearMark  []int
+	// Both and Mark as indexes (-1: none); an AfterAround signature's
+	// nearMark is a mark of its own, set where its After matched. window
+	// is how far a candidate waits for its nearMark: Near, or AfterWithin.
+	nearMark []int
+	window   []int
+	// waiters are, for each mark, the signatures whose candidates wait
+	// for it.
+	waiters   [][]int
 	bothMarks [][2]int
 	markOf    []int
 	// sigEco and vocabEco are each signature's and vocabulary word's
@@ -159,9 +171,9 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		pending:    make([][]candidate, len(sigs)),
 		prevN:      never,
 		vocab:      vocab,
-		vocabMask:  make([]kwset, len(vocab)),
 		markIndex:  map[string]int{},
 		nearMark:   make([]int, len(sigs)),
+		window:     make([]int, len(sigs)),
 		bothMarks:  make([][2]int, len(sigs)),
 		markOf:     make([]int, len(sigs)),
 	}
@@ -182,6 +194,7 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 				s.maxKw = max(s.maxKw, len(w))
 				s.first[w[0]][i/64] |= 1 << (i % 64)
 				s.second[w[1]][i/64] |= 1 << (i % 64)
+				s.third[w[2]][i/64] |= 1 << (i % 64)
 				h := tripleHash(w[0], w[1], w[2])
 				s.triples[h/64] |= 1 << (h % 64)
 			}
@@ -210,12 +223,16 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		return 1 << ecosystemIndex(e)
 	}
 	s.sigEco, s.vocabEco = make([]uint64, len(sigs)), make([]uint64, len(vocab))
+	if len(vocab) > 64 {
+		panic("explain: more than 64 vocabulary words")
+	}
 	s.vocabKw = make([][]int, len(vocab))
 	for i, v := range vocab {
 		s.vocabEco[i] = eco(v.Ecosystem)
-		s.vocabMask[i] = mask(v.Keywords)
+		mask(v.Keywords)
 		for _, w := range v.Keywords {
 			s.vocabKw[i] = append(s.vocabKw[i], index[w])
+			s.vocabOf[index[w]] |= 1 << i
 		}
 		for _, m := range v.Marks {
 			mark(m)
@@ -225,6 +242,9 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		s.lastAfter[i], s.lastUnless[i] = never, never
 		s.sigEco[i] = eco(sig.Ecosystem)
 		s.kwMask[i] = mask(sig.Keywords)
+		for _, w := range sig.Keywords {
+			s.sigOf[index[w]] |= 1 << i
+		}
 		s.afterMask[i] = mask(sig.AfterKeywords)
 		s.unlessMask[i] = mask(sig.UnlessKeywords)
 		s.nearMark[i], s.markOf[i] = -1, mark(sig.Mark)
@@ -232,11 +252,25 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 			s.markOf[i] = mark(MarkAnchor)
 		}
 		if sig.Near > 0 {
-			s.nearMark[i] = mark(cmp.Or(sig.NearMark, MarkAnchor))
+			s.nearMark[i], s.window[i] = mark(cmp.Or(sig.NearMark, MarkAnchor)), sig.Near
+		} else if sig.AfterAround {
+			s.nearMark[i], s.window[i] = mark("after "+sig.ID), sig.AfterWithin
 		}
 		s.bothMarks[i] = [2]int{mark(sig.Both[0]), mark(sig.Both[1])}
 	}
 	s.bothMark = make([]bool, len(s.lastMark))
+	s.waiters = make([][]int, len(s.lastMark))
+	for i, k := range s.nearMark {
+		if k >= 0 {
+			s.waiters[k] = append(s.waiters[k], i)
+		}
+	}
+	s.vocabMarks = make([][]int, len(vocab))
+	for i, v := range vocab {
+		for _, m := range v.Marks {
+			s.vocabMarks[i] = append(s.vocabMarks[i], s.markIndex[m])
+		}
+	}
 	for i := range sigs {
 		for w := range kwWords {
 			s.anyCond[w] |= s.afterMask[i][w] | s.unlessMask[i][w]
@@ -262,8 +296,8 @@ const (
 // marked reports whether vocabulary word i's marks are all set on line n
 // already: its pattern need not run.
 func (s *scanner) marked(i, n int) bool {
-	for _, m := range s.vocab[i].Marks {
-		if s.lastMark[s.markIndex[m]] != n {
+	for _, k := range s.vocabMarks[i] {
+		if s.lastMark[k] != n {
 			return false
 		}
 	}
@@ -333,12 +367,12 @@ func (s *scanner) keys(text []byte) (m kwset) {
 			continue
 		}
 		i := j - 2
-		f, g := &s.first[l[i]], &s.second[l[i+1]]
+		f, g, t := &s.first[l[i]], &s.second[l[i+1]], &s.third[c]
 		for w := range kwWords {
-			c := f[w] & g[w] &^ m[w]
-			for c != 0 {
-				k := bits.TrailingZeros64(c)
-				c &^= 1 << k
+			cand := f[w] & g[w] & t[w] &^ m[w]
+			for cand != 0 {
+				k := bits.TrailingZeros64(cand)
+				cand &^= 1 << k
 				if hasLowerPrefix(text[i:], s.kw[w*64+k]) {
 					m[w] |= 1 << k
 					s.kwPos[w*64+k] = i
@@ -347,6 +381,18 @@ func (s *scanner) keys(text []byte) (m kwset) {
 		}
 	}
 	return m
+}
+
+// having returns the union of of's sets over the keywords in keys: the
+// signatures (sigOf) or vocabulary words (vocabOf) that a line with those
+// keywords can match.
+func (s *scanner) having(keys kwset, of *[64 * kwWords]uint64) (set uint64) {
+	for w, word := range keys {
+		for ; word != 0; word &= word - 1 {
+			set |= of[w*64+bits.TrailingZeros64(word)]
+		}
+	}
+	return set
 }
 
 // hasLowerPrefix reports whether text, in ASCII lower case, starts with
@@ -455,19 +501,22 @@ func (s *scanner) segment(n int, text []byte) {
 				sig := &s.sigs[i]
 				if keys.meets(s.afterMask[i]) && sig.After.Match(text) {
 					s.lastAfter[i] = n
+					if sig.AfterAround {
+						s.mark(s.nearMark[i], n, text)
+					}
 				}
 				if keys.meets(s.unlessMask[i]) && sig.Unless.Match(text) {
 					s.lastUnless[i] = n
 				}
 			}
 		}
-		for i := range s.vocab {
+		for vs := s.having(keys, &s.vocabOf); vs != 0; vs &= vs - 1 {
+			i := bits.TrailingZeros64(vs)
 			v := &s.vocab[i]
-			if !keys.meets(s.vocabMask[i]) || v.Pattern != nil && (s.marked(i, n) || !s.near(i, keys)) {
+			if v.Pattern != nil && (s.marked(i, n) || !s.near(i, keys)) {
 				continue
 			}
-			for _, m := range v.Marks {
-				k := s.markIndex[m]
+			for _, k := range s.vocabMarks[i] {
 				s.mark(k, n, text)
 				marked = marked || s.bothMark[k]
 			}
@@ -528,20 +577,22 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 		return 0, 0
 	}
 	type match struct {
-		sig int
-		loc []int
-		pat int
+		sig  int
+		loc  []int
+		pat  int
+		wait bool // a candidate: Near, or After yet to come (AfterAround)
 	}
 	var matches []match
 	first := refs[0].N
-	for i := range s.sigs {
+	for cs := s.having(keys, &s.sigOf); cs != 0; cs &= cs - 1 {
+		i := bits.TrailingZeros64(cs)
 		sig := &s.sigs[i]
-		if !keys.meets(s.kwMask[i]) || len(sig.Patterns) == 0 {
+		if len(sig.Patterns) == 0 {
 			continue
 		}
 		tried |= 1 << i
-		if skip&(1<<i) != 0 || boundary >= 0 && sig.Generic ||
-			sig.After != nil && s.lastAfter[i] < first-sig.AfterWithin ||
+		noAfter := sig.After != nil && s.lastAfter[i] < first-sig.AfterWithin
+		if skip&(1<<i) != 0 || boundary >= 0 && sig.Generic || noAfter && !sig.AfterAround ||
 			sig.Unless != nil && s.lastUnless[i] >= first-sig.UnlessWithin {
 			continue
 		}
@@ -550,13 +601,14 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 			if loc == nil || boundary >= 0 && (loc[0] >= boundary || loc[1] <= boundary+1) {
 				continue
 			}
-			matches = append(matches, match{i, loc, p})
+			matches = append(matches, match{i, loc, p, sig.Near > 0 || noAfter})
 			break
 		}
 	}
+	// A candidate is not a match yet: it may wait for its mark in vain.
 	specific := false
 	for _, m := range matches {
-		specific = specific || !s.sigs[m.sig].Generic
+		specific = specific || !s.sigs[m.sig].Generic && !m.wait
 	}
 	for _, m := range matches {
 		sig := &s.sigs[m.sig]
@@ -572,7 +624,7 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 			}
 		}
 		sz := sizes(sig.Patterns[m.pat], text, m.loc)
-		if sig.Near > 0 {
+		if m.wait {
 			s.candidate(m.sig, got)
 			continue
 		}
@@ -629,10 +681,11 @@ func scaled(v string, unit float64) int64 {
 	return int64(math.Round(f * unit))
 }
 
-// candidate handles a match of a Near signature: it counts at once when
-// its mark came within Near lines before it, and waits for one otherwise.
+// candidate handles a match of a Near signature, or of an AfterAround
+// one whose After has not matched yet: it counts at once when its mark
+// came within its window before it, and waits for one otherwise.
 func (s *scanner) candidate(sig int, refs []LineRef) {
-	n, near, k := refs[0].N, s.sigs[sig].Near, s.nearMark[sig]
+	n, near, k := refs[0].N, s.window[sig], s.nearMark[sig]
 	if s.lastMark[k] >= n-near {
 		s.record(sig, s.withMark(refs, k), matchSizes{errno: -1})
 		return
@@ -662,12 +715,13 @@ func (s *scanner) mark(k, n int, text []byte) {
 	if s.npending == 0 {
 		return
 	}
-	for i, p := range s.pending {
-		if len(p) == 0 || s.nearMark[i] != k {
+	for _, i := range s.waiters[k] {
+		p := s.pending[i]
+		if len(p) == 0 {
 			continue
 		}
 		for _, c := range p {
-			if c.refs[0].N >= n-s.sigs[i].Near {
+			if c.refs[0].N >= n-s.window[i] {
 				s.record(i, s.withMark(c.refs, k), matchSizes{errno: -1})
 			}
 		}

@@ -41,13 +41,18 @@ type Signature struct {
 	Keywords []string
 	// Patterns are tried in order; the first that matches counts.
 	Patterns []*regexp.Regexp
-	// Generic signatures only count on a line no other signature matched.
+	// Generic signatures only count on a line no other signature matched
+	// (a Near signature's match, which may wait for its mark in vain,
+	// does not count).
 	Generic bool
 	// After, when set, must have matched this line or one of the
-	// AfterWithin lines before it (a traceback frame, say).
+	// AfterWithin lines before it (a traceback frame, say); with
+	// AfterAround, or one of the AfterWithin lines after it (a traceback
+	// that a logger or Sentry prints error first).
 	After         *regexp.Regexp
 	AfterKeywords []string
 	AfterWithin   int
+	AfterAround   bool
 	// Unless, when set, must not have matched this line or one of the
 	// UnlessWithin lines before it.
 	Unless         *regexp.Regexp
@@ -94,38 +99,66 @@ var table = sync.OnceValue(func() []Signature {
 	sigs := signatures()
 	// A mention of /dev/shm with an error is redundant when a library's
 	// own message that is more than possible explains the failure.
-	var messages []string
+	// A message that itself yields to the mention is left out: two
+	// findings must not make each other redundant.
+	var messages []Signature
 	for _, sig := range sigs {
 		if sig.Kind != KindOther && sig.Confidence != Possible && slices.Equal(sig.Evidence, []Evidence{EvidenceMessage}) {
-			messages = append(messages, sig.ID)
+			messages = append(messages, sig)
 		}
 	}
 	for i := range sigs {
-		if slices.Equal(sigs[i].Evidence, []Evidence{EvidenceMention}) && sigs[i].ID != "shm-path-enospc" {
-			sigs[i].YieldsTo = append(slices.Clip(messages), "shm-path-enospc")
+		if !slices.Equal(sigs[i].Evidence, []Evidence{EvidenceMention}) || sigs[i].ID == "shm-path-enospc" {
+			continue
 		}
+		for _, m := range messages {
+			if !slices.Contains(m.YieldsTo, sigs[i].ID) {
+				sigs[i].YieldsTo = append(sigs[i].YieldsTo, m.ID)
+			}
+		}
+		sigs[i].YieldsTo = append(sigs[i].YieldsTo, "shm-path-enospc")
 	}
 	return sigs
 })
 
-// sigbusKeywords are the keywords of SIGBUS's spellings.
+// sigbusKeywords are the keywords of SIGBUS's spellings: the signal's
+// names, and the words that introduce an exit status.
 func sigbusKeywords() []string {
-	return []string{"sigbus", "bus error", "bus_", "signal 7", "signal: 7", ": -7", "= -7", "code -7", "code: 135"}
+	return []string{"sigbus", "bus error", "bus_", "signal 7", "signal: 7", "exit code", "exit_code", "exitcode", "exit status",
+		"exit_status", "exited with", "return code", "return_code", "returncode", "error 135"}
 }
 
 // sigbusPatterns are SIGBUS's spellings: Python's and a shell's "Bus
 // error", a signal handler's "signal 7" and BUS_ADRERR, a debugger's
-// SIGBUS, an elastic agent's or launcher's exit code -7 (or 128+7).
+// SIGBUS, and an exit status that says a process died of signal 7: -7
+// where the parent reads the signal (an elastic agent, a launcher,
+// Python's subprocess, vLLM's worker monitor), 135 (128+7) where a shell
+// or an engine reports it (docker, kubectl's Exit Code, CI runners,
+// make's "Error 135").
 func sigbusPatterns() []*regexp.Regexp {
 	re := regexp.MustCompile
+	status := `\b(?:exit(?:ed)?(?: with)?[ _]?(?:code|status)|exitcode|return(?:ed)?[ _]?code|returncode)\s*[:=]?\s*['"(]?`
 	return []*regexp.Regexp{
 		re(`(?i)\bSIGBUS\b`),
 		re(`(?i)\bBus error\b`),
 		re(`\bBUS_(?:ADRERR|ADRALN|OBJERR)\b`),
 		re(`(?i)\bsignal:? 7\b`),
-		re(`(?i)\bexit ?code\s*[:=]?\s*-7\b|\breturn code\s*=\s*-7\b`),
-		re(`(?i)\bEXIT CODE:\s*135\b`),
+		re(`(?i)` + status + `-7\b`),
+		re(`(?i)` + status + `135\b|\*\*\* \[[^\]]*\] Error 135\b`),
 	}
+}
+
+// crossProcess matches a process reaching another's memory and refused:
+// CMA (process_vm_readv/writev, Open MPI's "Read -1, expected N, errno =
+// 1") or UCX's open of /proc/PID/fd/N.
+func crossProcess() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)process_vm_(?:readv|writev)\b.*\b(?:returned -1|delivered|Operation not permitted|Permission denied)|` +
+		`\b(?:Read|Wrote|Write) -1, expected \d+, errno ?= ?1\b|open\(file_name=/proc/\d+/fd/\d+`)
+}
+
+// crossProcessKeywords are crossProcess's keywords.
+func crossProcessKeywords() []string {
+	return []string{"vm_readv", "vm_writev", "-1, expected", "/proc/"}
 }
 
 // signatures builds the table.
@@ -186,6 +219,7 @@ func signatures() []Signature {
 			After:         re(`(?i)torch[/\\]utils[/\\]data|dataloader|multiprocessing[/\\](?:managers|queues)\.py`),
 			AfterKeywords: []string{"torch", "dataloader", "multiprocessing"},
 			AfterWithin:   40,
+			AfterAround:   true,
 		},
 		{
 			ID:         "torch-dataloader-worker-exited",
@@ -293,21 +327,61 @@ func signatures() []Signature {
 		},
 		{
 			ID:         "python-semlock-enospc",
-			Title:      "Python multiprocessing could not create a lock or a shared_memory block: /dev/shm is full",
+			Title:      "A POSIX semaphore, lock or shared_memory block could not be created: /dev/shm is full",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "POSIX semaphores are files in /dev/shm: Python's multiprocessing locks, queues and semaphores (billiard's and loky's too, " +
+				"and joblib's check that multiprocessing works) are made with sem_open, and multiprocessing.shared_memory blocks are files there as well. " +
+				"No space left on device while one is created means the tmpfs is full, " +
+				"usually of something else (DataLoader batches, files a crashed job left behind) or of semaphores a pool leaked.",
+			Fix:      "Give the container room in /dev/shm (see Fix); ls /dev/shm shows what fills it (sem.* files are semaphores).",
+			NoSize:   "a semaphore needs only a page; what fills /dev/shm is something else, often shared tensors or leaked semaphores",
+			Keywords: []string{"errno 28", "no space left", "enospc"},
+			// The error names no path: a path in /dev/shm is shm-path-enospc's
+			// (certain), a path elsewhere another disk.
+			Patterns: []*regexp.Regexp{re(`(?i)(?:\[Errno 28\] |\b)No space left on device(?:$|[^:])|\bENOSPC\b`)},
+			// The error comes after the frames that create the object, or
+			// before them (a logger or Sentry that prints it first).
+			Near:     30,
+			NearMark: MarkPosixIPC,
+		},
+		{
+			ID:         "posix-ipc-unavailable",
+			Title:      "POSIX semaphores cannot be created: /dev/shm is missing or not writable",
+			Confidence: Likely,
+			Kind:       KindPermission,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "POSIX semaphores (Python's multiprocessing locks and queues, sem_open) are files in /dev/shm. glibc answers sem_open with " +
+				"ENOSYS (\"Function not implemented\") when no tmpfs is mounted at /dev/shm — sandboxes, VMs and runtimes that mount none, " +
+				"AWS Lambda — and with EACCES or EROFS when it is not writable. It is not a size problem.",
+			Fix: "Mount a writable tmpfs at /dev/shm, mode 1777 (drwxrwxrwt), as container engines do; where the platform has none " +
+				"(AWS Lambda), use threads instead of processes.",
+			NoSize:   "not a size problem",
+			Keywords: []string{"function not implemented", "enosys", "permission denied", "eacces", "read-only file system", "erofs"},
+			// The error names no path: one that does is about that file.
+			Patterns: []*regexp.Regexp{re(`(?i)(?:Function not implemented|\bENOSYS\b|Permission denied|\bEACCES\b|Read-only file system|\bEROFS\b)(?:$|[^:])`)},
+			Near:     30,
+			NearMark: MarkPosixIPC,
+		},
+		{
+			ID:         "python-shm-write-enospc",
+			Title:      "joblib, loky or pandarallel could not write to /dev/shm",
 			Confidence: Likely,
 			Kind:       KindSize,
 			Evidence:   []Evidence{EvidenceMessage},
-			Cause: "Python's multiprocessing locks, queues and semaphores (and joblib's) are POSIX semaphores, files in /dev/shm, " +
-				"multiprocessing.shared_memory blocks are files there too, and joblib/loky and pandarallel pass data through files in /dev/shm by default; " +
-				"[Errno 28] while creating one means the tmpfs is full, " +
-				"usually of other shared memory, such as DataLoader batches.",
-			Fix:           "Give the container room in /dev/shm (see Fix).",
-			NoSize:        "a semaphore needs only a page; what fills /dev/shm is something else, often shared tensors",
-			Keywords:      []string{"errno 28"},
-			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device`)},
-			After:         re(`SemLock|synchronize\.py|joblib|loky|pandarallel|shared_memory\.py|os\.ftruncate\(self\._fd`),
-			AfterKeywords: []string{"semlock", "synchronize.py", "joblib", "loky", "pandarallel", "shared_memory.py", "ftruncate"},
+			Ecosystem:  "joblib",
+			Cause: "joblib and loky memory-map large arguments in a folder in /dev/shm (when it has room at the start), and pandarallel " +
+				"passes every chunk through files in /dev/shm by default; [Errno 28] right after their frames means the tmpfs is full.",
+			Fix:      "Give the container room in /dev/shm (see Fix), or see the joblib step to put those files on disk.",
+			NoSize:   "the message does not say how much; joblib memory-maps each large argument, pandarallel each chunk",
+			Keywords: []string{"errno 28"},
+			// No path: see python-semlock-enospc.
+			Patterns:      []*regexp.Regexp{re(`(?i)\[Errno 28\] No space left on device(?:$|[^:])`)},
+			After:         re(`joblib|loky|pandarallel`),
+			AfterKeywords: []string{"joblib", "loky", "pandarallel"},
 			AfterWithin:   6,
+			YieldsTo:      []string{"python-semlock-enospc"},
 		},
 		{
 			ID:         "shm-path-enospc",
@@ -434,14 +508,19 @@ func signatures() []Signature {
 			Evidence:   []Evidence{EvidenceMessage},
 			Ecosystem:  "chromium",
 			Cause: "Chromium keeps its renderers' and GPU process's shared memory in /dev/shm. In a container with the default 64 MiB, " +
-				"a large page fills it: the allocation fails (FATAL:memory.cc \"Out of memory\"), the tab or page crashes, and a driver reports a crashed page. " +
+				"a large page fills it: the allocation fails (FATAL:memory.cc \"Out of memory\"; a renderer whose broker could not hand it a " +
+				"shared-memory region logs \"Received unexpected number of handles\"), the tab or page crashes, and a driver reports a crashed page. " +
 				"A page can also crash for its own reasons (memory of the whole container, a GPU driver).",
 			Fix:      "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
 			NoSize:   "the message does not say how much; Chromium's own advice is 1-2 GiB",
-			Keywords: []string{"memory.cc", "page crash", "tab crashed", "renderer process"},
+			Keywords: []string{"memory.cc", "page crash", "tab crashed", "renderer process", "unexpected number of handles"},
 			Patterns: []*regexp.Regexp{
 				re(`FATAL:memory\.cc\(\d+\)\] Out of memory\. size=`),
 				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|Renderer process (?:just )?crashed`),
+				// Mojo's broker (broker_posix.cc) got no handle for the
+				// shared-memory region it asked the browser for; Windows'
+				// broker says "... in broker message", and has no /dev/shm.
+				re(`Received unexpected number of handles\s*$`),
 			},
 		},
 		{
@@ -516,6 +595,36 @@ func signatures() []Signature {
 			NoSize:     "not a size problem",
 			Both:       [2]string{MarkShm, MarkDenied},
 			BothWithin: 3,
+			// A peer's memory reached through /proc or CMA: not /dev/shm
+			// (cross-process-memory).
+			Unless:         crossProcess(),
+			UnlessKeywords: crossProcessKeywords(),
+		},
+		{
+			ID:         "shm-mention-create",
+			Title:      "A shared-memory segment could not be created",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "A line names a shared-memory segment or its backing file — a POSIX shm object, a file in /dev/shm, the segment of an MPI or UCX " +
+				"shared-memory transport (Open MPI's sm_segment or vader_segment, MPICH's shm allocation, UCX's posix transport) — and it or the next " +
+				"line says it could not be created or allocated, without saying why. These segments live in /dev/shm, or in a backing directory set " +
+				"for the transport (Open MPI's session directory under /tmp in some builds, UCX_POSIX_DIR); the usual reason in a container is " +
+				"that it is too small, full or not writable.",
+			Fix: "Give the container room in /dev/shm and check that the job may write there (mode 1777) (see Fix). If the transport keeps its " +
+				"segments in another directory, that directory needs the room: Open MPI's btl_sm_backing_directory (4.x: btl_vader_backing_directory), " +
+				"UCX_POSIX_DIR. The mpi and ucx steps say how to leave the shared-memory transport out.",
+			NoSize:     "the message does not say how much",
+			Both:       [2]string{MarkSegment, MarkCreate},
+			BothWithin: 1,
+			// NCCL's segments have their own signatures (its cuMem segments
+			// fail for CUDA's reasons, in NCCL WARN lines too); dockerd's
+			// shm mount.
+			Unless:         re(`(?i)NCCL WARN|\bmount`),
+			UnlessKeywords: []string{"nccl warn", "mount"},
+			UnlessWithin:   3,
+			// A reason named next to it says more.
+			YieldsTo: []string{"shm-mention-space", "shm-mention-denied", "shm-mention-missing"},
 		},
 		{
 			ID:         "shm-mention-missing",
@@ -528,9 +637,11 @@ func signatures() []Signature {
 				"chose the same name. It is a /dev/shm failure less surely than one of space: libraries also report their own bugs this way.",
 			Fix: "Check that /dev/shm is a mounted tmpfs with room in the container (gpurun doctor); give it room (see Fix). " +
 				"If it is there and has room, look for what removes its files (systemd's RemoveIPC, a cleanup job) and for a library bug.",
-			NoSize:     "the lines do not say how much",
-			Both:       [2]string{MarkShm, MarkMissing},
-			BothWithin: 8,
+			NoSize:         "the lines do not say how much",
+			Both:           [2]string{MarkShm, MarkMissing},
+			BothWithin:     8,
+			Unless:         crossProcess(),
+			UnlessKeywords: crossProcessKeywords(),
 		},
 		{
 			ID:         "sigbus-in-context",
@@ -626,6 +737,7 @@ func signatures() []Signature {
 			After:         re(`torch[/\\]serialization\.py`),
 			AfterKeywords: []string{"serialization.py"},
 			AfterWithin:   12,
+			AfterAround:   true,
 		},
 		{
 			ID:    "nccl-timeout",
@@ -664,23 +776,42 @@ func signatures() []Signature {
 			Title: "The GPU's on-chip shared memory or launch limits, not /dev/shm",
 			Kind:  KindOther,
 			Cause: "A GPU kernel asked for more on-chip shared memory (or registers, or threads) per block than the GPU has: " +
-				"Triton's compiler says \"out of resource: shared memory\", CUDA \"too many resources requested for launch\". " +
+				"Triton's compiler says \"out of resource: shared memory\", CUDA \"too many resources requested for launch\", " +
+				"ptxas (under XLA/JAX too) \"uses too much shared data\", XLA \"Shared memory requested exceeds device resources\". " +
 				"This shared memory is on the GPU; /dev/shm is not involved.",
 			Fix:      "Smaller block sizes or fewer pipeline stages (num_stages) for that GPU, a kernel built for it, or a GPU with more shared memory per block.",
 			NoSize:   notShm,
-			Keywords: []string{"out of resource", "too many resources", "launch_out_of_resources"},
-			Patterns: []*regexp.Regexp{re(`(?i)out of resource: shared memory|too many resources requested for launch|ERROR_LAUNCH_OUT_OF_RESOURCES`)},
+			Keywords: []string{"out of resource", "too many resources", "launch_out_of_resources", "too much shared data", "exceeds device resources"},
+			Patterns: []*regexp.Regexp{re(`(?i)out of resource: shared memory|too many resources requested for launch|ERROR_LAUNCH_OUT_OF_RESOURCES|` +
+				`uses too much shared data|Shared memory requested exceeds device resources`)},
+		},
+		{
+			ID:    "cross-process-memory",
+			Title: "A process may not reach another's memory (CMA, /proc/PID/fd): ptrace rules or PID namespaces, not /dev/shm",
+			Kind:  KindOther,
+			Cause: "MPI's and UCX's shared-memory transports copy large messages straight from the peer process's memory (cross-memory attach, " +
+				"process_vm_readv/writev, which needs ptrace rights), and UCX's posix transport opens the peer's segment through /proc/PID/fd. " +
+				"A container without CAP_SYS_PTRACE, kernel.yama.ptrace_scope, a user namespace or a PID namespace of its own refuses both: " +
+				"Permission denied, Operation not permitted, errno 1, or No such file or directory. /dev/shm's size is not involved.",
+			Fix: "Open MPI: --mca btl_vader_single_copy_mechanism none (5.x: btl_sm_single_copy_mechanism), or run the container with --cap-add=SYS_PTRACE; " +
+				"UCX: UCX_POSIX_USE_PROC_LINK=n, or leave cma out of UCX_TLS; libfabric: FI_SHM_DISABLE_CMA=1; " +
+				"or let the ranks share a PID namespace (one container or pod per node).",
+			NoSize:   notShm,
+			Keywords: crossProcessKeywords(),
+			Patterns: []*regexp.Regexp{crossProcess()},
 		},
 		{
 			ID:    "sysv-shm-limit",
-			Title: "System V shared memory limits (shmget, SHMMAX), not /dev/shm",
+			Title: "System V IPC limits (shmget, semget, SHMMAX, SEMMNI), not /dev/shm",
 			Kind:  KindOther,
-			Cause: "shmget(2) failed: a System V shared-memory segment is bounded by the kernel's kernel.shmmax, shmall and shmmni, " +
-				"not by /dev/shm, whose size does not matter here.",
-			Fix:      "Raise the limit the message names (sysctl kernel.shmmax / shmall / shmmni; ipcs -l shows them), or ask for a smaller segment.",
+			Cause: "shmget(2) or semget(2) failed: System V shared-memory segments and semaphores are bounded by the kernel's kernel.shmmax, shmall, shmmni " +
+				"and kernel.sem (SEMMNI, SEMMNS), and live outside /dev/shm, whose size does not matter here. " +
+				"No space left on device from semget means the system's semaphore sets are used up, often by ones a crashed program left.",
+			Fix: "Raise the limit the message names (sysctl kernel.shmmax / shmall / shmmni / kernel.sem; ipcs -l shows them), " +
+				"remove what crashed programs left (ipcs, ipcrm), or ask for a smaller segment.",
 			NoSize:   notShm,
-			Keywords: []string{"shmget", "shmmax", "shmall", "shmmni", "kernel.shm", "ipcs -l", "ipcmemorycreate"},
-			Patterns: []*regexp.Regexp{re(`(?i)\bshmget\b|\bSHM(?:MAX|ALL|MNI)\b|kernel\.shm(?:max|all|mni)|ipcs -l|IpcMemoryCreate`)},
+			Keywords: []string{"shmget", "shmmax", "shmall", "shmmni", "kernel.shm", "ipcs -l", "ipcmemorycreate", "semget", "sem_get(", "semmni", "semmns", "kernel.sem", "ipcs -s"},
+			Patterns: []*regexp.Regexp{re(`(?i)\bshmget\b|\bSHM(?:MAX|ALL|MNI)\b|kernel\.shm(?:max|all|mni)|ipcs -[ls]|IpcMemoryCreate|\bsemget\b|\bsem_get\(|\bSEMMN[IS]\b|kernel\.sem\b`)},
 		},
 		{
 			ID:       "postgres-lock-table",
