@@ -290,3 +290,19 @@ func inVersion(path []string, version int) []string {
 	}
 	return path
 }
+
+// lastDefining returns the last file, in merge order, whose own tree has
+// the table at path (as that file's version names it), and whether there
+// is one. Under containerd 1.x's rules that file's section of a plugin is
+// the whole section containerd uses.
+func (c *Config) lastDefining(path ...string) (file, bool) {
+	for i := len(c.files) - 1; i >= 0; i-- {
+		f := c.files[i]
+		if v, ok := cfgtree.Get(f.doc.Tree, inVersion(path, f.version)...); ok {
+			if _, isTable := v.(map[string]any); isTable {
+				return f, true
+			}
+		}
+	}
+	return file{}, false
+}
