@@ -306,3 +306,16 @@ func (c *Config) lastDefining(path ...string) (file, bool) {
 	}
 	return file{}, false
 }
+
+// DefinedIn lists the files (in merge order) that write the key or table
+// at path (as the view lays it out), whether or not containerd ends up
+// reading it from them.
+func (c *Config) DefinedIn(path ...string) []string {
+	var out []string
+	for _, f := range c.files {
+		if f.doc.Defines(inVersion(path, f.version)) >= 0 {
+			out = append(out, f.path)
+		}
+	}
+	return out
+}

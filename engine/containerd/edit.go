@@ -350,6 +350,86 @@ func UninstallDropIn(main []byte, dropInPath string, c Change) (newMain []byte, 
 	return out, !bytes.Equal(out, main), nil
 }
 
+// RemoveRuntime takes runtime handler o.Name out of a config file that
+// holds it without gpurun's marker: a file another tool rewrote or wrote
+// from containerd's configuration (NVIDIA's toolkit drops comments when
+// it rewrites config.toml, and copies the whole CRI section, gpurun's
+// handler included, into its drop-in). It removes every table and key
+// under runtimes.<Name>, and a default_runtime_name naming it, which would
+// stop the CRI plugin once the handler is gone: that key goes back to
+// c.PreviousDefault when c.HadDefaultKey, else it is removed. Every other
+// byte is kept; changed is false when the file does not hold the handler.
+func RemoveRuntime(data []byte, o Handler, c Change) (out []byte, changed bool, err error) {
+	if err := validName(o.Name); err != nil {
+		return nil, false, err
+	}
+	d, err := parse(data)
+	if err != nil {
+		return nil, false, err
+	}
+	if d.empty {
+		return data, false, nil
+	}
+	handlers := []string{"plugins", RuntimePluginID(d.version), "containerd"}
+	rt := cfgtree.Join(handlers, "runtimes", o.Name)
+	under := func(parts []tomledit.Part) bool {
+		return len(parts) >= len(rt) && tomledit.NamesEqual(parts[:len(rt)], rt)
+	}
+	var edits []tomledit.Edit
+	removed := map[int]bool{}
+	for i, e := range d.Exprs {
+		if (e.Kind != unstable.Table && e.Kind != unstable.ArrayTable) || !under(e.Path) {
+			continue
+		}
+		end := len(d.Data)
+		for j := i + 1; j < len(d.Exprs); j++ {
+			if k := d.Exprs[j].Kind; k == unstable.Table || k == unstable.ArrayTable {
+				end = d.Exprs[j].LineStart
+				break
+			}
+		}
+		edits = append(edits, tomledit.Edit{Start: e.LineStart, End: end})
+		removed[i] = true
+	}
+	for _, kv := range d.KVs {
+		if !under(kv.Path) && !tomledit.NamesEqual(kv.Path, rt) {
+			continue
+		}
+		if h := d.Exprs[kv.Expr].Header; h >= 0 && removed[h] {
+			continue
+		}
+		if kv.Nested {
+			return nil, false, fmt.Errorf("containerd config line %d: %s is inside an inline table; remove it by hand", d.Line(kv.Start), tomledit.PathText(rt))
+		}
+		from, to := d.LineRemoval(kv.Expr)
+		edits = append(edits, tomledit.Edit{Start: from, End: to})
+	}
+	defPath := cfgtree.Join(handlers, "default_runtime_name")
+	if i := d.FindKV(defPath); i >= 0 && d.KVs[i].Value.Kind == unstable.String && d.KVs[i].Value.Str == o.Name {
+		kv := d.KVs[i]
+		switch {
+		case c.HadDefaultKey && c.PreviousDefault != o.Name:
+			old := string(d.Data[kv.Value.Start:kv.Value.End])
+			edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, c.PreviousDefault)})
+		case kv.Nested:
+			return nil, false, fmt.Errorf("containerd config line %d: default_runtime_name is inside an inline table; remove it by hand", d.Line(kv.Start))
+		default:
+			from, to := d.LineRemoval(kv.Expr)
+			edits = append(edits, tomledit.Edit{Start: from, End: to})
+		}
+	}
+	if len(edits) == 0 {
+		return data, false, nil
+	}
+	if out, err = apply(d.Data, edits); err != nil {
+		return nil, false, err
+	}
+	if err := d.CheckOnly(out, [][]string{rt, defPath}); err != nil {
+		return nil, false, err
+	}
+	return out, !bytes.Equal(out, data), nil
+}
+
 // validate checks the options an install needs.
 func (o Handler) validate() error {
 	if err := validName(o.Name); err != nil {

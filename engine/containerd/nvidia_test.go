@@ -3,6 +3,7 @@ package containerd
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,14 +22,14 @@ func nvidiaNode(t *testing.T) (dir, mainPath string) {
 	t.Helper()
 	dir = t.TempDir()
 	mainPath = filepath.Join(dir, "config.toml")
-	main := bytes.ReplaceAll(readTestdata(t, "nvidia-ctk-1.20.2-containerd-1.6.20-config.toml"), []byte("/etc/containerd"), []byte(dir))
+	main := bytes.ReplaceAll(readTestdata(t, "nvidia/containerd-1.6.20-config.toml"), []byte("/etc/containerd"), []byte(dir))
 	if err := os.WriteFile(mainPath, main, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "conf.d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "conf.d", "99-nvidia.toml"), readTestdata(t, "nvidia-ctk-1.20.2-containerd-1.6.20-99-nvidia.toml"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "conf.d", "99-nvidia.toml"), readTestdata(t, "nvidia/containerd-1.6.20-99-nvidia.toml"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir, mainPath
@@ -134,5 +135,66 @@ func TestDropInImportLast(t *testing.T) {
 				t.Errorf("got\n%s\nwant\n%s", newMain, tc.want)
 			}
 		})
+	}
+}
+
+// TestRemoveRuntimeNVIDIARewrote: gpurun installed in place as the
+// default, then nvidia-ctk v1.20.2 (testdata, as it wrote them): it
+// rewrote config.toml without gpurun's marker comment, and copied
+// gpurun's handler into its drop-in. RemoveRuntime takes the handler out
+// of both, the main config's default back to runc and the drop-in's left
+// at nvidia, and nothing else; containerd 1.6 then reads nvidia as the
+// default and no gpurun.
+func TestRemoveRuntimeNVIDIARewrote(t *testing.T) {
+	dir := t.TempDir()
+	mainPath, dropPath := filepath.Join(dir, "config.toml"), filepath.Join(dir, "conf.d", "99-nvidia.toml")
+	c := Change{Changed: true, Version: 2, AddedRuntime: true, SetDefault: true, HadDefaultKey: true, PreviousDefault: "runc"}
+	files := map[string][]byte{
+		mainPath: bytes.ReplaceAll(readTestdata(t, "nvidia/over-gpurun-containerd-1.6.20-config.toml"), []byte("/etc/containerd"), []byte(dir)),
+		dropPath: readTestdata(t, "nvidia/over-gpurun-containerd-1.6.20-99-nvidia.toml"),
+	}
+	for _, tc := range []struct {
+		path, wantDefault string
+	}{
+		{mainPath, "runc"},
+		{dropPath, "nvidia"},
+	} {
+		in := files[tc.path]
+		out, changed, err := RemoveRuntime(in, testOptions(true), c)
+		if err != nil || !changed {
+			t.Fatalf("%s: changed %v, %v", tc.path, changed, err)
+		}
+		want := decode(t, in)
+		cri := []string{"plugins", CRIPluginV2, "containerd"}
+		rts, _ := cfgtree.Get(want, cfgtree.Join(cri, "runtimes")...)
+		delete(rts.(map[string]any), "gpurun")
+		cfgtree.Set(want, cfgtree.Join(cri, "default_runtime_name"), tc.wantDefault)
+		if p, ok := cfgtree.Equal(decode(t, out), want); !ok {
+			t.Errorf("%s: differs at %v:\n%s", tc.path, p, out)
+		}
+		again, changed, err := RemoveRuntime(out, testOptions(true), c)
+		if err != nil || changed || !bytes.Equal(again, out) {
+			t.Errorf("%s: a second removal changed %v, %v", tc.path, changed, err)
+		}
+		files[tc.path] = out
+	}
+	bin, err := exec.LookPath("containerd")
+	if err != nil {
+		t.Fatalf("containerd binary not found (apt-get install containerd): %v", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dropPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for p, data := range files {
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dumped := dumpConfig(t, bin, mainPath)
+	rts, _ := cfgtree.Get(dumped, "plugins", CRIPluginV2, "containerd", "runtimes")
+	def, _ := cfgtree.Get(dumped, "plugins", CRIPluginV2, "containerd", "default_runtime_name")
+	m, _ := rts.(map[string]any)
+	if _, ok := m["gpurun"]; ok || m["nvidia"] == nil || def != "nvidia" {
+		t.Errorf("containerd config dump: handlers %v, default %v; want nvidia, no gpurun", slices.Sorted(maps.Keys(m)), def)
 	}
 }
