@@ -288,6 +288,17 @@ func DropIn(main []byte, dropInPath string, o Handler) (newMain, dropIn []byte, 
 		if p, ok := cfgtree.Equal(want, got); !ok {
 			return nil, nil, Change{}, fmt.Errorf("containerd config: cannot copy the CRI plugin section into a drop-in (differs at %s); install in place instead", tomledit.PathText(cfgtree.Join(cri, p...)))
 		}
+		// A copy of gpurun's own handler in that section (NVIDIA's
+		// toolkit copies the whole section, gpurun's handler and default
+		// included, into its drop-in) is not kept: gpurun's handler is
+		// made anew, standing in for the default the section has.
+		if stripped, changed, err := RemoveRuntime(b.Data, o, Change{}); err != nil {
+			return nil, nil, Change{}, fmt.Errorf("containerd drop-in: %w", err)
+		} else if changed {
+			if b, err = parse(stripped); err != nil {
+				return nil, nil, Change{}, fmt.Errorf("containerd drop-in: %w", err)
+			}
+		}
 		src = b
 	}
 	dropIn, c, err = install(b, src, o)
