@@ -111,8 +111,14 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 		out.checks = append(out.checks, rc)
 		out.checks = append(out.checks, podAnnotationsCheck(name, rt, pol))
 	}
-	if c, ok := loadedCheck(ctx, o, name, out.isDefault); ok {
+	c, ok := loadedCheck(ctx, o, name, out.isDefault)
+	if ok {
 		out.checks = append(out.checks, c)
+	}
+	if ok && c.Status != Problem {
+		if c, ok := podsCheck(ctx, sys, o, pol, name); ok {
+			out.checks = append(out.checks, c)
+		}
 	}
 	return out
 }
@@ -149,12 +155,22 @@ func loadedCheck(ctx context.Context, o HostOptions, name string, isDefault bool
 		return Check{}, false
 	}
 	c := Check{Name: "containerd.loaded", Status: OK}
-	resp, err := o.CRI.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
-	if status.Code(err) == codes.Unimplemented {
+	sctx, cancel := context.WithTimeout(ctx, criCallTimeout)
+	defer cancel()
+	resp, err := o.CRI.Status(sctx, &runtimeapi.StatusRequest{Verbose: true})
+	switch code := status.Code(err); {
+	case code == codes.Unimplemented:
 		c.Detail = fmt.Sprintf("containerd at %s serves no CRI (its CRI plugin is disabled): no Kubernetes pods here", o.CRIEndpoint)
 		return c, true
-	}
-	if err != nil {
+	case code == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) || code == codes.Unavailable:
+		// A containerd that does not answer starts and stops no pod: a
+		// runtime that loops (two runtimes calling each other) can hang
+		// it, as can a config it chokes on.
+		c.Status = Problem
+		c.Detail = fmt.Sprintf("containerd at %s does not answer its CRI (%v): the node starts and stops no pod", o.CRIEndpoint, err)
+		c.Fix = "look at containerd's log (journalctl -u containerd) and at its runtimes' processes (ps -ef | grep -e gpurun-runtime -e nvidia-container-runtime: a runtime cycle piles them up), then: systemctl restart containerd"
+		return c, true
+	case err != nil:
 		c.Status = Warn
 		c.Detail = fmt.Sprintf("cannot ask containerd at %s (%v): whether it loaded the config is unknown", o.CRIEndpoint, err)
 		return c, true

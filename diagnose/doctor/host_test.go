@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -450,6 +452,9 @@ type fakeCRI struct {
 	config    string
 	statusErr error
 	status    map[string]*runtimeapi.ContainerStatusResponse
+	// sandboxOf and handlers are the running containers' pods and the
+	// pods' runtime handlers.
+	sandboxOf, handlers map[string]string
 }
 
 func (c *fakeCRI) Status(context.Context, *runtimeapi.StatusRequest, ...grpc.CallOption) (*runtimeapi.StatusResponse, error) {
@@ -457,6 +462,22 @@ func (c *fakeCRI) Status(context.Context, *runtimeapi.StatusRequest, ...grpc.Cal
 		return nil, c.statusErr
 	}
 	return &runtimeapi.StatusResponse{Info: map[string]string{"config": c.config}}, nil
+}
+
+func (c *fakeCRI) ListContainers(context.Context, *runtimeapi.ListContainersRequest, ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	if c.statusErr != nil {
+		return nil, c.statusErr
+	}
+	resp := &runtimeapi.ListContainersResponse{}
+	for _, id := range slices.Sorted(maps.Keys(c.status)) {
+		st := c.status[id].GetStatus()
+		resp.Containers = append(resp.Containers, &runtimeapi.Container{Id: id, PodSandboxId: c.sandboxOf[id], Metadata: st.GetMetadata(), State: st.GetState()})
+	}
+	return resp, nil
+}
+
+func (c *fakeCRI) PodSandboxStatus(_ context.Context, in *runtimeapi.PodSandboxStatusRequest, _ ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
+	return &runtimeapi.PodSandboxStatusResponse{Status: &runtimeapi.PodSandboxStatus{Id: in.GetPodSandboxId(), RuntimeHandler: c.handlers[in.GetPodSandboxId()]}}, nil
 }
 
 func (c *fakeCRI) ContainerStatus(_ context.Context, in *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
@@ -492,7 +513,9 @@ func TestHostContainerdLoaded(t *testing.T) {
 		{"not restarted", &fakeCRI{config: loaded("runc", "runc")}, Problem, "has not loaded it"},
 		{"default not applied", &fakeCRI{config: loaded("runc", "runc", "gpurun")}, Problem, "runs with default runc"},
 		{"no CRI plugin", &fakeCRI{statusErr: status.Error(codes.Unimplemented, "unknown service runtime.v1.RuntimeService")}, OK, "serves no CRI"},
-		{"unreachable", &fakeCRI{statusErr: status.Error(codes.Unavailable, "connection refused")}, Warn, "cannot ask"},
+		{"unreachable", &fakeCRI{statusErr: status.Error(codes.Unavailable, "connection refused")}, Problem, "does not answer"},
+		{"hung", &fakeCRI{statusErr: status.Error(codes.DeadlineExceeded, "context deadline exceeded")}, Problem, "starts and stops no pod"},
+		{"another error", &fakeCRI{statusErr: status.Error(codes.Internal, "oops")}, Warn, "cannot ask"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
