@@ -372,13 +372,20 @@ func TestHostContainerdConfigs(t *testing.T) {
 				registered = registered || strings.Contains(string(data), "runtimes.gpurun]")
 				isDefault = isDefault || strings.Contains(string(data), `default_runtime_name = "gpurun"`) || strings.Contains(string(data), `default_runtime_name = 'gpurun'`)
 			}
+			// NVIDIA's runtime the default without gpurun (nvidia-ctk
+			// --set-as-default): gpurun chains it when it becomes the
+			// default, and GPU pods bypass it when it does not.
+			nvidiaDefault := strings.Contains(tt.name, "set-as-default")
+			if nvidiaDefault && isDefault {
+				f.write(policy.DefaultConfigPath, "runtime = \"/usr/bin/nvidia-container-runtime\"\n")
+			}
 			r := hostReport(f, HostOptions{DockerErr: errors.New("no docker")})
 			if c := check(t, r, "containerd.config"); c.Status != OK {
 				t.Fatalf("containerd.config %s: %s", c.Status, c.Detail)
 			}
 			c := check(t, r, "containerd.runtime")
 			want := Warn
-			if registered {
+			if registered && (isDefault || !nvidiaDefault) {
 				want = OK
 			}
 			if c.Status != want || c.Data["registered"] != registered || c.Data["default"] != isDefault {

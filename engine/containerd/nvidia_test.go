@@ -198,3 +198,36 @@ func TestRemoveRuntimeNVIDIARewrote(t *testing.T) {
 		t.Errorf("containerd config dump: handlers %v, default %v; want nvidia, no gpurun", slices.Sorted(maps.Keys(m)), def)
 	}
 }
+
+// TestHiddenRuntimes: gpurun's drop-in read after NVIDIA's, written before
+// NVIDIA's existed (a copy of the main config's CRI section), hides the
+// toolkit's nvidia handler on containerd 1.x; on 2.x nothing is hidden.
+func TestHiddenRuntimes(t *testing.T) {
+	dir, mainPath := nvidiaNode(t)
+	ownPath := filepath.Join(dir, "gpurun.d", "99-gpurun.toml")
+	main, err := os.ReadFile(mainPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// gpurun's drop-in as it was written over the main config alone.
+	newMain, own, _, err := DropIn(main, ownPath, testOptions(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := map[string][]byte{mainPath: newMain, ownPath: own}
+	for _, tc := range []struct {
+		g    Generation
+		want []HiddenRuntime
+	}{
+		{Containerd1, []HiddenRuntime{{Name: "nvidia", File: filepath.Join(dir, "conf.d", "99-nvidia.toml"), By: ownPath}}},
+		{Containerd2, nil},
+	} {
+		cfg, err := Load(context.Background(), mainPath, LoadOptions{Generation: tc.g, Overlay: overlay})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.HiddenRuntimes(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: hidden %+v, want %+v", tc.g, got, tc.want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/hostpath"
+	"github.com/gpurun/gpurun/policy"
 )
 
 // DefaultContainerdConfig is containerd's configuration file.
@@ -151,15 +152,26 @@ func (c Containerd) Install() error {
 	}
 	rec, hadRecord := st["containerd"][path]
 	if !ch.Changed && !dropChanged {
-		if hadRecord && rec.Pending {
+		switch rechained, err := c.rechain(st, path, rec, hadRecord, ch, pc); {
+		case err != nil:
+			return err
+		case hadRecord && rec.Pending:
 			if err := c.finish(st, "containerd", path, rec); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.Out, "%s: finished the install an earlier run left half done\n", path)
-		} else {
+		case !rechained:
 			fmt.Fprintf(c.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
 		}
 		return c.restart()
+	}
+	if hadRecord && rec.Policy != nil && pc != nil && rec.Policy.Value != pc.Value {
+		// The default gpurun stands in for changed (NVIDIA's toolkit
+		// installed or removed since): chain the one there is now, and
+		// keep what the policy had before the first chaining.
+		kept := *rec.Policy
+		kept.Value = pc.Value
+		rec.Policy = &kept
 	}
 	var writes []fileWrite
 	if dropChanged {
@@ -184,6 +196,9 @@ func (c Containerd) Install() error {
 	if err := c.commit(st, "containerd", path, rec, writes); err != nil {
 		return err
 	}
+	if _, err := c.rechain(st, path, rec, true, ch, pc); err != nil {
+		return err
+	}
 	if dropChanged {
 		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", dropHere)
 	}
@@ -197,6 +212,56 @@ func (c Containerd) Install() error {
 	}
 	fmt.Fprintln(c.Out)
 	return c.restart()
+}
+
+// rechain keeps the runtime gpurun-runtime hands over to in step with
+// the default handler gpurun stands in for, when an install that changed
+// no config file made gpurun's handler anew (a drop-in is written anew
+// each time: ch.AddedRuntime): a default that is now NVIDIA's runtime is
+// chained (pc), and a chained runtime that is no longer the default is
+// unchained, the policy's runtime going back to what it was. It reports
+// whether it changed the policy.
+func (c Containerd) rechain(st state, path string, rec record, hadRecord bool, ch containerd.Change, pc *policyChange) (bool, error) {
+	cur := ""
+	if data, existed, err := readConfig(c.policyPath()); err != nil {
+		return false, err
+	} else if existed {
+		p, err := policy.Parse(c.policyPath(), data)
+		if err != nil {
+			return false, err
+		}
+		cur = p.Runtime
+	}
+	switch {
+	case pc != nil && cur != pc.Value:
+		if hadRecord && rec.Policy != nil {
+			kept := *rec.Policy
+			kept.Value = pc.Value
+			pc = &kept
+		}
+		rec.Policy = pc
+		if err := c.ensureChained(pc.Value); err != nil {
+			return false, err
+		}
+	case pc == nil && ch.AddedRuntime && hadRecord && rec.Policy != nil && cur == rec.Policy.Value:
+		fmt.Fprintf(c.Out, "%s: the default runtime gpurun stands in for is no longer %s\n", c.policyPath(), rec.Policy.Value)
+		if err := c.unchain(rec.Policy); err != nil {
+			return false, err
+		}
+		rec.Policy = nil
+	default:
+		return false, nil
+	}
+	if st["containerd"] == nil {
+		st["containerd"] = map[string]record{}
+	}
+	if hadRecord {
+		st["containerd"][path] = rec
+		if err := st.save(c.statePath()); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // node is the config's node path.

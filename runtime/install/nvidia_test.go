@@ -150,3 +150,56 @@ func TestContainerdUninstallAfterNVIDIA(t *testing.T) {
 		t.Errorf("config.toml still names gpurun:\n%s", read(t, cfgPath))
 	}
 }
+
+// TestContainerdRechains: gpurun installed first in its own drop-in
+// directory, as the default, chaining nothing (runc is the default it
+// stands in for); NVIDIA's toolkit comes second, its nvidia handler the
+// default in a file read before gpurun's. Installing again chains NVIDIA's
+// runtime — without it, GPU pods of the default handler would lose the
+// runtime that gives them their GPU. With the toolkit gone, the next
+// install unchains it, and the policy is as it was.
+func TestContainerdRechains(t *testing.T) {
+	root := t.TempDir()
+	cfgPath := filepath.Join(root, "etc/containerd/config.toml")
+	polPath := filepath.Join(root, "etc/gpurun/config.toml")
+	original := read(t, filepath.Join("..", "..", "engine", "containerd", "testdata", "containerd-1.6.20-config-default.toml"))
+	write(t, cfgPath, original)
+	write(t, polPath, "# site policy\nmin = \"2g\"\n")
+	var out bytes.Buffer
+	c := Containerd{Options: opts(root, &out), SetAsDefault: true, DropInDir: "/etc/containerd/gpurun.d"}
+	if err := c.Install(); err != nil {
+		t.Fatal(err)
+	}
+	if pol := read(t, polPath); strings.Contains(pol, "runtime") {
+		t.Fatalf("gpurun alone chains a runtime:\n%s", pol)
+	}
+	// The toolkit second: its glob goes before gpurun's own entry, as
+	// nvidia-ctk appends it to imports.
+	_, drop := nvidiaFiles(t, false)
+	write(t, cfgPath, strings.Replace(read(t, cfgPath), "imports = [", "imports = [\"/etc/containerd/conf.d/*.toml\", ", 1))
+	write(t, filepath.Join(root, "etc/containerd/conf.d/99-nvidia.toml"), drop)
+	if err := c.Install(); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if pol := read(t, polPath); !strings.Contains(pol, `runtime = "/usr/bin/nvidia-container-runtime"`) {
+		t.Errorf("installed again beside the toolkit: NVIDIA's runtime not chained:\n%s", pol)
+	}
+	cfg := effectiveOf(t, root)
+	if got := handlerNames(cfg); !slices.Equal(got, []string{"gpurun", "nvidia", "runc"}) || cfg.DefaultRuntime() != RuntimeName {
+		t.Errorf("handlers %v, default %s", got, cfg.DefaultRuntime())
+	}
+	// The toolkit goes (its drop-in removed; its glob stays, as
+	// nvidia-ctk-installer's cleanup leaves it).
+	if err := os.Remove(filepath.Join(root, "etc/containerd/conf.d/99-nvidia.toml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Install(); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if pol := read(t, polPath); pol != "# site policy\nmin = \"2g\"\n" {
+		t.Errorf("the toolkit gone: the policy is not as it was:\n%s", pol)
+	}
+	if got := handlerNames(effectiveOf(t, root)); !slices.Equal(got, []string{"gpurun", "runc"}) {
+		t.Errorf("the toolkit gone: handlers %v, want gpurun and runc (no copy of nvidia)", got)
+	}
+}
