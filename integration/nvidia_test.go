@@ -19,6 +19,7 @@ import (
 	"github.com/gpurun/gpurun/diagnose/doctor"
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/runtime/shim"
 )
 
 // The containerd lines the NVIDIA tests run on: Debian's 1.6 and 2.x
@@ -358,5 +359,236 @@ func TestNVIDIAToolkitFirst(t *testing.T) {
 		if cfg := readFile(g.c.ConfigPath); strings.Contains(cfg, `"gpurun"`) || strings.Contains(cfg, "gpurun-runtime") {
 			t.Errorf("config.toml still names gpurun after uninstall:\n%s\n%s", readFile(g.c.ConfigPath), out)
 		}
+	})
+}
+
+// TestNVIDIAOperator is the GPU Operator's toolkit container
+// (nvidia-ctk-installer in its legacy mode: nvidia the default handler)
+// first, then gpurun's default-runtime mode in a drop-in directory of its
+// own, on containerd 1.6 and 2.x, through the toolkit pod's restart
+// cycle (SIGTERM: it reverts its config and restarts containerd; a fresh
+// start: it configures again from `containerd config dump` and restarts
+// it), then gpurun taken out, then the toolkit. After each step GPU pods
+// start, get their GPU and are sized, plain pods keep 64 MiB, and doctor
+// says what is wrong. The toolkit's second start, with gpurun the
+// default, lists gpurun-runtime as NVIDIA's low-level runtime: pods still
+// start, get their GPU and are sized (gpurun-runtime, called back, runs
+// runc), and doctor calls the cycle a problem, until the toolkit's
+// NVIDIA_CONTAINER_RUNTIME_RUNTIMES names runc and crun. Each uninstall
+// leaves containerd as the other tool alone would have it.
+func TestNVIDIAOperator(t *testing.T) {
+	forLines(t, []string{line16, line2}, func(t *testing.T, g *gpuNode) {
+		original := g.loaded()
+		inst := g.tk.StartInstaller(harness.InstallerOptions{})
+		alone := g.loaded()
+		if alone.def != "nvidia" || alone.handlers["nvidia-cdi"] == "" {
+			t.Fatalf("the toolkit alone: %s; want its nvidia handlers, nvidia the default", alone)
+		}
+		// pods checks a GPU pod and a plain pod of the default handler,
+		// and a GPU pod of handler nvidia (nvidiaKiB: its /dev/shm; 0: the
+		// handler is not there).
+		pods := func(what string, nvidiaKiB int64) {
+			t.Helper()
+			g.remove(g.expect(what, gpuEnvPod("gpu", ""), g.want, true), g.expect(what, plainPod("plain"), engineDefaultKiB, false))
+			if nvidiaKiB != 0 {
+				g.remove(g.expect(what+", RuntimeClass nvidia", gpuEnvPod("gpu-nvidia", "nvidia"), nvidiaKiB, true))
+			}
+		}
+
+		if out, err := g.install("install", "--set-as-default"); err == nil || !strings.Contains(out, "--drop-in "+g.ownDropIn()) {
+			t.Errorf("install in place beside the toolkit: %v; want a refusal naming --drop-in %s\n%s", err, g.ownDropIn(), out)
+		}
+		g.mustInstall("install", "--set-as-default", "--drop-in", g.ownDropIn())
+		g.c.Restart()
+		pods("gpurun after the toolkit", engineDefaultKiB)
+		g.wantDoctor("gpurun after the toolkit", false, map[string]doctor.Status{"runtime.nvidia-default": doctor.OK, "runtime.cycle": doctor.OK})
+
+		// The toolkit pod restarts: its cleanup, then a fresh start.
+		inst.Stop()
+		nvidiaKiB := int64(0) // 2.x: the handler went with the toolkit's drop-in
+		if g.line == line16 {
+			nvidiaKiB = engineDefaultKiB // 1.6: gpurun's drop-in carries a copy of it
+		}
+		pods("the toolkit stopped", nvidiaKiB)
+		g.wantDoctor("the toolkit stopped", false, nil)
+		cycles := g.countLog(shim.MsgCycle)
+		inst = g.tk.StartInstaller(harness.InstallerOptions{})
+		// NVIDIA's runtime now runs gpurun-runtime for the nvidia handler
+		// too, which sizes its pods.
+		pods("the toolkit started again", g.want)
+		if n := g.countLog(shim.MsgCycle); n == cycles {
+			t.Errorf("the toolkit started again with gpurun the default: no runtime cycle broken; NVIDIA's runtimes:\n%s", readFile(g.tk.RuntimeConfig))
+		}
+		g.wantDoctor("NVIDIA's runtime lists gpurun-runtime", true, map[string]doctor.Status{"runtime.cycle": doctor.Problem})
+		inst.Stop()
+		inst = g.tk.StartInstaller(harness.InstallerOptions{Env: []string{"NVIDIA_CONTAINER_RUNTIME_RUNTIMES=runc,crun"}})
+		cycles = g.countLog(shim.MsgCycle)
+		pods("the toolkit started again, its runtimes runc and crun", engineDefaultKiB)
+		if n := g.countLog(shim.MsgCycle); n != cycles {
+			t.Errorf("NVIDIA_CONTAINER_RUNTIME_RUNTIMES=runc,crun: %d runtime cycles broken", n-cycles)
+		}
+		g.wantDoctor("NVIDIA's runtimes runc and crun", false, map[string]doctor.Status{"runtime.cycle": doctor.OK})
+
+		// gpurun out first: the toolkit's configuration remains.
+		g.mustInstall("uninstall")
+		g.c.Restart()
+		g.wantLoaded("gpurun uninstalled, the toolkit stays", alone)
+		g.remove(g.expect("gpurun uninstalled", gpuEnvPod("gpu", ""), engineDefaultKiB, true))
+		inst.Stop()
+		g.wantLoaded("both uninstalled", original)
+	})
+}
+
+// TestNVIDIAOperatorAfterGpurun is gpurun first (default-runtime mode, a
+// drop-in directory of its own), the GPU Operator's toolkit second (its
+// legacy mode, its runtimes runc and crun as the GPU Operator's docs
+// advise beside another default runtime), on containerd 1.6 and 2.x: the
+// toolkit's drop-in, imported after gpurun's, makes nvidia the default,
+// and GPU pods bypass gpurun — doctor calls that a problem and names the
+// fix, installing gpurun again, which puts its drop-in last and chains
+// NVIDIA's runtime. Then the toolkit goes first: gpurun's pods still
+// start and are sized (a chained runtime that went away is not fatal),
+// doctor says so, and installing gpurun again leaves gpurun alone's
+// configuration; then gpurun goes.
+func TestNVIDIAOperatorAfterGpurun(t *testing.T) {
+	forLines(t, []string{line16, line2}, func(t *testing.T, g *gpuNode) {
+		original := g.loaded()
+		g.mustInstall("install", "--set-as-default", "--drop-in", g.ownDropIn())
+		g.c.Restart()
+		g.remove(g.expect("gpurun alone", gpuEnvPod("gpu", ""), g.want, false))
+		gpurunAlone := g.loaded()
+
+		inst := g.tk.StartInstaller(harness.InstallerOptions{Env: []string{"NVIDIA_CONTAINER_RUNTIME_RUNTIMES=runc,crun"}})
+		if l := g.loaded(); l.def != "nvidia" {
+			t.Errorf("the toolkit after gpurun: %s; want the toolkit's default read last", l)
+		}
+		bypassed := g.expect("the toolkit after gpurun", gpuEnvPod("gpu", ""), engineDefaultKiB, true)
+		g.wantDoctor("the toolkit's default read after gpurun's", true, map[string]doctor.Status{"containerd.pods": doctor.Problem})
+		g.remove(bypassed)
+
+		g.mustInstall("install", "--set-as-default", "--drop-in", g.ownDropIn())
+		g.c.Restart()
+		g.remove(g.expect("gpurun installed again", gpuEnvPod("gpu", ""), g.want, true),
+			g.expect("gpurun installed again", plainPod("plain"), engineDefaultKiB, false),
+			g.expect("gpurun installed again, RuntimeClass nvidia", gpuEnvPod("gpu-nvidia", "nvidia"), engineDefaultKiB, true))
+		g.wantDoctor("gpurun installed again", false, map[string]doctor.Status{"runtime.nvidia-default": doctor.OK, "runtime.cycle": doctor.OK})
+
+		// The toolkit goes first: its pod's cleanup leaves its files, and
+		// gpurun-runtime still hands over to its runtime; then its files
+		// go too (the operator uninstalled), and gpurun-runtime runs runc
+		// instead, saying so.
+		inst.Stop()
+		g.remove(g.expect("the toolkit's pod gone", gpuEnvPod("gpu", ""), g.want, true))
+		if err := os.RemoveAll(g.tk.Root); err != nil {
+			t.Fatal(err)
+		}
+		missing := g.countLog(shim.MsgRuntimeMissing)
+		g.remove(g.expect("the toolkit's files gone", gpuEnvPod("gpu", ""), g.want, false))
+		if g.countLog(shim.MsgRuntimeMissing) == missing {
+			t.Errorf("the chained runtime gone: gpurun-runtime did not say so")
+		}
+		g.wantDoctor("the chained runtime gone", true, map[string]doctor.Status{"runtime.chain": doctor.Problem})
+		g.mustInstall("install", "--set-as-default", "--drop-in", g.ownDropIn())
+		g.c.Restart()
+		g.wantLoaded("the toolkit uninstalled, gpurun installed again", gpurunAlone)
+		g.remove(g.expect("the toolkit uninstalled, gpurun installed again", gpuEnvPod("gpu", ""), g.want, false))
+		g.wantDoctor("gpurun alone again", false, nil)
+		g.mustInstall("uninstall")
+		g.c.Restart()
+		g.wantLoaded("both uninstalled", original)
+	})
+}
+
+// TestNVIDIANativeCDI is the GPU Operator's default since 25.10 (native
+// CDI) and NVIDIA's DRA driver, on containerd 2.x: the kubelet hands
+// containerd CDI device names (ContainerConfig.CDIDevices; the device
+// plugin also sets NVIDIA_VISIBLE_DEVICES=void), containerd injects them
+// from the specs, and the toolkit's installer registers its handlers but
+// does not make nvidia the default. gpurun's NRI plugin (the mode that
+// fits: no containerd config) sizes those pods, of any handler, through
+// the toolkit pod's restart cycle; plain pods keep 64 MiB; doctor sees
+// the plugin and has nothing to say. gpurun's default-runtime mode works
+// there too: the CDI devices in the spec are GPU evidence.
+func TestNVIDIANativeCDI(t *testing.T) {
+	forLines(t, []string{line2}, func(t *testing.T, g *gpuNode) {
+		text, _ := nriPolicy(t, "")
+		want := nriTarget(t, text)
+		plugin := startNRIPlugin(t, text, g.c2.NRISocket)
+		plugin.waitLog(t, "registered with the runtime", 1)
+		inst := g.tk.StartInstaller(harness.InstallerOptions{Env: []string{"NVIDIA_RUNTIME_SET_AS_DEFAULT=false"}})
+		if l := g.loaded(); l.def != "runc" || l.handlers["nvidia"] == "" {
+			t.Fatalf("the toolkit in CDI mode: %s; want its handlers, runc the default", l)
+		}
+		gpu := cdiPod("gpu", harness.CDIKind+"=0")
+		claim := cdiPod("claim", harness.CDIDRAKind+"=claim-0-gpu-0")
+		pods := func(what string) {
+			t.Helper()
+			nvidiaCDI := cdiPod("gpu-nvidia-cdi", harness.CDIKind+"="+harness.GPUUUID)
+			nvidiaCDI.handler = "nvidia-cdi"
+			g.remove(g.expect(what, gpu, want, true), g.expect(what+", a DRA claim", claim, want, true),
+				g.expect(what, plainPod("plain"), engineDefaultKiB, false))
+			if _, ok := g.loaded().handlers["nvidia-cdi"]; ok {
+				g.remove(g.expect(what+", RuntimeClass nvidia-cdi", nvidiaCDI, want, true))
+			}
+		}
+		pods("gpurun's NRI plugin beside the toolkit")
+		keep := g.expect("gpurun's NRI plugin beside the toolkit", gpu, want, true)
+		g.wantDoctor("gpurun's NRI plugin beside the toolkit", false, map[string]doctor.Status{"containerd.runtime": doctor.OK, "containerd.pods": doctor.OK})
+		g.remove(keep)
+		inst.Stop()
+		pods("the toolkit stopped")
+		inst = g.tk.StartInstaller(harness.InstallerOptions{Env: []string{"NVIDIA_RUNTIME_SET_AS_DEFAULT=false"}})
+		pods("the toolkit started again")
+		plugin.kill()
+
+		// The runtime handler instead.
+		g.mustInstall("install", "--set-as-default", "--drop-in", g.ownDropIn())
+		g.c.Restart()
+		g.remove(g.expect("gpurun's default runtime", gpu, g.want, true), g.expect("gpurun's default runtime, a DRA claim", claim, g.want, true))
+		g.wantDoctor("gpurun's default runtime beside the toolkit in CDI mode", false, nil)
+		g.mustInstall("uninstall")
+		inst.Stop()
+	})
+}
+
+// TestNVIDIANRIPlugin is the GPU Operator 26.3+ with NVIDIA's NRI plugin
+// (cdi.nriPluginEnabled): the toolkit's installer leaves containerd's
+// config alone and its plugin injects the CDI devices a pod annotation
+// names (nvidia.cdi.k8s.io/container.<name>); management.nvidia.com/gpu
+// devices only in its own namespaces. gpurun's NRI plugin runs beside it:
+// such pods are sized (the annotation is GPU evidence, management devices
+// included: the operator's own operands get a /dev/shm like any GPU pod,
+// which costs nothing until used), also while the toolkit's pod restarts;
+// plain pods keep 64 MiB; doctor sees gpurun's plugin and has nothing to
+// say.
+func TestNVIDIANRIPlugin(t *testing.T) {
+	forLines(t, []string{line2}, func(t *testing.T, g *gpuNode) {
+		text, _ := nriPolicy(t, "")
+		want := nriTarget(t, text)
+		plugin := startNRIPlugin(t, text, g.c2.NRISocket)
+		plugin.waitLog(t, "registered with the runtime", 1)
+		before := g.loaded()
+		inst := g.tk.StartInstaller(harness.InstallerOptions{NRI: true, NRINamespace: "gpu-operator"})
+		g.wantLoaded("the toolkit in NRI mode", before)
+		operand := nriAnnotatedPod("dcgm", "gpu-operator", harness.CDIManagementKind+"=all")
+		elsewhere := nriAnnotatedPod("management-elsewhere", "default", harness.CDIManagementKind+"=all")
+		pods := func(what string, nvidiaPlugin bool) {
+			t.Helper()
+			g.remove(g.expect(what, nriAnnotatedPod("gpu", "default", harness.CDIKind+"=0"), want, nvidiaPlugin),
+				g.expect(what+", the operator's operand", operand, want, nvidiaPlugin),
+				g.expect(what+", management devices outside the operator's namespace", elsewhere, want, false),
+				g.expect(what, plainPod("plain"), engineDefaultKiB, false))
+		}
+		pods("NVIDIA's NRI plugin and gpurun's", true)
+		keep := g.expect("NVIDIA's NRI plugin and gpurun's", nriAnnotatedPod("gpu", "default", harness.CDIKind+"=0"), want, true)
+		g.wantDoctor("NVIDIA's NRI plugin and gpurun's", false, map[string]doctor.Status{"containerd.runtime": doctor.OK, "containerd.pods": doctor.OK})
+		g.remove(keep)
+		inst.Stop()
+		pods("the toolkit stopped", false)
+		// The installer waits for its signal once its plugin has
+		// registered with containerd.
+		inst = g.tk.StartInstaller(harness.InstallerOptions{NRI: true, NRINamespace: "gpu-operator"})
+		pods("the toolkit started again", true)
+		inst.Stop()
 	})
 }

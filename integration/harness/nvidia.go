@@ -376,13 +376,23 @@ func (tk *Toolkit) StartInstaller(o InstallerOptions) *Installer {
 	i.cmd.Env = env
 	i.cmd.Stdout, i.cmd.Stderr = logf, logf
 	i.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := i.cmd.Start(); err != nil {
-		tk.C.t.Fatalf("harness: start nvidia-ctk-installer: %v", err)
-	}
-	go func() {
+	// PR_SET_PDEATHSIG fires when the thread that started the child
+	// ends, and Go ends threads: start and wait on one locked thread that
+	// lives as long as the installer.
+	started := make(chan error, 1)
+	onDisposableThread(func() {
+		if err := i.cmd.Start(); err != nil {
+			started <- err
+			close(i.done)
+			return
+		}
+		started <- nil
 		i.err = i.cmd.Wait()
 		close(i.done)
-	}()
+	})
+	if err := <-started; err != nil {
+		tk.C.t.Fatalf("harness: start nvidia-ctk-installer: %v", err)
+	}
 	tk.C.t.Cleanup(i.kill)
 	if err := i.waitLog("Waiting for signal", 1); err != nil {
 		tk.C.t.Fatalf("harness: nvidia-ctk-installer: %v\n--- its log ---\n%s", err, logTail(i.log, 40))
@@ -431,7 +441,7 @@ func (i *Installer) Stop() {
 	t := i.tk.C.t
 	t.Helper()
 	if err := i.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("harness: SIGTERM nvidia-ctk-installer: %v", err)
+		t.Fatalf("harness: SIGTERM nvidia-ctk-installer: %v\n--- its log ---\n%s", err, logTail(i.log, 40))
 	}
 	select {
 	case <-i.done:
