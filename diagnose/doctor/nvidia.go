@@ -5,86 +5,27 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/nvidia"
 	"github.com/gpurun/gpurun/engine/restart"
-	"github.com/gpurun/gpurun/internal/tomledit"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/shim"
 )
 
-// NVIDIA's container toolkit, as doctor reads it (docs/nvidia.md).
-const (
-	// nvidiaRuntimePrefix starts the base name of NVIDIA's runtimes
-	// (nvidia-container-runtime, .cdi, .legacy).
-	nvidiaRuntimePrefix = "nvidia-container-runtime"
-	// nvidiaConfigEnv names the config NVIDIA's runtime reads; the GPU
-	// Operator's toolkit writes it into its runtime wrappers.
-	nvidiaConfigEnv = "NVIDIA_CTK_CONFIG_FILE_PATH"
-	// nvidiaDefaultConfig is the toolkit package's config.
-	nvidiaDefaultConfig = "/etc/nvidia-container-runtime/config.toml"
-	// nvidiaRuntimesEnv is the GPU Operator toolkit container's setting of
-	// the low-level runtimes NVIDIA's runtime runs.
-	nvidiaRuntimesEnv = "NVIDIA_CONTAINER_RUNTIME_RUNTIMES"
-)
-
 // isNVIDIARuntime reports whether a runtime binary is NVIDIA's.
-func isNVIDIARuntime(binary string) bool {
-	return strings.HasPrefix(path.Base(binary), nvidiaRuntimePrefix)
-}
+func isNVIDIARuntime(binary string) bool { return nvidia.IsRuntime(binary) }
 
-// wrapperConfig finds the config a runtime wrapper script of the GPU
-// Operator's toolkit hands NVIDIA's runtime.
-var wrapperConfig = regexp.MustCompile(nvidiaConfigEnv + `=(\S+)`)
-
-// nvidiaRuntimeConfig is the config NVIDIA's runtime at binary (a node
-// path) reads: the one its wrapper script names, else the one the
-// environment of the containerd that runs it names, else the toolkit
-// package's.
-func nvidiaRuntimeConfig(sys *System, binary string, env map[string]string) string {
-	if data, err := sys.readFile(binary); err == nil && strings.HasPrefix(string(data), "#!") {
-		if m := wrapperConfig.FindStringSubmatch(string(data)); m != nil {
-			return m[1]
-		}
-	}
-	if p := env[nvidiaConfigEnv]; p != "" {
-		return p
-	}
-	if x := env["XDG_CONFIG_HOME"]; x != "" {
-		return path.Join(x, "nvidia-container-runtime", "config.toml")
-	}
-	return nvidiaDefaultConfig
-}
-
-// nvidiaLowLevel returns the low-level runtimes NVIDIA's config lists
-// (nvidia-container-runtime.runtimes; runc and crun where it lists none),
-// and the first that the node has, resolved.
+// nvidiaLowLevel returns the low-level runtimes NVIDIA's config lists and
+// the first of them that the node has, resolved.
 func nvidiaLowLevel(sys *System, config string) (listed []string, first string, err error) {
-	listed = []string{"runc", "crun"}
-	data, err := sys.readFile(config)
-	if err != nil && !os.IsNotExist(err) {
+	listed, err = nvidia.LowLevel(sys.Root, config)
+	if err != nil {
 		return nil, "", err
-	}
-	if err == nil {
-		tree, err := tomledit.Decode(data)
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", config, err)
-		}
-		if sec, ok := tree["nvidia-container-runtime"].(map[string]any); ok {
-			if list, ok := sec["runtimes"].([]any); ok && len(list) > 0 {
-				listed = listed[:0]
-				for _, v := range list {
-					if s, ok := v.(string); ok {
-						listed = append(listed, s)
-					}
-				}
-			}
-		}
 	}
 	for _, r := range listed {
 		if p, err := sys.resolveBinary(r); err == nil {
@@ -274,7 +215,7 @@ func cycleCheck(sys *System, pol *policy.Policy, gpurunBinary string, env map[st
 		return Check{}, false
 	}
 	c := Check{Name: "runtime.cycle", Status: OK}
-	config := nvidiaRuntimeConfig(sys, chained, env)
+	config := nvidia.RuntimeConfig(sys.Root, chained, env)
 	listed, first, err := nvidiaLowLevel(sys, config)
 	if err != nil {
 		c.Status = Error
@@ -298,7 +239,7 @@ func cycleCheck(sys *System, pol *policy.Policy, gpurunBinary string, env map[st
 		}
 	}
 	c.Data["cycles_logged"] = broken
-	fix := fmt.Sprintf("make NVIDIA's runtime run runc: on the GPU Operator, set %s=runc,crun in the toolkit's environment (ClusterPolicy toolkit.env) — its installer rewrites %s each time its pod starts; elsewhere, runtimes = [\"runc\", \"crun\"] under [nvidia-container-runtime] in %s", nvidiaRuntimesEnv, config, config)
+	fix := fmt.Sprintf("make NVIDIA's runtime run runc: on the GPU Operator, set %s=runc,crun in the toolkit's environment (ClusterPolicy toolkit.env) — its installer rewrites %s each time its pod starts; elsewhere, runtimes = [\"runc\", \"crun\"] under [nvidia-container-runtime] in %s", nvidia.RuntimesEnv, config, config)
 	switch {
 	case calls:
 		c.Status = Problem

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpurun/gpurun/engine/nvidia"
 	"github.com/gpurun/gpurun/runtime/shim"
 )
 
@@ -81,7 +82,7 @@ func TestCycleCheck(t *testing.T) {
 			if c.Status != tc.want || !strings.Contains(c.Detail, tc.wantText) {
 				t.Errorf("%s: %s; want %s mentioning %q", c.Status, c.Detail, tc.want, tc.wantText)
 			}
-			if c.Status == Problem && !strings.Contains(c.Fix, nvidiaRuntimesEnv+"=runc,crun") {
+			if c.Status == Problem && !strings.Contains(c.Fix, nvidia.RuntimesEnv+"=runc,crun") {
 				t.Errorf("fix %q does not name the toolkit's environment", c.Fix)
 			}
 		})
