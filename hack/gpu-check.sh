@@ -4,7 +4,9 @@
 #
 #   1. The seed failure: a PyTorch DataLoader with pin_memory and 4 workers
 #      feeding a model on the GPU, under a 64 MiB /dev/shm: it dies
-#      ("DataLoader worker ... is killed by signal: Bus error").
+#      ("DataLoader worker ... is killed by signal: Bus error", or, as
+#      PyTorch 2.11 says it, "unable to allocate shared memory(shm) for
+#      file </torch_...>").
 #   2. The same under gpurun: it finishes.
 #   3. The GPU busy fraction (GPU time of the training steps / wall time)
 #      with 4 workers against the num_workers=0 workaround.
@@ -95,6 +97,7 @@ torch.cuda.synchronize()
 wall = time.perf_counter() - t0
 gpu = sum(s.elapsed_time(e) for s, e in events) / 1000
 print(f"RESULT workers={workers} steps={len(events)} wall={wall:.2f}s gpu={gpu:.2f}s busy={100 * gpu / wall:.1f}% batches/s={len(events) / wall:.2f}", flush=True)
+os._exit(0)  # without waiting for the workers' shutdown
 EOF
 
 # runner: how to run loader.py at a given /dev/shm.
@@ -117,23 +120,28 @@ echo "gpu-check: running PyTorch $([ "$MODE" = docker ] && echo "in image $IMAGE
 # run LABEL SHM WORKERS STEPS: SHM is "default" (Docker's, or a 64 MiB
 # tmpfs) or "gpurun"; prints the loader's output, returns its status.
 run() {
-	local label=$1 shm=$2 workers=$3 steps=$4 status=0
+	local label=$1 shm=$2 workers=$3 steps=$4 status=0 name=gpurun-gpucheck-$$
 	log "$label"
+	# Output goes to a file: a killed run's DataLoader workers may keep a
+	# pipe open.
 	if [ "$MODE" = docker ]; then
-		local -a cmd=(docker run --rm --gpus all -v "$WORK:/w:ro" "$IMAGE" python3 /w/loader.py "$workers" "$steps" "$BATCH")
-		[ "$shm" = gpurun ] && cmd=("$GPURUN" -v run --rm --gpus all -v "$WORK:/w:ro" "$IMAGE" python3 /w/loader.py "$workers" "$steps" "$BATCH")
-		timeout "$TIMEOUT" "${cmd[@]}" 2>&1 | tail -n 6 || status=${PIPESTATUS[0]}
+		local -a cmd=(docker run --rm --name "$name" --gpus all -v "$WORK:/w:ro" "$IMAGE" python3 /w/loader.py "$workers" "$steps" "$BATCH")
+		[ "$shm" = gpurun ] && cmd=("$GPURUN" -v run --rm --name "$name" --gpus all -v "$WORK:/w:ro" "$IMAGE" python3 /w/loader.py "$workers" "$steps" "$BATCH")
+		timeout -k 5 "$TIMEOUT" "${cmd[@]}" >"$WORK/out" 2>&1 || status=$?
+		docker rm -f "$name" >/dev/null 2>&1 || true
 	else
 		local size=64m
 		if [ "$shm" = gpurun ]; then
-			size=$(DOCKER_HOST=unix:///nonexistent.sock "$GPURUN" --dry-run run --rm --gpus all image true 2>/dev/null | sed -n 's/.*--shm-size=\([0-9]*\).*/\1/p' | head -1)
+			# The docker command line gpurun prints (not its comment line).
+			size=$(DOCKER_HOST=unix:///nonexistent.sock "$GPURUN" --dry-run run --rm --gpus all image true 2>/dev/null | sed -n 's/^docker .*--shm-size=\([0-9]*\).*/\1/p' | head -1)
 			[ -n "$size" ] || die "gpurun decided no --shm-size for a GPU container"
 			echo "gpurun's size for a GPU container on this host: $size bytes"
 		fi
-		timeout "$TIMEOUT" unshare --mount --propagation private sh -ec \
+		timeout -k 5 "$TIMEOUT" unshare --mount --propagation private sh -ec \
 			'mount -t tmpfs -o size="$0",mode=1777 shm /dev/shm; exec python3 "$@"' "$size" \
-			"$WORK/loader.py" "$workers" "$steps" "$BATCH" 2>&1 | tail -n 6 || status=${PIPESTATUS[0]}
+			"$WORK/loader.py" "$workers" "$steps" "$BATCH" >"$WORK/out" 2>&1 || status=$?
 	fi
+	grep -E '/dev/shm|RESULT|Error|error|killed' "$WORK/out" | tail -n 6
 	return "$status"
 }
 
