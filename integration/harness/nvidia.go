@@ -376,21 +376,7 @@ func (tk *Toolkit) StartInstaller(o InstallerOptions) *Installer {
 	i.cmd.Env = env
 	i.cmd.Stdout, i.cmd.Stderr = logf, logf
 	i.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// PR_SET_PDEATHSIG fires when the thread that started the child
-	// ends, and Go ends threads: start and wait on one locked thread that
-	// lives as long as the installer.
-	started := make(chan error, 1)
-	onDisposableThread(func() {
-		if err := i.cmd.Start(); err != nil {
-			started <- err
-			close(i.done)
-			return
-		}
-		started <- nil
-		i.err = i.cmd.Wait()
-		close(i.done)
-	})
-	if err := <-started; err != nil {
+	if err := StartWaited(i.cmd, func(err error) { i.err = err; close(i.done) }); err != nil {
 		tk.C.t.Fatalf("harness: start nvidia-ctk-installer: %v", err)
 	}
 	tk.C.t.Cleanup(i.kill)
