@@ -91,6 +91,25 @@ test-unit: $(CONTAINERD2) $(HELM)
 	@# gpurun explain's recall and false findings on its corpus of real logs.
 	@$(GO) test -count=1 -v -run '^TestCorpusRecall$$' ./diagnose/explain/ | grep 'corpus: '
 
+# NVIDIA's container toolkit, the stack every GPU node runs next to gpurun
+# (docs/nvidia.md): nvidia-ctk, nvidia-ctk-installer (the GPU Operator's
+# toolkit entry point, with NVIDIA's NRI plugin), nvidia-container-runtime
+# and its .cdi/.legacy modes, and nvidia-cdi-hook, built from the Go module
+# proxy with cgo (its internal/cuda needs it) once per version: into
+# /var/cache/gpurun-tools as root (CI keeps it warm), else into .tools/.
+# The integration tests in integration/nvidia_test.go run them
+# ($$GPURUN_TEST_NVIDIA_TOOLKIT).
+NVIDIA_TOOLKIT_VERSION ?= v1.20.2
+NVIDIA_TOOLKIT_CACHE   ?= $(if $(filter 0,$(shell id -u)),/var/cache/gpurun-tools,$(CURDIR)/.tools)
+NVIDIA_TOOLKIT_BIN     ?= $(NVIDIA_TOOLKIT_CACHE)/nvidia-container-toolkit-$(NVIDIA_TOOLKIT_VERSION)
+NVIDIA_TOOLKIT_CMDS     = nvidia-ctk nvidia-ctk-installer nvidia-container-runtime nvidia-container-runtime.cdi nvidia-container-runtime.legacy nvidia-cdi-hook
+.PHONY: nvidia-toolkit
+nvidia-toolkit: $(NVIDIA_TOOLKIT_BIN)/.complete
+$(NVIDIA_TOOLKIT_BIN)/.complete:
+	mkdir -p $(@D)
+	GOBIN=$(@D) CGO_ENABLED=1 $(GO) install $(foreach c,$(NVIDIA_TOOLKIT_CMDS),github.com/NVIDIA/nvidia-container-toolkit/cmd/$(c)@$(NVIDIA_TOOLKIT_VERSION))
+	touch $@
+
 # Kubernetes for the cluster tests (integration/cluster_test.go): kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet and kubectl built from the
 # Go module proxy by hack/build-kubernetes.sh, once per release, into
@@ -106,8 +125,8 @@ k8s-tools:
 # Real engines (dockerd, containerd + CRI, runc, podman, a single-node
 # Kubernetes cluster), each on its own sockets, state dirs and network
 # namespace; needs root. The tests build bin/ themselves.
-test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2)
-	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/
+test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2) nvidia-toolkit
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_NVIDIA_TOOLKIT=$(NVIDIA_TOOLKIT_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/
 
 # The machine as the tests found it (integration/checkhost; root): host-snapshot
 # records docker0 and the other interfaces, the engines' configs and

@@ -91,13 +91,9 @@ func startNRIPluginHiding(t *testing.T, policyText, socket, hide string, args ..
 	}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	if err := harness.StartWaited(p.cmd, func(error) { close(p.done) }); err != nil {
 		t.Fatalf("start gpurun nri: %v", err)
 	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(p.kill)
 	return p
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // loadContainerd reads containerd's config under the System's root, with
@@ -82,12 +83,21 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 	out.nvidia = nvidiaRuntime(paths)
 
 	rc := Check{Name: "containerd.runtime", Status: OK, Data: map[string]any{"registered": name != "", "default": out.isDefault, "default_runtime": def}}
-	if name == "" {
+	plugin, nri := nriPluginOf(sys, cfg)
+	switch {
+	case name == "" && nri:
+		rc.Detail = fmt.Sprintf("no gpurun runtime handler, none needed: gpurun's NRI plugin (pid %d) is connected to containerd's NRI socket %s and sizes the pods of every handler", plugin.pid, plugin.socket)
+		rc.Data["nri_plugin_pid"] = plugin.pid
+		out.checks = append(out.checks, rc)
+	case name == "":
 		rc.Status = Warn
 		rc.Detail = fmt.Sprintf("no gpurun runtime handler (default handler %s): pods get containerd's 64MiB /dev/shm", def)
-		rc.Fix = "sudo gpurun install containerd --set-as-default --restart   (or without --set-as-default, and runtimeClassName: gpurun in the pods that need it)"
+		rc.Fix = "sudo gpurun install containerd --set-as-default --restart   (or without --set-as-default, and runtimeClassName: gpurun in the pods that need it; beside NVIDIA's toolkit see docs/nvidia.md)"
+		if cfg.NRI().Enabled {
+			rc.Fix += "; or run gpurun's NRI plugin (containerd's NRI is on: deploy/kubernetes/overlays/nri)"
+		}
 		out.checks = append(out.checks, rc)
-	} else {
+	default:
 		rt := rts[name]
 		rc.Data["binary"] = rt.BinaryName
 		var problems []string
@@ -107,12 +117,37 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 			rc.Detail = fmt.Sprintf("runtime handler %s (%s) is the default: every pod goes through it", name, rt.BinaryName)
 		} else {
 			rc.Detail = fmt.Sprintf("runtime handler %s (%s), not the default (%s): pods with runtimeClassName: %s (a RuntimeClass with handler %s) get the policy's /dev/shm", name, rt.BinaryName, def, name, name)
+			if d, ok := rts[def]; ok && isNVIDIARuntime(d.BinaryName) && !nri {
+				file, line := cfg.Defines("plugins", cfg.RuntimePluginID(), "containerd", "default_runtime_name")
+				rc.Status = Warn
+				rc.Detail += fmt.Sprintf("; GPU pods without it go through NVIDIA's runtime (%s, the default set in %s:%d) and get containerd's 64MiB", d.BinaryName, file, line)
+				rc.Fix = fmt.Sprintf("to size every GPU pod: sudo gpurun install containerd --set-as-default --drop-in %s --restart (read after NVIDIA's drop-in; gpurun chains NVIDIA's runtime), or gpurun's NRI plugin (docs/nvidia.md)", install.OwnDropInDir(cfgPath))
+			}
 		}
 		out.checks = append(out.checks, rc)
 		out.checks = append(out.checks, podAnnotationsCheck(name, rt, pol))
 	}
-	if c, ok := loadedCheck(ctx, o, name, out.isDefault); ok {
+	if c, ok := handlersCheck(cfg, name, out.isDefault, nri, cfgPath); ok {
 		out.checks = append(out.checks, c)
+	}
+	if name != "" && out.isDefault {
+		if c, ok := nvidiaDefaultCheck(sys, cfg, pol, policyPathOf(o)); ok {
+			out.checks = append(out.checks, c)
+		}
+	}
+	if name != "" {
+		if c, ok := cycleCheck(sys, pol, rts[name].BinaryName, containerdEnv(sys, cfgPath)); ok {
+			out.checks = append(out.checks, c)
+		}
+	}
+	c, ok := loadedCheck(ctx, o, name, out.isDefault)
+	if ok {
+		out.checks = append(out.checks, c)
+	}
+	if ok && c.Status != Problem {
+		if c, ok := podsCheck(ctx, sys, o, pol, name); ok {
+			out.checks = append(out.checks, c)
+		}
 	}
 	return out
 }
@@ -149,12 +184,22 @@ func loadedCheck(ctx context.Context, o HostOptions, name string, isDefault bool
 		return Check{}, false
 	}
 	c := Check{Name: "containerd.loaded", Status: OK}
-	resp, err := o.CRI.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
-	if status.Code(err) == codes.Unimplemented {
+	sctx, cancel := context.WithTimeout(ctx, criCallTimeout)
+	defer cancel()
+	resp, err := o.CRI.Status(sctx, &runtimeapi.StatusRequest{Verbose: true})
+	switch code := status.Code(err); {
+	case code == codes.Unimplemented:
 		c.Detail = fmt.Sprintf("containerd at %s serves no CRI (its CRI plugin is disabled): no Kubernetes pods here", o.CRIEndpoint)
 		return c, true
-	}
-	if err != nil {
+	case code == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) || code == codes.Unavailable:
+		// A containerd that does not answer starts and stops no pod: a
+		// runtime that loops (two runtimes calling each other) can hang
+		// it, as can a config it chokes on.
+		c.Status = Problem
+		c.Detail = fmt.Sprintf("containerd at %s does not answer its CRI (%v): the node starts and stops no pod", o.CRIEndpoint, err)
+		c.Fix = "look at containerd's log (journalctl -u containerd) and at its runtimes' processes (ps -ef | grep -e gpurun-runtime -e nvidia-container-runtime: a runtime cycle piles them up), then: systemctl restart containerd"
+		return c, true
+	case err != nil:
 		c.Status = Warn
 		c.Detail = fmt.Sprintf("cannot ask containerd at %s (%v): whether it loaded the config is unknown", o.CRIEndpoint, err)
 		return c, true
@@ -187,4 +232,12 @@ func loadedCheck(ctx context.Context, o HostOptions, name string, isDefault bool
 		c.Detail = fmt.Sprintf("containerd at %s runs with this config (default handler %s)", o.CRIEndpoint, cfg.DefaultRuntime)
 	}
 	return c, true
+}
+
+// policyPathOf is the policy file doctor read, as a node path.
+func policyPathOf(o HostOptions) string {
+	if o.Policy.Path != "" {
+		return o.Policy.Path
+	}
+	return policy.DefaultConfigPath
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -370,13 +372,20 @@ func TestHostContainerdConfigs(t *testing.T) {
 				registered = registered || strings.Contains(string(data), "runtimes.gpurun]")
 				isDefault = isDefault || strings.Contains(string(data), `default_runtime_name = "gpurun"`) || strings.Contains(string(data), `default_runtime_name = 'gpurun'`)
 			}
+			// NVIDIA's runtime the default without gpurun (nvidia-ctk
+			// --set-as-default): gpurun chains it when it becomes the
+			// default, and GPU pods bypass it when it does not.
+			nvidiaDefault := strings.Contains(tt.name, "set-as-default")
+			if nvidiaDefault && isDefault {
+				f.write(policy.DefaultConfigPath, "runtime = \"/usr/bin/nvidia-container-runtime\"\n")
+			}
 			r := hostReport(f, HostOptions{DockerErr: errors.New("no docker")})
 			if c := check(t, r, "containerd.config"); c.Status != OK {
 				t.Fatalf("containerd.config %s: %s", c.Status, c.Detail)
 			}
 			c := check(t, r, "containerd.runtime")
 			want := Warn
-			if registered {
+			if registered && (isDefault || !nvidiaDefault) {
 				want = OK
 			}
 			if c.Status != want || c.Data["registered"] != registered || c.Data["default"] != isDefault {
@@ -450,6 +459,9 @@ type fakeCRI struct {
 	config    string
 	statusErr error
 	status    map[string]*runtimeapi.ContainerStatusResponse
+	// sandboxOf and handlers are the running containers' pods and the
+	// pods' runtime handlers.
+	sandboxOf, handlers map[string]string
 }
 
 func (c *fakeCRI) Status(context.Context, *runtimeapi.StatusRequest, ...grpc.CallOption) (*runtimeapi.StatusResponse, error) {
@@ -457,6 +469,22 @@ func (c *fakeCRI) Status(context.Context, *runtimeapi.StatusRequest, ...grpc.Cal
 		return nil, c.statusErr
 	}
 	return &runtimeapi.StatusResponse{Info: map[string]string{"config": c.config}}, nil
+}
+
+func (c *fakeCRI) ListContainers(context.Context, *runtimeapi.ListContainersRequest, ...grpc.CallOption) (*runtimeapi.ListContainersResponse, error) {
+	if c.statusErr != nil {
+		return nil, c.statusErr
+	}
+	resp := &runtimeapi.ListContainersResponse{}
+	for _, id := range slices.Sorted(maps.Keys(c.status)) {
+		st := c.status[id].GetStatus()
+		resp.Containers = append(resp.Containers, &runtimeapi.Container{Id: id, PodSandboxId: c.sandboxOf[id], Metadata: st.GetMetadata(), State: st.GetState()})
+	}
+	return resp, nil
+}
+
+func (c *fakeCRI) PodSandboxStatus(_ context.Context, in *runtimeapi.PodSandboxStatusRequest, _ ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
+	return &runtimeapi.PodSandboxStatusResponse{Status: &runtimeapi.PodSandboxStatus{Id: in.GetPodSandboxId(), RuntimeHandler: c.handlers[in.GetPodSandboxId()]}}, nil
 }
 
 func (c *fakeCRI) ContainerStatus(_ context.Context, in *runtimeapi.ContainerStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ContainerStatusResponse, error) {
@@ -492,7 +520,9 @@ func TestHostContainerdLoaded(t *testing.T) {
 		{"not restarted", &fakeCRI{config: loaded("runc", "runc")}, Problem, "has not loaded it"},
 		{"default not applied", &fakeCRI{config: loaded("runc", "runc", "gpurun")}, Problem, "runs with default runc"},
 		{"no CRI plugin", &fakeCRI{statusErr: status.Error(codes.Unimplemented, "unknown service runtime.v1.RuntimeService")}, OK, "serves no CRI"},
-		{"unreachable", &fakeCRI{statusErr: status.Error(codes.Unavailable, "connection refused")}, Warn, "cannot ask"},
+		{"unreachable", &fakeCRI{statusErr: status.Error(codes.Unavailable, "connection refused")}, Problem, "does not answer"},
+		{"hung", &fakeCRI{statusErr: status.Error(codes.DeadlineExceeded, "context deadline exceeded")}, Problem, "starts and stops no pod"},
+		{"another error", &fakeCRI{statusErr: status.Error(codes.Internal, "oops")}, Warn, "cannot ask"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

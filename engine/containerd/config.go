@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"maps"
 	"slices"
 	"sort"
 
@@ -289,4 +290,63 @@ func inVersion(path []string, version int) []string {
 		return append([]string{"grpc"}, path[2:]...)
 	}
 	return path
+}
+
+// lastDefining returns the last file, in merge order, whose own tree has
+// the table at path (as that file's version names it), and whether there
+// is one. Under containerd 1.x's rules that file's section of a plugin is
+// the whole section containerd uses.
+func (c *Config) lastDefining(path ...string) (file, bool) {
+	for i := len(c.files) - 1; i >= 0; i-- {
+		f := c.files[i]
+		if v, ok := cfgtree.Get(f.doc.Tree, inVersion(path, f.version)...); ok {
+			if _, isTable := v.(map[string]any); isTable {
+				return f, true
+			}
+		}
+	}
+	return file{}, false
+}
+
+// DefinedIn lists the files (in merge order) that write the key or table
+// at path (as the view lays it out), whether or not containerd ends up
+// reading it from them.
+func (c *Config) DefinedIn(path ...string) []string {
+	var out []string
+	for _, f := range c.files {
+		if f.doc.Defines(inVersion(path, f.version)) >= 0 {
+			out = append(out, f.path)
+		}
+	}
+	return out
+}
+
+// HiddenRuntime is a runtime handler a file defines that containerd does
+// not read: under containerd 1.x's rules a file read later replaces the
+// whole CRI section (NVIDIA's toolkit's drop-in, or gpurun's, carries a
+// copy of the section it saw when it was written).
+type HiddenRuntime struct {
+	// Name is the handler's name, File the file that defines it.
+	Name, File string
+	// By is the file whose CRI section containerd reads instead.
+	By string
+}
+
+// HiddenRuntimes lists the runtime handlers the files define that the
+// merged view lacks, by file and name.
+func (c *Config) HiddenRuntimes() []HiddenRuntime {
+	merged := c.handlers()["runtimes"]
+	have, _ := merged.(map[string]any)
+	by, _ := c.lastDefining("plugins", c.RuntimePluginID())
+	var out []HiddenRuntime
+	for _, f := range c.files {
+		v, _ := cfgtree.Get(f.doc.Tree, inVersion([]string{"plugins", c.RuntimePluginID(), "containerd", "runtimes"}, f.version)...)
+		rts, _ := v.(map[string]any)
+		for _, name := range slices.Sorted(maps.Keys(rts)) {
+			if _, ok := have[name]; !ok {
+				out = append(out, HiddenRuntime{Name: name, File: f.path, By: by.path})
+			}
+		}
+	}
+	return out
 }

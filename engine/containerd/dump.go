@@ -26,8 +26,8 @@ func (o LoadOptions) command(ctx context.Context, args ...string) *exec.Cmd {
 // root when there is one, so that the node's paths mean what they mean to
 // containerd) and returns its output.
 func dump(ctx context.Context, o LoadOptions, path string) ([]byte, error) {
-	if len(o.Overlay) > 0 {
-		return nil, fmt.Errorf("containerd config dump reads the files on disk, not the overlay")
+	if len(o.Overlay) > 0 || len(o.Exclude) > 0 {
+		return nil, fmt.Errorf("containerd config dump reads every file on disk, not the overlay or the files excluded")
 	}
 	ctx, cancel := context.WithTimeout(ctx, dumpTimeout)
 	defer cancel()

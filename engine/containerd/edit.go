@@ -223,15 +223,23 @@ func Uninstall(data []byte, o Handler, c Change) ([]byte, bool, error) {
 }
 
 // DropIn registers the runtime in a drop-in file instead: it returns
-// the main config with an imports entry for dropInPath (unchanged when an
-// entry or glob already covers it) and the drop-in's content. containerd 2.x
-// (version 3 and 4) merges imported files key by key, so the drop-in holds
-// only gpurun's tables, with settings copied from the main config.
-// containerd 1.x (version 2) replaces a plugin's whole section with the
-// imported file's, so there the drop-in holds a copy of the main config's
-// whole CRI plugin section plus gpurun's tables; later edits of that section
-// must then be made in the drop-in. The drop-in has the main config's version
-// (containerd 2.x ignores a drop-in with a newer one).
+// the main config with an imports entry for dropInPath and the drop-in's
+// content. The entry goes last in imports, so that containerd reads the
+// drop-in after every other file: an entry already there that is not last
+// is moved to the end (another tool's drop-in imported after it would
+// otherwise override gpurun's default); a glob that covers dropInPath
+// leaves imports as they are. containerd 2.x (version 3 and 4) merges
+// imported files key by key, so the drop-in holds only gpurun's tables,
+// with settings copied from the main config. containerd 1.x (version 2)
+// replaces a plugin's whole section with the imported file's, so there the
+// drop-in holds a copy of the whole CRI plugin section containerd reads
+// without it plus gpurun's tables: the main config's, or, when o.Effective
+// says another file read later replaces it (NVIDIA's toolkit writes
+// conf.d/99-nvidia.toml with a copy of the section and its nvidia,
+// nvidia-cdi and nvidia-legacy handlers), that file's — every handler it
+// defines stays. An install run again after that file changed copies it
+// again. The drop-in has the main config's version (containerd 2.x ignores
+// a drop-in with a newer one).
 func DropIn(main []byte, dropInPath string, o Handler) (newMain, dropIn []byte, c Change, err error) {
 	if err := o.validate(); err != nil {
 		return nil, nil, Change{}, err
@@ -252,14 +260,20 @@ func DropIn(main []byte, dropInPath string, o Handler) (newMain, dropIn []byte, 
 	base.WriteString("# Written by gpurun install; gpurun uninstall containerd removes it.\n")
 	fmt.Fprintf(&base, "version = %d\n", m.version)
 	cri := []string{"plugins", RuntimePluginID(m.version)}
+	from, fromName := m, "the main config"
+	if e := o.Effective; m.version == 2 && e != nil && e.Generation == Containerd1 {
+		if f, ok := e.lastDefining(cri...); ok && f.path != e.Path && f.path != dropInPath && (f.version == 0 || f.version == 2) {
+			from, fromName = &doc{Doc: f.doc, version: 2}, f.path
+		}
+	}
 	if m.version == 2 {
-		sec, err := copySection(m, cri)
+		sec, err := copySection(from, cri)
 		if err != nil {
 			return nil, nil, Change{}, err
 		}
 		if sec != "" {
 			base.WriteString("\n# containerd 1.x replaces a plugin's whole section with an imported file's:\n")
-			base.WriteString("# this is a copy of the CRI plugin section of the main config.\n")
+			fmt.Fprintf(&base, "# this is a copy of the CRI plugin section of %s.\n", fromName)
 			base.WriteString(sec)
 		}
 	}
@@ -269,10 +283,21 @@ func DropIn(main []byte, dropInPath string, o Handler) (newMain, dropIn []byte, 
 	}
 	src := m
 	if m.version == 2 {
-		want, _ := cfgtree.Get(m.Tree, cri...)
+		want, _ := cfgtree.Get(from.Tree, cri...)
 		got, _ := cfgtree.Get(b.Tree, cri...)
 		if p, ok := cfgtree.Equal(want, got); !ok {
 			return nil, nil, Change{}, fmt.Errorf("containerd config: cannot copy the CRI plugin section into a drop-in (differs at %s); install in place instead", tomledit.PathText(cfgtree.Join(cri, p...)))
+		}
+		// A copy of gpurun's own handler in that section (NVIDIA's
+		// toolkit copies the whole section, gpurun's handler and default
+		// included, into its drop-in) is not kept: gpurun's handler is
+		// made anew, standing in for the default the section has.
+		if stripped, changed, err := RemoveRuntime(b.Data, o, Change{}); err != nil {
+			return nil, nil, Change{}, fmt.Errorf("containerd drop-in: %w", err)
+		} else if changed {
+			if b, err = parse(stripped); err != nil {
+				return nil, nil, Change{}, fmt.Errorf("containerd drop-in: %w", err)
+			}
 		}
 		src = b
 	}
@@ -334,6 +359,86 @@ func UninstallDropIn(main []byte, dropInPath string, c Change) (newMain []byte, 
 		return nil, false, err
 	}
 	return out, !bytes.Equal(out, main), nil
+}
+
+// RemoveRuntime takes runtime handler o.Name out of a config file that
+// holds it without gpurun's marker: a file another tool rewrote or wrote
+// from containerd's configuration (NVIDIA's toolkit drops comments when
+// it rewrites config.toml, and copies the whole CRI section, gpurun's
+// handler included, into its drop-in). It removes every table and key
+// under runtimes.<Name>, and a default_runtime_name naming it, which would
+// stop the CRI plugin once the handler is gone: that key goes back to
+// c.PreviousDefault when c.HadDefaultKey, else it is removed. Every other
+// byte is kept; changed is false when the file does not hold the handler.
+func RemoveRuntime(data []byte, o Handler, c Change) (out []byte, changed bool, err error) {
+	if err := validName(o.Name); err != nil {
+		return nil, false, err
+	}
+	d, err := parse(data)
+	if err != nil {
+		return nil, false, err
+	}
+	if d.empty {
+		return data, false, nil
+	}
+	handlers := []string{"plugins", RuntimePluginID(d.version), "containerd"}
+	rt := cfgtree.Join(handlers, "runtimes", o.Name)
+	under := func(parts []tomledit.Part) bool {
+		return len(parts) >= len(rt) && tomledit.NamesEqual(parts[:len(rt)], rt)
+	}
+	var edits []tomledit.Edit
+	removed := map[int]bool{}
+	for i, e := range d.Exprs {
+		if (e.Kind != unstable.Table && e.Kind != unstable.ArrayTable) || !under(e.Path) {
+			continue
+		}
+		end := len(d.Data)
+		for j := i + 1; j < len(d.Exprs); j++ {
+			if k := d.Exprs[j].Kind; k == unstable.Table || k == unstable.ArrayTable {
+				end = d.Exprs[j].LineStart
+				break
+			}
+		}
+		edits = append(edits, tomledit.Edit{Start: e.LineStart, End: end})
+		removed[i] = true
+	}
+	for _, kv := range d.KVs {
+		if !under(kv.Path) && !tomledit.NamesEqual(kv.Path, rt) {
+			continue
+		}
+		if h := d.Exprs[kv.Expr].Header; h >= 0 && removed[h] {
+			continue
+		}
+		if kv.Nested {
+			return nil, false, fmt.Errorf("containerd config line %d: %s is inside an inline table; remove it by hand", d.Line(kv.Start), tomledit.PathText(rt))
+		}
+		from, to := d.LineRemoval(kv.Expr)
+		edits = append(edits, tomledit.Edit{Start: from, End: to})
+	}
+	defPath := cfgtree.Join(handlers, "default_runtime_name")
+	if i := d.FindKV(defPath); i >= 0 && d.KVs[i].Value.Kind == unstable.String && d.KVs[i].Value.Str == o.Name {
+		kv := d.KVs[i]
+		switch {
+		case c.HadDefaultKey && c.PreviousDefault != o.Name:
+			old := string(d.Data[kv.Value.Start:kv.Value.End])
+			edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, c.PreviousDefault)})
+		case kv.Nested:
+			return nil, false, fmt.Errorf("containerd config line %d: default_runtime_name is inside an inline table; remove it by hand", d.Line(kv.Start))
+		default:
+			from, to := d.LineRemoval(kv.Expr)
+			edits = append(edits, tomledit.Edit{Start: from, End: to})
+		}
+	}
+	if len(edits) == 0 {
+		return data, false, nil
+	}
+	if out, err = apply(d.Data, edits); err != nil {
+		return nil, false, err
+	}
+	if err := d.CheckOnly(out, [][]string{rt, defPath}); err != nil {
+		return nil, false, err
+	}
+	return out, !bytes.Equal(out, data), nil
 }
 
 // validate checks the options an install needs.
@@ -784,13 +889,15 @@ func addImport(d *doc, path string) ([]byte, error) {
 			return nil, fmt.Errorf("containerd config line %d: imports is not an array", d.Line(kv.Start))
 		}
 		var last *tomledit.Value
+		at := -1
 		for k := range kv.Value.Elems {
 			el := &kv.Value.Elems[k]
 			if el.Kind != unstable.String {
 				return nil, fmt.Errorf("containerd config line %d: imports has an element that is not a string", d.Line(kv.Start))
 			}
 			if el.Str == path {
-				return d.Data, nil
+				at = k
+				continue
 			}
 			if filepath.IsAbs(el.Str) {
 				if ok, _ := filepath.Match(el.Str, path); ok {
@@ -799,9 +906,34 @@ func addImport(d *doc, path string) ([]byte, error) {
 			}
 			last = el
 		}
-		if last == nil {
+		switch {
+		case at >= 0 && at == len(kv.Value.Elems)-1:
+			return d.Data, nil
+		case at >= 0:
+			// Read last: out of its place, and after the last element.
+			removal := d.RemoveArrayElement(i, at)
+			out, err := apply(d.Data, []tomledit.Edit{removal})
+			if err != nil {
+				return nil, err
+			}
+			moved, err := parse(out)
+			if err != nil {
+				return nil, fmt.Errorf("containerd config: %w", err)
+			}
+			j := moved.FindKV([]string{"imports"})
+			elems := moved.KVs[j].Value.Elems
+			end := elems[len(elems)-1].End
+			out, err = apply(moved.Data, []tomledit.Edit{{Start: end, End: end, Text: ", " + tomledit.Quote(path)}})
+			if err != nil {
+				return nil, err
+			}
+			if err := d.CheckOnly(out, [][]string{{"imports"}}); err != nil {
+				return nil, err
+			}
+			return out, nil
+		case last == nil:
 			edit = tomledit.Edit{Start: kv.Value.Start + 1, End: kv.Value.Start + 1, Text: tomledit.Quote(path)}
-		} else {
+		default:
 			edit = tomledit.Edit{Start: last.End, End: last.End, Text: ", " + tomledit.Quote(path)}
 		}
 	} else {

@@ -63,6 +63,10 @@ type LoadOptions struct {
 	// the disk's, files that do not exist yet included: the configuration
 	// as an edit would leave it.
 	Overlay map[string][]byte
+	// Exclude names files (node paths) that are not read even where a
+	// config imports them: the configuration as it would be without
+	// them (a drop-in of gpurun's that is about to be rewritten).
+	Exclude []string
 	// Release is the release of the containerd that reads the config
 	// ("1.6.20", as `containerd --version` prints it), when known. It
 	// says the generation (when Generation does not), and releases before
@@ -225,7 +229,7 @@ func readAll(path string, o LoadOptions) ([]file, error) {
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
-		if loaded[p.path] {
+		if loaded[p.path] || (p.from != nil && slices.Contains(o.Exclude, p.path)) {
 			continue
 		}
 		data, err := o.readFile(p.path)

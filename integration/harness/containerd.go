@@ -49,6 +49,9 @@ type ContainerdOptions struct {
 	Env []string
 	// CRI holds the settings a kubelet's containerd needs.
 	CRI CRISettings
+	// NVIDIA, when set, makes this containerd a GPU node's: it runs in
+	// that node's mount namespace (see NVIDIA).
+	NVIDIA *NVIDIA
 }
 
 // CRISettings are the CRI plugin settings of a containerd that a kubelet
@@ -190,7 +193,7 @@ func (c *Containerd) Restarts() []ContainerdRestart {
 func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
 	bin, ctr := requireContainerd16(t)
-	return launchContainerd(t, launchSpec{kind: "c"}, bin, ctr, opts.Env, func(dir string) (string, error) { return ContainerdConfig(dir, opts), nil })
+	return launchContainerd(t, launchSpec{kind: "c", nvidia: opts.NVIDIA}, bin, ctr, opts.Env, func(dir string) (string, error) { return ContainerdConfig(dir, opts), nil })
 }
 
 // requireContainerd16 checks what Debian's containerd needs — root,
@@ -219,6 +222,9 @@ type launchSpec struct {
 	supervise bool
 	// cgroupParent replaces CgroupParent ("/" + the directory's name).
 	cgroupParent string
+	// nvidia runs containerd in a GPU node's mount namespace (with a
+	// network namespace of its own; ns must be nil).
+	nvidia *NVIDIA
 }
 
 // launchContainerd starts the containerd binary bin, as StartContainerd
@@ -235,6 +241,29 @@ func launchContainerd(t testing.TB, spec launchSpec, bin, ctr string, env []stri
 	if ns == nil {
 		// Registered before containerd's cleanup, so removed after it.
 		ns = NewNetNS(t, dir)
+	}
+	if spec.nvidia != nil {
+		// The pods' mounts (their /dev/shm tmpfs, rootfs) are made below
+		// the state directory in the node's mount namespace: shared, so
+		// that the tests and the cleanup see them here.
+		state := filepath.Join(dir, "state")
+		if err := os.MkdirAll(state, 0o755); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+		if err := makeRShared(state); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+		var mnt *mountNS
+		var err error
+		mnt, err = newMountNS(spec.nvidia.nodeMounts(filepath.Join(dir, "scratch")))
+		if err != nil {
+			t.Fatalf("harness: GPU node mount namespace: %v", err)
+		}
+		ns.mnt = mnt
+		t.Cleanup(mnt.close) // after containerd's cleanup, before the netns goes
+		if env, err = spec.nvidia.nodeEnv(dir, env); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
 	}
 	cgroupParent := spec.cgroupParent
 	if cgroupParent == "" {

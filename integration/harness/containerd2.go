@@ -40,6 +40,10 @@ type Containerd2Options struct {
 	Env []string
 	// CRI holds the settings a kubelet's containerd needs.
 	CRI CRISettings
+	// NVIDIA, when set, makes this containerd a GPU node's: it runs in
+	// that node's mount namespace (see NVIDIA), and reads CDI specs from
+	// NVIDIA.CDIDir.
+	NVIDIA *NVIDIA
 }
 
 // Containerd2 is a private containerd 2.x with its CRI plugin and NRI
@@ -70,7 +74,11 @@ func StartContainerd2(t testing.TB, opts Containerd2Options) *Containerd2 {
 	binDir, version := requireContainerd2(t)
 	bin := filepath.Join(binDir, "containerd")
 	env := append([]string{"PATH=" + binDir + ":" + os.Getenv("PATH")}, opts.Env...)
-	c := launchContainerd(t, launchSpec{kind: "c2"}, bin, filepath.Join(binDir, "ctr"), env, func(dir string) (string, error) {
+	cri := opts.CRI
+	if opts.NVIDIA != nil && len(cri.CDISpecDirs) == 0 {
+		cri.CDISpecDirs = []string{opts.NVIDIA.CDIDir}
+	}
+	c := launchContainerd(t, launchSpec{kind: "c2", nvidia: opts.NVIDIA}, bin, filepath.Join(binDir, "ctr"), env, func(dir string) (string, error) {
 		nri := nriDirs(dir)
 		for _, d := range []string{nri.plugins, nri.configs} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
@@ -87,7 +95,7 @@ func StartContainerd2(t testing.TB, opts Containerd2Options) *Containerd2 {
 				return "", fmt.Errorf("write NRI plugin config %s: %w", name, err)
 			}
 		}
-		return Containerd2ConfigWith(dir, opts.CRI), nil
+		return Containerd2ConfigWith(dir, cri), nil
 	})
 	nri := nriDirs(c.Dir)
 	t.Logf("harness: %s", version)

@@ -68,6 +68,10 @@ type ContainerOptions struct {
 	// Devices and Mounts are added to the container.
 	Devices []Device
 	Mounts  []Mount
+	// CDIDevices are CDI device names (vendor/class=name) the container
+	// asks for, as the kubelet passes a device plugin's or a DRA claim's:
+	// containerd 2.x injects them from its CDI specs.
+	CDIDevices []string
 	// MemoryLimit is linux.resources.memory_limit_in_bytes (0: none).
 	MemoryLimit int64
 	// Privileged runs the container privileged.
@@ -217,6 +221,9 @@ func (c *Containerd) TryCreateContainer(podID string, opts ContainerOptions) (st
 			perms = "rwm"
 		}
 		cfg.Devices = append(cfg.Devices, &runtimeapi.Device{HostPath: d.Host, ContainerPath: ctrPath, Permissions: perms})
+	}
+	for _, name := range opts.CDIDevices {
+		cfg.CDIDevices = append(cfg.CDIDevices, &runtimeapi.CDIDevice{Name: name})
 	}
 	for _, m := range opts.Mounts {
 		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{HostPath: m.Host, ContainerPath: m.Container, Readonly: m.ReadOnly})

@@ -498,3 +498,22 @@ func Leftovers(dir string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// StartWaited starts cmd and waits for it on an OS thread of its own,
+// locked until cmd exits, and calls exited with Wait's result then. A
+// child's PR_SET_PDEATHSIG (SysProcAttr.Pdeathsig) fires when the thread
+// that started it ends, and Go ends threads: a long-running child started
+// from a test's goroutine may be killed at any moment; started here, only
+// when the test binary dies.
+func StartWaited(cmd *exec.Cmd, exited func(error)) error {
+	started := make(chan error, 1)
+	onDisposableThread(func() {
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited(cmd.Wait())
+	})
+	return <-started
+}

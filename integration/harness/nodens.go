@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,10 @@ type nodeMounts struct {
 	// upper layer is private: the host's files stay visible, writes land
 	// in the test's directory (libcni's cache in /var/lib/cni).
 	overlays []string
+	// binds are directories bound into the namespace after the overlays
+	// (target -> source); a missing target is made, below an overlay in
+	// its private upper layer.
+	binds map[string]string
 	// scratch holds the private copies and overlay layers.
 	scratch string
 }
@@ -109,7 +114,25 @@ func (m nodeMounts) setup() error {
 			return fmt.Errorf("overlay on %s: %w", dir, err)
 		}
 	}
+	for _, target := range sortedKeys(m.binds) {
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.binds[target], target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", m.binds[target], target, err)
+		}
+	}
 	return nil
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // enter moves the calling (locked) thread into the namespace; the thread

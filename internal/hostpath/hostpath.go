@@ -86,6 +86,19 @@ func Stat(hostRoot, nodePath string) (os.FileInfo, error) {
 	return os.Lstat(filepath.Join(hostRoot, p))
 }
 
+// ReadFile reads a node file under hostRoot, following symbolic links as
+// the node would (Resolve).
+func ReadFile(hostRoot, nodePath string) ([]byte, error) {
+	if hostRoot == "" || hostRoot == "/" {
+		return os.ReadFile(nodePath)
+	}
+	p, err := Resolve(hostRoot, nodePath)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(filepath.Join(hostRoot, p))
+}
+
 // nodePATH is the PATH a program of the node runs with when it runs
 // chrooted into the host root: this process's would name its own image's
 // directories.

@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/hostpath"
+	"github.com/gpurun/gpurun/policy"
 )
 
 // DefaultContainerdConfig is containerd's configuration file.
@@ -90,16 +95,24 @@ func (c Containerd) Install() error {
 	}
 	// The configuration as containerd reads it now, imports included:
 	// gpurun stands in for its default runtime, wherever that is set.
-	effective, effErr := c.effective(nil)
+	// Without gpurun's own drop-in, which is written anew: on containerd
+	// 1.x it carries a copy of the CRI section another file may have
+	// changed since (NVIDIA's toolkit rewrites its drop-in whenever its
+	// pod starts).
+	dropNode, dropHere := "", ""
+	var exclude []string
+	if c.DropInDir != "" {
+		dropNode, dropHere = c.dropIn()
+		exclude = []string{dropNode}
+	}
+	effective, effErr := c.effective(nil, exclude...)
 	opts := c.options()
 	if effErr == nil {
 		opts.Effective = effective
 	}
 	var after, dropIn, dropBefore []byte
 	var ch containerd.Change
-	dropNode, dropHere := "", ""
 	if c.DropInDir != "" {
-		dropNode, dropHere = c.dropIn()
 		if after, dropIn, ch, err = containerd.DropIn(before, dropNode, opts); err != nil {
 			return fmt.Errorf("install into %s: %w", path, err)
 		}
@@ -139,15 +152,26 @@ func (c Containerd) Install() error {
 	}
 	rec, hadRecord := st["containerd"][path]
 	if !ch.Changed && !dropChanged {
-		if hadRecord && rec.Pending {
+		switch rechained, err := c.rechain(st, path, rec, hadRecord, ch, pc); {
+		case err != nil:
+			return err
+		case hadRecord && rec.Pending:
 			if err := c.finish(st, "containerd", path, rec); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.Out, "%s: finished the install an earlier run left half done\n", path)
-		} else {
+		case !rechained:
 			fmt.Fprintf(c.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
 		}
 		return c.restart()
+	}
+	if hadRecord && rec.Policy != nil && pc != nil && rec.Policy.Value != pc.Value {
+		// The default gpurun stands in for changed (NVIDIA's toolkit
+		// installed or removed since): chain the one there is now, and
+		// keep what the policy had before the first chaining.
+		kept := *rec.Policy
+		kept.Value = pc.Value
+		rec.Policy = &kept
 	}
 	var writes []fileWrite
 	if dropChanged {
@@ -172,6 +196,9 @@ func (c Containerd) Install() error {
 	if err := c.commit(st, "containerd", path, rec, writes); err != nil {
 		return err
 	}
+	if _, err := c.rechain(st, path, rec, true, ch, pc); err != nil {
+		return err
+	}
 	if dropChanged {
 		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", dropHere)
 	}
@@ -185,6 +212,56 @@ func (c Containerd) Install() error {
 	}
 	fmt.Fprintln(c.Out)
 	return c.restart()
+}
+
+// rechain keeps the runtime gpurun-runtime hands over to in step with
+// the default handler gpurun stands in for, when an install that changed
+// no config file made gpurun's handler anew (a drop-in is written anew
+// each time: ch.AddedRuntime): a default that is now NVIDIA's runtime is
+// chained (pc), and a chained runtime that is no longer the default is
+// unchained, the policy's runtime going back to what it was. It reports
+// whether it changed the policy.
+func (c Containerd) rechain(st state, path string, rec record, hadRecord bool, ch containerd.Change, pc *policyChange) (bool, error) {
+	cur := ""
+	if data, existed, err := readConfig(c.policyPath()); err != nil {
+		return false, err
+	} else if existed {
+		p, err := policy.Parse(c.policyPath(), data)
+		if err != nil {
+			return false, err
+		}
+		cur = p.Runtime
+	}
+	switch {
+	case pc != nil && cur != pc.Value:
+		if hadRecord && rec.Policy != nil {
+			kept := *rec.Policy
+			kept.Value = pc.Value
+			pc = &kept
+		}
+		rec.Policy = pc
+		if err := c.ensureChained(pc.Value); err != nil {
+			return false, err
+		}
+	case pc == nil && ch.AddedRuntime && hadRecord && rec.Policy != nil && cur == rec.Policy.Value:
+		fmt.Fprintf(c.Out, "%s: the default runtime gpurun stands in for is no longer %s\n", c.policyPath(), rec.Policy.Value)
+		if err := c.unchain(rec.Policy); err != nil {
+			return false, err
+		}
+		rec.Policy = nil
+	default:
+		return false, nil
+	}
+	if st["containerd"] == nil {
+		st["containerd"] = map[string]record{}
+	}
+	if hadRecord {
+		st["containerd"][path] = rec
+		if err := st.save(c.statePath()); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // node is the config's node path.
@@ -219,8 +296,8 @@ func (c Containerd) binary() string {
 // config and its imports), with the files of overlay (node paths) in
 // place of the disk's. The node's containerd binary, when there is one,
 // tells its release (containerd 1.x or 2.x merge the files differently).
-func (c Containerd) effective(overlay map[string][]byte) (*containerd.Config, error) {
-	o := containerd.LoadOptions{Root: c.HostRoot, Overlay: overlay, Containerd: c.binary()}
+func (c Containerd) effective(overlay map[string][]byte, exclude ...string) (*containerd.Config, error) {
+	o := containerd.LoadOptions{Root: c.HostRoot, Overlay: overlay, Exclude: exclude, Containerd: c.binary()}
 	return containerd.Load(context.Background(), c.node(), o)
 }
 
@@ -249,13 +326,63 @@ func (c Containerd) verify(before *containerd.Config, after []byte, dropNode str
 	r, ok := cfg.Runtime(RuntimeName)
 	switch {
 	case !ok:
-		return fmt.Errorf("containerd (%s) would not see runtime handler %s: the CRI plugin's section%s, which containerd reads after gpurun's change, replaces the whole section: add gpurun's tables there, or change that file", cfg.Generation, RuntimeName, where(handlers[:2]...))
+		return &HiddenError{Generation: cfg.Generation, What: fmt.Sprintf("would not see runtime handler %s: the CRI plugin's section%s, which containerd reads after gpurun's change, replaces the whole section", RuntimeName, where(handlers[:2]...)), Instead: c.instead(cfg, handlers[:2])}
 	case r.BinaryName != c.RuntimePath:
-		return fmt.Errorf("containerd (%s) would run %q for runtime handler %s, not %s%s, which containerd reads after gpurun's change: change it there", cfg.Generation, r.BinaryName, RuntimeName, c.RuntimePath, where(append(handlers, "runtimes", RuntimeName, "options", "BinaryName")...))
+		return &HiddenError{Generation: cfg.Generation, What: fmt.Sprintf("would run %q for runtime handler %s, not %s%s, which containerd reads after gpurun's change", r.BinaryName, RuntimeName, c.RuntimePath, where(append(handlers, "runtimes", RuntimeName, "options", "BinaryName")...)), Instead: c.instead(cfg, append(handlers, "runtimes", RuntimeName, "options", "BinaryName"))}
 	case c.SetAsDefault && cfg.DefaultRuntime() != RuntimeName:
-		return fmt.Errorf("containerd (%s) would keep %s as its default runtime handler%s, which containerd reads after gpurun's change: change it there", cfg.Generation, cfg.DefaultRuntime(), where(append(handlers, "default_runtime_name")...))
+		return &HiddenError{Generation: cfg.Generation, What: fmt.Sprintf("would keep %s as its default runtime handler%s, which containerd reads after gpurun's change", cfg.DefaultRuntime(), where(append(handlers, "default_runtime_name")...)), Instead: c.instead(cfg, append(handlers, "default_runtime_name"))}
 	}
 	return nil
+}
+
+// HiddenError is an install that containerd would not see: a file it
+// reads after gpurun's change (NVIDIA's toolkit's drop-in, say) sets the
+// CRI section, the handler or the default otherwise. Instead names the
+// install that works.
+type HiddenError struct {
+	Generation containerd.Generation
+	What       string
+	Instead    string
+}
+
+// Error says what containerd would read, and what to run instead.
+func (e *HiddenError) Error() string {
+	msg := fmt.Sprintf("containerd (%s) %s", e.Generation, e.What)
+	if e.Instead != "" {
+		msg += "; instead: " + e.Instead
+	}
+	return msg
+}
+
+// OwnDropInDir is the drop-in directory gpurun suggests next to a
+// containerd config: a directory of its own, so that containerd reads it
+// after the other tools' drop-ins (NVIDIA's conf.d/*.toml).
+func OwnDropInDir(config string) string {
+	return path.Join(path.Dir(config), "gpurun.d")
+}
+
+// instead names the install that works when a file read after gpurun's
+// change sets path otherwise: gpurun's tables in a drop-in directory of
+// their own, imported last (on containerd 1.x with a copy of the CRI
+// section that file writes, its handlers included) — unless that is what
+// was just tried; and the modes that need no containerd config.
+func (c Containerd) instead(cfg *containerd.Config, p []string) string {
+	file, _ := cfg.Defines(p...)
+	own := OwnDropInDir(c.node())
+	var alts []string
+	if file != "" && file != c.node() && (c.DropInDir == "" || path.Dir(file) == path.Clean(c.DropInDir)) {
+		cmd := "gpurun install containerd"
+		if c.ConfigPath != "" && c.ConfigPath != DefaultContainerdConfig {
+			cmd += " --config " + c.ConfigPath
+		}
+		if c.SetAsDefault {
+			cmd += " --set-as-default"
+		}
+		cmd += " --drop-in " + own
+		alts = append(alts, fmt.Sprintf("%s (a directory of its own, imported after %s: containerd reads gpurun's tables last)", cmd, file))
+	}
+	alts = append(alts, "or gpurun's NRI plugin on containerd 2.x (deploy/kubernetes/overlays/nri), or the admission webhook: neither changes containerd's config (docs/nvidia.md)")
+	return strings.Join(alts, "; ")
 }
 
 // Uninstall undoes what Install recorded for this config.
@@ -294,8 +421,24 @@ func (c Containerd) Uninstall() error {
 	if err != nil {
 		return fmt.Errorf("uninstall from %s: %w", path, err)
 	}
+	// gpurun's handler where its marker no longer shows it: the main
+	// config rewritten by another tool (NVIDIA's toolkit drops comments),
+	// and copies of it in other files containerd reads (the toolkit's
+	// drop-in copies the whole CRI section).
+	others, err := c.removeCopies(after, dropNode, ch)
+	if err != nil {
+		return fmt.Errorf("uninstall from %s: %w", path, err)
+	}
+	if main, ok := others[c.node()]; ok {
+		after, changed = main, true
+		delete(others, c.node())
+	}
 	if c.DryRun {
 		c.showDiff(path, before, after)
+		for _, node := range slices.Sorted(maps.Keys(others)) {
+			old, _, _ := readConfig(c.host(node))
+			c.showDiff(c.host(node), old, others[node])
+		}
 		if dropNode != "" {
 			fmt.Fprintf(c.Out, "would remove %s\n", c.host(dropNode))
 		}
@@ -309,6 +452,12 @@ func (c Containerd) Uninstall() error {
 	} else {
 		fmt.Fprintf(c.Out, "%s: gpurun runtime not registered; nothing to do\n", path)
 	}
+	for _, node := range slices.Sorted(maps.Keys(others)) {
+		if err := atomicfile.Write(c.host(node), others[node], 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.Out, "%s: removed the copy of gpurun's runtime handler another tool wrote there\n", c.host(node))
+	}
 	if dropNode != "" {
 		if err := os.Remove(c.host(dropNode)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", c.host(dropNode), err)
@@ -317,7 +466,68 @@ func (c Containerd) Uninstall() error {
 	if err := c.forget(st, "containerd", path, rec, recorded); err != nil {
 		return err
 	}
+	if err := c.stillRegistered(after, dropNode, others); err != nil {
+		return err
+	}
 	return c.restart()
+}
+
+// removeCopies returns the files (node paths, the main config among them)
+// that still hold gpurun's runtime handler, or a default naming it, once
+// main is as the uninstall leaves it and the drop-in dropNode is gone,
+// with the handler taken out (containerd.RemoveRuntime).
+func (c Containerd) removeCopies(main []byte, dropNode string, ch containerd.Change) (map[string][]byte, error) {
+	var exclude []string
+	if dropNode != "" {
+		exclude = []string{dropNode}
+	}
+	cfg, err := c.effective(map[string][]byte{c.node(): main}, exclude...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, node := range cfg.Files {
+		data := main
+		if node != c.node() {
+			if data, _, err = readConfig(c.host(node)); err != nil {
+				return nil, err
+			}
+		}
+		removed, changed, err := containerd.RemoveRuntime(data, c.options(), ch)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", node, err)
+		}
+		if changed {
+			out[node] = removed
+		}
+	}
+	return out, nil
+}
+
+// stillRegistered says where containerd would still find gpurun's
+// handler, or a default naming it, after the uninstall wrote main and
+// others and removed dropNode: nil when it would not.
+func (c Containerd) stillRegistered(main []byte, dropNode string, others map[string][]byte) error {
+	overlay := map[string][]byte{c.node(): main}
+	maps.Copy(overlay, others)
+	var exclude []string
+	if dropNode != "" {
+		exclude = []string{dropNode}
+	}
+	cfg, err := c.effective(overlay, exclude...)
+	if err != nil {
+		return fmt.Errorf("uninstall: containerd would not read its configuration: %w", err)
+	}
+	handlers := []string{"plugins", cfg.RuntimePluginID(), "containerd"}
+	if _, ok := cfg.Runtime(RuntimeName); ok {
+		file, line := cfg.Defines(append(handlers, "runtimes", RuntimeName)...)
+		return fmt.Errorf("uninstall: containerd still reads runtime handler %s from %s:%d, which gpurun could not edit: remove that table there, then restart containerd", RuntimeName, file, line)
+	}
+	if cfg.DefaultRuntime() == RuntimeName {
+		file, line := cfg.Defines(append(handlers, "default_runtime_name")...)
+		return fmt.Errorf("uninstall: default_runtime_name in %s:%d still names %s, and containerd's CRI plugin does not start without that handler: set it to runc (or the runtime that was the default), then restart containerd", file, line, RuntimeName)
+	}
+	return nil
 }
 
 // restart restarts containerd as asked, else says how. k3s and RKE2

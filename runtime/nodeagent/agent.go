@@ -99,6 +99,10 @@ type Agent struct {
 	Log *slog.Logger
 	// Now stamps records (nil: time.Now).
 	Now func() time.Time
+
+	// repaired is the content of containerd's files (configKey) the last
+	// repair ran for: Run repairs once per change.
+	repaired string
 }
 
 func (a *Agent) host(p string) string {

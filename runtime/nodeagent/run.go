@@ -90,6 +90,15 @@ func (a *Agent) check1(last string) string {
 		}
 	}
 	st, ctd := a.status(rec)
+	if !st.Ready && st.Repairable {
+		a.repair(context.Background(), rec, statePath, st)
+		st, ctd = a.status(rec)
+	}
+	for _, w := range st.Warnings {
+		if !strings.Contains(last, w) {
+			a.log().Warn(w)
+		}
+	}
 	if a.noteBinaries(rec) {
 		if err := rec.save(statePath); err != nil {
 			a.log().Error("cannot save the node record", "err", err)
@@ -100,7 +109,7 @@ func (a *Agent) check1(last string) string {
 			a.log().Error("cannot save the node record", "err", err)
 		}
 	}
-	summary := st.Reason
+	summary := st.Reason + strings.Join(st.Warnings, "; ")
 	if summary != last {
 		if st.Ready {
 			a.log().Info("ready: "+st.Reason, "default", st.Default)

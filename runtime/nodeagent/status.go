@@ -234,6 +234,13 @@ type Status struct {
 	Containerd []RunningContainerd `json:"containerd,omitempty"`
 	// Problems lists what differs from the record.
 	Problems []string `json:"problems,omitempty"`
+	// Repairable says the agent repairs the problems by installing
+	// gpurun's registration again (another tool changed containerd's
+	// config under it; see Run).
+	Repairable bool `json:"repairable,omitempty"`
+	// Warnings are what does not keep gpurun from being in effect but
+	// should be fixed (NVIDIA's runtime calling gpurun-runtime back).
+	Warnings []string `json:"warnings,omitempty"`
 	// Distribution is k3s or RKE2 when gpurun is in their template.
 	Distribution install.Distribution `json:"distribution,omitempty"`
 	// Embedded says whether their embedded containerd runs NRI.
@@ -293,13 +300,28 @@ func (a *Agent) status(rec *Record) (Status, *containerdState) {
 		return s, nil
 	case err != nil:
 		s.Problems = append(s.Problems, err.Error())
+	case !handler && !templated:
+		d := a.coexistence(rec)
+		if len(d.problems) == 0 {
+			d.problems = []string{fmt.Sprintf("%s does not register runtime handler %s with %s", rec.Containerd.Config, install.RuntimeName, rec.Containerd.RuntimePath)}
+			d.repairable = false
+		}
+		s.Problems = append(s.Problems, d.problems...)
+		s.Repairable, s.Warnings = d.repairable, d.warnings
 	case !handler:
 		s.Problems = append(s.Problems, fmt.Sprintf("%s does not register runtime handler %s with %s", rec.Containerd.Config, install.RuntimeName, rec.Containerd.RuntimePath))
-	case rec.Containerd.SetAsDefault && !isDefault:
+	case templated && rec.Containerd.SetAsDefault && !isDefault:
 		s.Problems = append(s.Problems, fmt.Sprintf("%s: %s is not the default runtime handler", rec.Containerd.Config, install.RuntimeName))
+	case !templated:
+		d := a.coexistence(rec)
+		s.Problems = append(s.Problems, d.problems...)
+		s.Repairable, s.Warnings = d.repairable, d.warnings
 	}
 	if len(s.Problems) > 0 {
 		s.Reason = "not installed as recorded: " + strings.Join(s.Problems, "; ")
+		if s.Repairable {
+			s.Reason += " (the agent installs gpurun's registration again)"
+		}
 		return s, nil
 	}
 	ctd, err := a.containerdState(rec)

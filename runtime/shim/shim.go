@@ -2,6 +2,7 @@ package shim
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,6 +37,12 @@ const CallerEnv = "GPURUN_RUNTIME_CALLER"
 // MsgCycle is the record of a cycle gpurun-runtime broke; doctor and the
 // node agent read it back.
 const MsgCycle = "runtime cycle: called back through the runtime gpurun-runtime chains to"
+
+// MsgRuntimeMissing is the record of a start whose configured low-level
+// runtime is not there (the policy chains NVIDIA's runtime, and the GPU
+// Operator's toolkit was removed with its files): gpurun-runtime ran runc
+// or crun instead. doctor reads it back.
+const MsgRuntimeMissing = "low-level runtime missing: ran runc instead"
 
 // realRuntimes are the low-level runtimes a broken cycle falls back to, in
 // order: the first on PATH that is neither gpurun-runtime nor the runtime
@@ -96,6 +103,18 @@ func (s *Shim) Main() int {
 		return s.breakCycle(inv, via, log)
 	}
 	runtimePath, err := s.lowLevel(pol.Runtime)
+	var missing *missingRuntimeError
+	if errors.As(err, &missing) && !pol.FailClosed {
+		// Fail open, loudly: a chained runtime that went away (NVIDIA's,
+		// with the toolkit that installed it) must not stop every
+		// container of the node.
+		if p, ok := s.fallback(); ok {
+			fix := "point runtime in the gpurun policy (" + path + ") at an installed runtime, or run gpurun install again: it chains the engine's default runtime as it is now"
+			log.Error(MsgRuntimeMissing, "command", inv.Command, "id", inv.ID, "runtime", pol.Runtime, "err", err.Error(), "exec", p, "fix", fix)
+			fmt.Fprintf(s.Stderr, "%s: %v; running %s instead (fix: %s)\n", Component, err, p, fix)
+			runtimePath, err = p, nil
+		}
+	}
 	if err != nil {
 		log.Error("no low-level runtime", "err", err.Error())
 		fmt.Fprintf(s.Stderr, "%s: %v\n", Component, err)
@@ -196,11 +215,34 @@ func prepare(inv Invocation) (enforce.Request, error) {
 	}, nil
 }
 
+// missingRuntimeError is a configured low-level runtime that is not there.
+type missingRuntimeError struct {
+	name string
+	err  error
+}
+
+func (e *missingRuntimeError) Error() string {
+	return fmt.Sprintf("low-level runtime %q: %v", e.name, e.err)
+}
+
+func (e *missingRuntimeError) Unwrap() error { return e.err }
+
+// fallback returns the first of realRuntimes on PATH that is not this
+// shim.
+func (s *Shim) fallback() (string, bool) {
+	for _, name := range realRuntimes() {
+		if p, err := s.lookPath(name); err == nil && !s.same(p, s.Self) {
+			return p, true
+		}
+	}
+	return "", false
+}
+
 // lowLevel resolves the configured runtime to a path that is not this shim.
 func (s *Shim) lowLevel(name string) (string, error) {
 	p, err := s.lookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("low-level runtime %q: %w", name, err)
+		return "", &missingRuntimeError{name: name, err: err}
 	}
 	if abs, err := filepath.Abs(p); err == nil {
 		p = abs

@@ -319,3 +319,68 @@ func TestShimBreaksCycle(t *testing.T) {
 		})
 	}
 }
+
+// TestShimChainedRuntimeMissing: the policy chains a runtime that is not
+// there (NVIDIA's, whose toolkit was removed with its files). The shim
+// still sizes the container and runs runc (or crun) instead, saying so in
+// its log and on stderr, so the node's containers keep starting — unless
+// fail_closed, or there is neither runc nor crun.
+func TestShimChainedRuntimeMissing(t *testing.T) {
+	createArgs := func(bundle string) []string {
+		return []string{"--root", "/run/runc", "create", "--bundle", bundle, "c1"}
+	}
+	for _, tt := range []struct {
+		name       string
+		config     string
+		runc, crun bool
+		wantExec   string // "" for none
+	}{
+		{name: "runc instead", runc: true, crun: true, wantExec: "runc"},
+		{name: "crun when there is no runc", crun: true, wantExec: "crun"},
+		{name: "neither: the command fails"},
+		{name: "fail_closed: the command fails", config: "fail_closed = true\n", runc: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, bundle, calls, stderr, logFile := newTestShim(t, gpuSpec, tt.config, createArgs)
+			dir := t.TempDir()
+			for _, prog := range []string{"runc", "crun"} {
+				if err := os.WriteFile(filepath.Join(dir, prog), []byte("#!/bin/sh\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			missing := filepath.Join(dir, "gone", "nvidia-container-runtime")
+			found := map[string]bool{"runc": tt.runc, "crun": tt.crun}
+			s.LookPath = func(name string) (string, error) {
+				if found[name] {
+					return filepath.Join(dir, name), nil
+				}
+				return "", os.ErrNotExist
+			}
+			s.Fallback = &policy.Policy{LogFile: logFile, Runtime: missing}
+			cfg := s.Getenv(policy.ConfigEnv)
+			if err := os.WriteFile(cfg, []byte("runtime = \""+missing+"\"\nlog_file = \""+logFile+"\"\n"+tt.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code := s.Main()
+			if tt.wantExec == "" {
+				if code == 0 || len(*calls) != 0 {
+					t.Fatalf("exit %d, exec %v; want the command to fail", code, *calls)
+				}
+				return
+			}
+			if code != 0 || len(*calls) != 1 || (*calls)[0].path != filepath.Join(dir, tt.wantExec) {
+				t.Fatalf("exit %d, exec %v; want %s", code, *calls, tt.wantExec)
+			}
+			if sh, _ := readShm(t, bundle); sh.Size == 64*policy.MiB {
+				t.Errorf("the container was not sized")
+			}
+			logData, _ := os.ReadFile(logFile)
+			if !strings.Contains(string(logData), MsgRuntimeMissing) || !strings.Contains(string(logData), missing) {
+				t.Errorf("log %q does not name the missing runtime", logData)
+			}
+			if !strings.Contains(stderr.String(), "instead") {
+				t.Errorf("stderr %q is silent about it", stderr)
+			}
+		})
+	}
+}
