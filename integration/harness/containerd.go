@@ -118,8 +118,11 @@ type containerdShared struct {
 	// supervise starts containerd again whenever it exits, as systemd's
 	// Restart=always does, until stopping; restarts records each time.
 	supervise bool
-	stopping  bool
-	restarts  []ContainerdRestart
+	// beforeRestart, when set, runs before the supervisor starts
+	// containerd again (a k3s node renders its config).
+	beforeRestart func(dir, configPath string) error
+	stopping      bool
+	restarts      []ContainerdRestart
 }
 
 // ContainerdRestart is one exit of a supervised containerd and the start
@@ -219,6 +222,8 @@ type launchSpec struct {
 	supervise bool
 	// cgroupParent replaces CgroupParent ("/" + the directory's name).
 	cgroupParent string
+	// beforeRestart runs before each restart by the supervisor.
+	beforeRestart func(dir, configPath string) error
 }
 
 // launchContainerd starts the containerd binary bin, as StartContainerd
@@ -255,7 +260,7 @@ func launchContainerd(t testing.TB, spec launchSpec, bin, ctr string, env []stri
 		ctr:          ctr,
 		logPath:      filepath.Join(dir, "containerd.log"),
 		env:          append(os.Environ(), env...),
-		shared:       &containerdShared{pods: map[string]*runtimeapi.PodSandboxConfig{}, supervise: spec.supervise},
+		shared:       &containerdShared{pods: map[string]*runtimeapi.PodSandboxConfig{}, supervise: spec.supervise, beforeRestart: spec.beforeRestart},
 	}
 	c.State = filepath.Join(c.StateDir, "io.containerd.grpc.v1.cri")
 	t.Cleanup(c.cleanup)
@@ -459,7 +464,15 @@ func (c *Containerd) supervise(p *process) {
 	}
 	// A view of its own: start sets PID, which belongs to the caller's view.
 	v := *c
-	err := v.start()
+	var err error
+	if before := c.shared.beforeRestart; before != nil {
+		if err = before(c.Dir, c.ConfigPath); err != nil {
+			err = fmt.Errorf("before the restart: %w", err)
+		}
+	}
+	if err == nil {
+		err = v.start()
+	}
 	c.shared.mu.Lock()
 	defer c.shared.mu.Unlock()
 	c.shared.restarts[i].NewPID = v.PID

@@ -45,7 +45,13 @@ type gpuPlugin struct {
 // reports the GPUs as allocatable; the cleanup stops the plugin.
 func (c *Cluster) StartFakeGPUs(n int) []FakeGPU {
 	c.t.Helper()
-	dir := filepath.Join(c.NodeDir, "dev")
+	return c.StartFakeGPUsOn(c.Nodes[0], n)
+}
+
+// StartFakeGPUsOn is StartFakeGPUs for the kubelet of node.
+func (c *Cluster) StartFakeGPUsOn(node *ClusterNode, n int) []FakeGPU {
+	c.t.Helper()
+	dir := filepath.Join(node.Dir, "dev")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatalf("harness: %v", err)
 	}
@@ -69,7 +75,7 @@ func (c *Cluster) StartFakeGPUs(n int) []FakeGPU {
 	const endpoint = "gpurun-fake-gpu.sock"
 	sock := filepath.Join(pluginDir, endpoint)
 	var ln net.Listener
-	if err := c.ns.Do(func() error {
+	if err := node.ns.Do(func() error {
 		var err error
 		ln, err = net.Listen("unix", sock)
 		return err
@@ -86,7 +92,7 @@ func (c *Cluster) StartFakeGPUs(n int) []FakeGPU {
 
 	conn, err := grpc.NewClient("passthrough:///kubelet", grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return c.ns.DialContext(ctx, "unix", dpapi.KubeletSocket)
+			return node.ns.DialContext(ctx, "unix", dpapi.KubeletSocket)
 		}))
 	if err != nil {
 		c.t.Fatalf("harness: device plugin: %v", err)
@@ -99,9 +105,9 @@ func (c *Cluster) StartFakeGPUs(n int) []FakeGPU {
 	}, grpc.WaitForReady(true)); err != nil {
 		c.t.Fatalf("harness: register the device plugin with the kubelet: %v\n--- kubelet log tail ---\n%s", err, c.LogTail("kubelet", 20))
 	}
-	node := Object{Kind: "node", Name: ClusterNodeName}
-	c.waitFor(fmt.Sprintf("%d %s allocatable", n, GPUResource), time.Minute, []Object{node}, func() (bool, string, error) {
-		out, err := c.Get(node, `{.status.allocatable.nvidia\.com/gpu}`)
+	obj := Object{Kind: "node", Name: node.Name}
+	c.waitFor(fmt.Sprintf("%d %s allocatable on %s", n, GPUResource, node.Name), time.Minute, []Object{obj}, func() (bool, string, error) {
+		out, err := c.Get(obj, `{.status.allocatable.nvidia\.com/gpu}`)
 		if err != nil {
 			return false, err.Error(), nil
 		}
