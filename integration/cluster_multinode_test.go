@@ -42,6 +42,7 @@ func TestClusterMultiNode(t *testing.T) {
 		e := &multiEnv{c: c, pol: shippedPolicy(t)}
 		t.Run("nodes", e.testNodes)
 		t.Run("network", e.testNetwork)
+		t.Run("webhook-load", e.testWebhookLoad)
 	})
 	t.Logf("TestClusterMultiNode took %s", time.Since(begin).Round(100*time.Millisecond))
 	if c == nil {
