@@ -11,6 +11,7 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,9 +91,10 @@ spec:
 
 // testNodes: every node registered with its kind's containerd, its labels
 // (the GPU nodes the GPU Operator's and NFD's, the CPU node none of them)
-// and its GPUs; a pod runs on each with containerd's 64 MiB /dev/shm; the
-// k3s node sees its config where k3s generates it, from its template, and
-// its containerd's state at /run/k3s/containerd.
+// and its GPUs; a pod runs on each with containerd's 64 MiB /dev/shm; each
+// node sees its containerd's config and the pod's bundle where its kind
+// keeps them (/etc/containerd and /run/containerd; k3s's generated config,
+// k3s's rendering of its template, and /run/k3s/containerd).
 func (e *multiEnv) testNodes(t *testing.T) {
 	c := e.c.For(t)
 	ns := testNamespace(t, c)
@@ -125,25 +127,31 @@ func (e *multiEnv) testNodes(t *testing.T) {
 			if got := c.ShmOf(ns, "on-"+n.Name, "app"); got.Bytes != engineShm {
 				t.Errorf("/dev/shm of a plain pod: %d bytes, want containerd's %d", got.Bytes, engineShm)
 			}
+			// Where the node's containerd keeps the pod: its state as the
+			// node sees it, and the config it reads.
+			id := strings.TrimPrefix(c.MustKubectl("get", "pod", "-n", ns, "on-"+n.Name, "-o", "jsonpath={.status.containerStatuses[0].containerID}"), "containerd://")
+			stateDir, config := "/run/containerd", "/etc/containerd/config.toml"
+			if n.Kind == harness.NodeK3s {
+				stateDir, config = n.K3s.StateDir(), n.K3s.ConfigPath()
+			}
+			bundle := filepath.Join(stateDir, "io.containerd.runtime.v2.task", "k8s.io", id, "config.json")
+			if _, err := n.ReadFile(bundle); err != nil {
+				t.Errorf("the pod's bundle at the node's %s: %v", bundle, err)
+			}
+			seen, err := n.ReadFile(config)
+			if want, rerr := os.ReadFile(n.Containerd.ConfigPath); err != nil || rerr != nil || !bytes.Equal(seen, want) {
+				t.Errorf("the node's %s is not its containerd's config %s (%v, %v)", config, n.Containerd.ConfigPath, err, rerr)
+			}
 			if n.Kind != harness.NodeK3s {
 				return
 			}
 			k := n.K3s
-			seen, err := n.ReadFile(k.ConfigPath())
-			if err != nil {
-				t.Fatalf("the node's %s: %v", k.ConfigPath(), err)
-			}
 			rendered, err := k.Release.Render(k.Base, k.Base, k.Data())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(seen, []byte(rendered)) {
 				t.Errorf("the node's %s is not k3s's rendering of its template:\n%s", k.ConfigPath(), seen)
-			}
-			id := strings.TrimPrefix(c.MustKubectl("get", "pod", "-n", ns, "on-"+n.Name, "-o", "jsonpath={.status.containerStatuses[0].containerID}"), "containerd://")
-			bundle := filepath.Join(k.StateDir(), "io.containerd.runtime.v2.task", "k8s.io", id, "config.json")
-			if _, err := n.ReadFile(bundle); err != nil {
-				t.Errorf("the pod's bundle at the node's %s: %v", bundle, err)
 			}
 		})
 	}

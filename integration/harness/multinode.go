@@ -19,6 +19,7 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	dpapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // NodeKind is what runs a node's containers.
@@ -85,10 +86,13 @@ type ClusterNode struct {
 	// containerd mount below it is seen from the test too).
 	Dir string
 	// Containerd is its runtime, supervised (see Cluster.Containerd);
-	// NRISocket is containerd 2.x's NRI socket ("" on 1.6).
+	// NRISocket is containerd 2.x's NRI socket ("" on 1.6; a node path in
+	// a multi-node cluster).
 	Containerd *Containerd
 	NRISocket  string
-	// Node paths for gpurun, as in Cluster.
+	// Paths for gpurun: in a multi-node cluster gpurun's defaults, node
+	// paths (the node's own /usr/local, /etc and /var/lib: read them with
+	// ReadFile); for StartCluster's node this machine's, as in Cluster.
 	BinDir, PolicyPath, AgentState, InstallState, CDISpecDir string
 	// KubeletRoot, PodLogsDir and CgroupRoot are its kubelet's.
 	KubeletRoot, PodLogsDir, CgroupRoot string
@@ -104,6 +108,7 @@ type ClusterNode struct {
 
 	mu      sync.Mutex
 	kubelet *process
+	plugin  *gpuPlugin
 }
 
 func (n *ClusterNode) setKubelet(p *process) {
@@ -231,9 +236,11 @@ func StartMultiNodeCluster(t testing.TB, opts MultiNodeOptions) *Cluster {
 			Name: spec.Name, IP: fmt.Sprintf("192.0.2.%d", 11+i), Kind: spec.Kind, GPUs: spec.GPUs, Dir: nd,
 			Labels:    map[string]string{NodeKindLabel: string(spec.Kind)},
 			PodSubnet: fmt.Sprintf("198.51.100.%d/27", 32*i),
-			BinDir:    filepath.Join(nd, "bin"), PolicyPath: filepath.Join(nd, "etc", "gpurun", "config.toml"),
-			AgentState: filepath.Join(nd, "var", "gpurun", "node-agent.json"), InstallState: filepath.Join(nd, "var", "gpurun", "install-state.json"),
-			CDISpecDir: filepath.Join(nd, "cdi"), KubeletRoot: filepath.Join(nd, "k"), PodLogsDir: filepath.Join(nd, "pods"),
+			// gpurun's defaults, in the node's own /usr/local, /etc and
+			// /var/lib.
+			BinDir: "/usr/local/bin", PolicyPath: "/etc/gpurun/config.toml",
+			AgentState: "/var/lib/gpurun/node-agent.json", InstallState: "/var/lib/gpurun/install-state.json",
+			CDISpecDir: "/etc/cdi", KubeletRoot: filepath.Join(nd, "k"), PodLogsDir: filepath.Join(nd, "pods"),
 			CgroupRoot: c.CgroupRoot + "/" + spec.Name, tag: "-" + spec.Name,
 		}
 		if spec.GPUs > 0 {
@@ -361,11 +368,18 @@ func StartMultiNodeCluster(t testing.TB, opts MultiNodeOptions) *Cluster {
 }
 
 // setUpNode makes node n's directories, namespaces, network and
-// containerd.
+// containerd. The node keeps gpurun's files where a node keeps them, and
+// containerd where its kind keeps it: a containerd-1.6 or containerd-2
+// node reads /etc/containerd/config.toml and keeps its state and socket
+// in /run/containerd (directories of the harness, bind-mounted there in
+// the node's mount namespace); a k3s node reads the config.toml k3s
+// generates in /var/lib/rancher/k3s/agent/etc/containerd, with its state
+// and socket in /run/k3s/containerd, its CNI configuration and plugins
+// where k3s keeps them.
 func (c *Cluster) setUpNode(ctx context.Context, n *ClusterNode) {
 	t := c.t
 	t.Helper()
-	for _, d := range []string{n.Dir, n.KubeletRoot, n.PodLogsDir, n.BinDir, n.CDISpecDir} {
+	for _, d := range []string{n.Dir, n.KubeletRoot, n.PodLogsDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatalf("harness: %v", err)
 		}
@@ -380,7 +394,13 @@ func (c *Cluster) setUpNode(ctx context.Context, n *ClusterNode) {
 	mnt, err := newMountNS(nodeMounts{
 		sysctls: []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
 			"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"},
-		overlays: []string{"/var/lib", "/var/log", "/run"},
+		// The directories the node has of its own (the host's files
+		// below, the node's writes kept apart): what the node agent and
+		// containerd write there (the agent's records in /var/lib/gpurun,
+		// gpurun in /usr/local/bin, the policy in /etc/gpurun, NRI's
+		// socket in /var/run/nri and plugins in /opt/nri, containerd's
+		// /etc/containerd) stays the node's.
+		overlays: []string{"/var/lib", "/var/log", "/run", "/etc", "/usr/local", "/opt"},
 		scratch:  filepath.Join(n.Dir, "scratch"),
 	})
 	if err != nil {
@@ -412,14 +432,10 @@ func (c *Cluster) setUpNode(ctx context.Context, n *ClusterNode) {
 	}
 
 	ctrdDir := filepath.Join(n.Dir, "c")
-	if err := writeCNIConfig(filepath.Join(ctrdDir, "cni"), n.PodSubnet, filepath.Join(n.Dir, "cni-ipam")); err != nil {
-		t.Fatalf("harness: %v", err)
-	}
-	cri := CRISettings{PodNetwork: true, CDISpecDirs: []string{n.CDISpecDir}}
-	spec := launchSpec{dir: ctrdDir, ns: n.ns, supervise: true, cgroupParent: n.CgroupRoot}
-	env := []string{"GPURUN_CONFIG=" + n.PolicyPath}
+	state := filepath.Join(ctrdDir, "state")
 	containerd2 := n.Kind == NodeContainerd2 || n.Kind == NodeK3s && n.K3s.Release.Version >= 3
 	var bin, ctr string
+	var env []string
 	if containerd2 {
 		binDir, _ := requireContainerd2(t)
 		bin, ctr = filepath.Join(binDir, "containerd"), filepath.Join(binDir, "ctr")
@@ -427,99 +443,106 @@ func (c *Cluster) setUpNode(ctx context.Context, n *ClusterNode) {
 	} else {
 		bin, ctr = requireContainerd16(t)
 	}
+	// binds are node paths and the harness directories they show.
+	type bind struct{ node, host string }
+	var binds []bind
+	spec := launchSpec{dir: ctrdDir, ns: n.ns, supervise: true, cgroupParent: n.CgroupRoot, stateDir: state}
+	var setup func(dir string) (string, error)
 	switch n.Kind {
-	case NodeContainerd16:
-		n.Containerd = launchContainerd(t, spec, bin, ctr, env, func(dir string) (string, error) {
-			return ContainerdConfig(dir, ContainerdOptions{CRI: cri}), nil
-		})
-	case NodeContainerd2:
-		n.Containerd = launchContainerd(t, spec, bin, ctr, env, func(dir string) (string, error) {
-			nd := nriDirs(dir)
-			for _, d := range []string{nd.plugins, nd.configs} {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					return "", err
-				}
+	case NodeContainerd16, NodeContainerd2:
+		etc := filepath.Join(ctrdDir, "etc")
+		binds = []bind{{"/etc/containerd", etc}, {"/run/containerd", state}}
+		spec.configPath, spec.address = filepath.Join(etc, "config.toml"), filepath.Join(state, "containerd.sock")
+		cni := filepath.Join(ctrdDir, "cni")
+		if err := writeCNIConfig(cni, n.PodSubnet, filepath.Join(n.Dir, "cni-ipam")); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+		setup = func(dir string) (string, error) {
+			cri := CRISettings{PodNetwork: true}
+			var cfg string
+			if n.Kind == NodeContainerd2 {
+				cfg = Containerd2ConfigWith(dir, cri)
+			} else {
+				cfg = ContainerdConfig(dir, ContainerdOptions{CRI: cri})
 			}
-			return Containerd2ConfigWith(dir, cri), nil
-		})
-		n.NRISocket = nriDirs(n.Containerd.Dir).socket
+			return atNodePaths(cfg)
+		}
+		n.NRISocket = "/var/run/nri/nri.sock"
 	case NodeK3s:
 		k := n.K3s
-		// What k3s's containerd sees as its state: the node's
-		// /run/k3s/containerd is the harness's state directory, and its
-		// /var/lib/rancher the host root's, bind-mounted in the node's
-		// mount namespace.
-		state := filepath.Join(ctrdDir, "state")
-		for _, d := range []string{state, k.Host(k.DataDir)} {
-			if err := os.MkdirAll(d, 0o755); err != nil {
+		k.InUserNS = true
+		// k3s's own CNI plugins and configuration directory.
+		cniBin := k.Host(filepath.Join(k.DataDir, "data", "current", "bin"))
+		cniConf := k.Host(filepath.Join(k.DataDir, "agent", "etc", "cni", "net.d"))
+		if err := os.MkdirAll(cniBin, 0o755); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+		for _, p := range []string{"bridge", "host-local", "loopback", "portmap"} {
+			if err := os.Symlink(filepath.Join("/usr/lib/cni", p), filepath.Join(cniBin, p)); err != nil {
 				t.Fatalf("harness: %v", err)
 			}
 		}
-		if err := n.ns.Do(func() error {
-			for _, b := range []struct{ src, dst string }{
-				{k.Host(filepath.Dir(k.DataDir)), filepath.Dir(k.DataDir)},
-				{state, k.StateDir()},
-			} {
-				if err := os.MkdirAll(b.dst, 0o755); err != nil {
-					return err
-				}
-				if err := unix.Mount(b.src, b.dst, "", unix.MS_BIND, ""); err != nil {
-					return fmt.Errorf("bind %s on %s: %w", b.src, b.dst, err)
-				}
-			}
-			return nil
-		}); err != nil {
-			t.Fatalf("harness: node %s: k3s layout: %v", n.Name, err)
+		if err := writeCNIConfig(cniConf, n.PodSubnet, filepath.Join(n.Dir, "cni-ipam")); err != nil {
+			t.Fatalf("harness: %v", err)
 		}
-		render := func(dir string) (string, error) {
+		binds = []bind{{filepath.Dir(k.DataDir), k.Host(filepath.Dir(k.DataDir))}, {k.StateDir(), state}}
+		spec.configPath, spec.address = k.Host(k.ConfigPath()), filepath.Join(state, "containerd.sock")
+		setup = func(string) (string, error) {
 			rendered, err := k.Render()
-			if err != nil {
-				return "", err
-			}
-			cfg, err := NodeConfig(dir, rendered, k.HostRoot)
-			if err != nil {
-				return "", err
-			}
-			return withPodNetwork(cfg, cri)
+			return string(rendered), err
 		}
-		spec.beforeRestart = func(dir, configPath string) error {
-			cfg, err := render(dir)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(configPath, []byte(cfg), 0o644)
+		spec.beforeRestart = func(string, string) error {
+			_, err := k.Render()
+			return err
 		}
-		n.Containerd = launchContainerd(t, spec, bin, ctr, env, render)
 		if containerd2 {
-			n.NRISocket = nriDirs(n.Containerd.Dir).socket
+			n.NRISocket = "/var/run/nri/nri.sock"
 		}
 	default:
 		t.Fatalf("harness: node %s: unknown kind %q", n.Name, n.Kind)
 	}
+	for _, b := range binds {
+		if err := os.MkdirAll(b.host, 0o755); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
+	if err := n.ns.Do(func() error {
+		for _, b := range binds {
+			if err := os.MkdirAll(b.node, 0o755); err != nil {
+				return err
+			}
+			if err := unix.Mount(b.host, b.node, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("bind %s on %s: %w", b.host, b.node, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("harness: node %s: %v", n.Name, err)
+	}
+	n.Containerd = launchContainerd(t, spec, bin, ctr, env, setup)
 }
 
-// withPodNetwork sets, in a rendered containerd config, what a kubelet's
-// containerd needs of the harness beyond NodeConfig: pods' network
-// namespaces under the state directory, and the CDI spec directories.
-func withPodNetwork(config string, cri CRISettings) (string, error) {
+// atNodePaths moves a harness config's state and sockets to a node's
+// usual ones (/run/containerd, bind-mounted from the harness's state
+// directory) and its NRI socket and directories to NRI's defaults (the
+// node's own /var/run, /opt and /etc): the config a node's containerd has.
+func atNodePaths(config string) (string, error) {
 	var cfg map[string]any
 	if err := toml.Unmarshal([]byte(config), &cfg); err != nil {
 		return "", fmt.Errorf("node config: %w", err)
 	}
-	plugin := "io.containerd.grpc.v1.cri"
-	if v, _ := cfg["version"].(int64); v >= 3 {
-		plugin = "io.containerd.cri.v1.runtime"
+	cfg["state"] = "/run/containerd"
+	for _, k := range []struct{ table, addr string }{{"grpc", "/run/containerd/containerd.sock"}, {"ttrpc", "/run/containerd/containerd.sock.ttrpc"}} {
+		if t, ok := cfg[k.table].(map[string]any); ok {
+			t["address"] = k.addr
+		}
 	}
-	plugins, _ := cfg["plugins"].(map[string]any)
-	rt, _ := plugins[plugin].(map[string]any)
-	if rt == nil {
-		return "", fmt.Errorf("node config: no [plugins.%q]", plugin)
-	}
-	if cri.PodNetwork {
-		rt["netns_mounts_under_state_dir"] = true
-	}
-	if len(cri.CDISpecDirs) > 0 && plugin != "io.containerd.grpc.v1.cri" {
-		rt["cdi_spec_dirs"] = cri.CDISpecDirs
+	if plugins, ok := cfg["plugins"].(map[string]any); ok {
+		if nri, ok := plugins["io.containerd.nri.v1.nri"].(map[string]any); ok {
+			nri["socket_path"] = "/var/run/nri/nri.sock"
+			nri["plugin_path"] = "/opt/nri/plugins"
+			nri["plugin_config_path"] = "/etc/nri/conf.d"
+		}
 	}
 	out, err := toml.Marshal(cfg)
 	if err != nil {
@@ -623,4 +646,74 @@ func (c *Cluster) KillContainer(n *ClusterNode, id string, sig syscall.Signal) e
 		return fmt.Errorf("container %s on %s: kill %d: %w", id, n.Name, info.Pid, err)
 	}
 	return nil
+}
+
+// LoseNode kills node n's kubelet and containerd outright (SIGKILL), as a
+// node that crashes would lose them, and keeps them down until
+// RestoreNode; the pods' processes keep running under their shims.
+func (c *Cluster) LoseNode(n *ClusterNode) error {
+	var errs []error
+	if p := n.kubeletProc(); p != nil {
+		if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("SIGKILL the kubelet of %s: %w", n.Name, err))
+		} else {
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				errs = append(errs, fmt.Errorf("the kubelet of %s survived SIGKILL", n.Name))
+			}
+		}
+	}
+	if err := n.Containerd.Kill(); err != nil {
+		errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+	}
+	return errors.Join(errs...)
+}
+
+// RestoreNode starts a lost node's containerd and kubelet again, as the
+// node's boot (or systemd) would.
+func (c *Cluster) RestoreNode(n *ClusterNode) error {
+	if err := n.Containerd.Revive(); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	old := n.kubeletSocket()
+	if err := c.startKubelet(n); err != nil {
+		return fmt.Errorf("node %s: start the kubelet: %w", n.Name, err)
+	}
+	n.mu.Lock()
+	p := n.plugin
+	n.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	// The kubelet empties its device plugin directory at start, then
+	// makes its registration socket: once that is new, the plugin serves
+	// and registers again, as NVIDIA's does when it sees the kubelet
+	// restart.
+	if err := poll(time.Minute, func() (bool, string, error) {
+		now := n.kubeletSocket()
+		// A new socket may get the old one's inode number: its time tells.
+		return now != nil && (old == nil || !os.SameFile(old, now) || !now.ModTime().Equal(old.ModTime())), "the kubelet's registration socket is not new yet", nil
+	}); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	if err := c.servePlugin(n, p); err != nil {
+		return err
+	}
+	if err := poll(time.Minute, func() (bool, string, error) { return c.gpusAllocatable(n, len(p.gpus)) }); err != nil {
+		return fmt.Errorf("node %s: GPUs after the kubelet came back: %w", n.Name, err)
+	}
+	return nil
+}
+
+// kubeletSocket is the node's kubelet device plugin registration socket
+// (nil when there is none).
+func (n *ClusterNode) kubeletSocket() os.FileInfo {
+	var fi os.FileInfo
+	_ = n.ns.Do(func() error {
+		var err error
+		fi, err = os.Stat(dpapi.KubeletSocket)
+		return err
+	})
+	return fi
 }
