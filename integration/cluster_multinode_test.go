@@ -44,6 +44,7 @@ func TestClusterMultiNode(t *testing.T) {
 		t.Run("nodes", e.testNodes)
 		t.Run("network", e.testNetwork)
 		t.Run("webhook-load", e.testWebhookLoad)
+		t.Run("chart runtime-class", e.testChartRuntimeClass)
 	})
 	t.Logf("TestClusterMultiNode took %s", time.Since(begin).Round(100*time.Millisecond))
 	if c == nil {

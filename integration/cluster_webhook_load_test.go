@@ -812,6 +812,8 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	if len(problems) > 0 {
 		t.Errorf("%d pods admitted wrong:\n%s", len(problems), strings.Join(problems[:min(len(problems), 20)], "\n"))
 	}
+	t.Run("every GPU node", func(t *testing.T) { e.webhookOnEveryNode(t, want) })
+
 	low := tl.minReady(began, time.Now())
 	if len(unsized) > 0 {
 		t.Errorf("%d GPU pods admitted without their volume outside the kill (fewest ready endpoints seen: %d):\n%s",
@@ -863,4 +865,53 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// webhookOnEveryNode: with the webhook, a GPU pod on each GPU node (of
+// whatever engine) runs with a /dev/shm of the policy's size, one tmpfs
+// for its containers (the kubelet mounts the Memory emptyDir at its
+// sizeLimit); a plain pod on the node without GPUs keeps containerd's.
+func (e *multiEnv) webhookOnEveryNode(t *testing.T, want int64) {
+	c := e.c.For(t)
+	ns := testNamespace(t, c)
+	type check struct {
+		pod, node string
+		want      int64
+		ctrs      []string
+	}
+	var checks []check
+	for _, n := range c.Nodes {
+		name := "on-" + n.Name
+		if n.GPUs == 0 {
+			c.Apply(pinnedPod(ns, name, n.Name))
+			checks = append(checks, check{name, n.Name, engineShm, []string{"app"}})
+			continue
+		}
+		c.Apply(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %[1]s, namespace: %[2]s}
+spec:
+  nodeName: %[3]s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: trainer, image: %[4]s, imagePullPolicy: Never, command: [sleep, "2147483647"], resources: {limits: {memory: 8Gi, %[5]s: 1}}}
+  - {name: sidecar, image: %[4]s, imagePullPolicy: Never, command: [sleep, "2147483647"], resources: {limits: {memory: 1Gi}}}
+`, name, ns, n.Name, harness.BusyboxRef, harness.GPUResource))
+		checks = append(checks, check{name, n.Name, want, []string{"trainer", "sidecar"}})
+	}
+	for _, ch := range checks {
+		c.WaitPodReady(ns, ch.pod, podTimeout)
+		var first harness.Shm
+		for i, ctr := range ch.ctrs {
+			got := c.ShmOf(ns, ch.pod, ctr)
+			if got.Bytes != ch.want {
+				t.Errorf("node %s, container %s: /dev/shm %s, want %s", ch.node, ctr, policy.FormatSize(got.Bytes), policy.FormatSize(ch.want))
+			}
+			if i == 0 {
+				first = got
+			} else if got.Dev != first.Dev {
+				t.Errorf("node %s: the pod's containers have /dev/shm of st_dev %d and %d: not one tmpfs", ch.node, first.Dev, got.Dev)
+			}
+		}
+	}
 }
