@@ -147,7 +147,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		source = "(defaults)"
 	}
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
-	metrics.setReady(h.Ready() == nil)
+	_ = h.Ready() // the ready gauge, from the start
 	log.Info("gpurun webhook serving", "version", version.String(), "listen", ln.Addr().String(), "metrics", metricsAddr,
 		"policy", source, "self_signed", o.SelfSigned, "shutdown_delay", o.ShutdownDelay.String())
 	select {
