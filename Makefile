@@ -153,7 +153,15 @@ e2e: $(CONTAINERD2_TOOLS) k8s-tools
 
 # BenchmarkRunOverhead runs 60 pairs: docker run varies by ±10 ms from run
 # to run, and 20 leave the median of gpurun's added time that far off.
-bench: build
+# The webhook's load test (integration/cluster_webhook_load_test.go) on the
+# multi-node cluster prints its bench: line: the API server's admission
+# p50/p99 for gpurun's webhook, the webhook's own, pods/s and how long the
+# webhook's rollout took (about 2 minutes, cluster included).
+bench: build $(CONTAINERD2_TOOLS) k8s-tools
+	out=$$(mktemp); status=0; \
+	GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) $(GO) test -count=1 -timeout 15m -tags integration \
+		-run '^TestClusterMultiNode$$/^cluster$$/^webhook-load$$' -v ./integration/ >$$out 2>&1 || status=$$?; \
+	grep -E '^bench:|load_test.go|^(---|ok|FAIL)' $$out; [ $$status = 0 ] || tail -50 $$out; rm -f $$out; exit $$status
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
 	$(GO) test -run '^$$' -bench . -skip '^BenchmarkRunOverhead$$' -benchtime 20x -tags integration ./integration/...
 	$(GO) test -run '^$$' -bench '^BenchmarkRunOverhead$$' -benchtime 60x -tags integration ./integration/

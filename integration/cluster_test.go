@@ -76,8 +76,19 @@ func newClusterEnv(t *testing.T, c *harness.Cluster, containerd2 bool) *clusterE
 	if err != nil {
 		t.Fatal(err)
 	}
-	// gpurun's image as deploy/image/Dockerfile builds it (make image),
-	// from this checkout's binaries laid out as make image-context does.
+	c.ImportImage(gpurunImageTar(t))
+	// GPUs as NVIDIA's device plugin hands them out: the env and the
+	// device node (a real 195:N character device; no driver needed).
+	c.StartFakeGPUs(2)
+	return &clusterEnv{c: c, containerd2: containerd2, pol: pol, hostMem: mem, original: original}
+}
+
+// gpurunImageTar builds gpurun's image as deploy/image/Dockerfile builds
+// it (make image), from this checkout's binaries laid out as make
+// image-context does, as agentImageName:agentImageTag, and returns the
+// archive.
+func gpurunImageTar(t *testing.T) string {
+	t.Helper()
 	bins := filepath.Dir(bin(t, "gpurun"))
 	ctx := t.TempDir()
 	arch := filepath.Join(ctx, "linux-"+runtime.GOARCH)
@@ -89,12 +100,8 @@ func newClusterEnv(t *testing.T, c *harness.Cluster, containerd2 bool) *clusterE
 			t.Fatal(err)
 		}
 	}
-	c.ImportImage(harness.DockerfileImageTar(t, t.TempDir(), agentImageName+":"+agentImageTag,
-		"../deploy/image/Dockerfile", ctx, map[string]string{"VERSION": "cluster-test"}))
-	// GPUs as NVIDIA's device plugin hands them out: the env and the
-	// device node (a real 195:N character device; no driver needed).
-	c.StartFakeGPUs(2)
-	return &clusterEnv{c: c, containerd2: containerd2, pol: pol, hostMem: mem, original: original}
+	return harness.DockerfileImageTar(t, t.TempDir(), agentImageName+":"+agentImageTag,
+		"../deploy/image/Dockerfile", ctx, map[string]string{"VERSION": "cluster-test"})
 }
 
 // target is the shipped policy's size for a GPU container with memory

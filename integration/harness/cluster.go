@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,6 +75,14 @@ type Cluster struct {
 	Kubeconfig string
 	// StartTime is how long StartCluster took, until the node was Ready.
 	StartTime time.Duration
+	// APIServerIP is where nodes and pods reach the API server (port
+	// 6443): the node's address in a single-node cluster, the control
+	// plane's in a multi-node one (the cluster runs no kube-proxy, so the
+	// kubernetes Service's ClusterIP answers nowhere).
+	APIServerIP string
+	// Nodes are the cluster's nodes: StartCluster's one (the fields above
+	// describe it too), or StartMultiNodeCluster's.
+	Nodes []*ClusterNode
 
 	t       testing.TB
 	k8sBin  string
@@ -92,7 +101,9 @@ type Cluster struct {
 func (c *Cluster) For(t testing.TB) *Cluster {
 	v := *c
 	v.t = t
-	v.Containerd = c.Containerd.For(t)
+	if c.Containerd != nil {
+		v.Containerd = c.Containerd.For(t)
+	}
 	return &v
 }
 
@@ -170,7 +181,16 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		AgentState:   filepath.Join(dir, "n", "var", "gpurun", "node-agent.json"),
 		InstallState: filepath.Join(dir, "n", "var", "gpurun", "install-state.json"),
 		CDISpecDir:   filepath.Join(dir, "n", "cdi"),
+		APIServerIP:  ClusterNodeIP,
 	}
+	kind := NodeContainerd16
+	if opts.Containerd2 {
+		kind = NodeContainerd2
+	}
+	node := &ClusterNode{Name: ClusterNodeName, IP: ClusterNodeIP, Kind: kind, Dir: c.NodeDir, PodSubnet: clusterPodSubnet,
+		BinDir: c.BinDir, PolicyPath: c.PolicyPath, AgentState: c.AgentState, InstallState: c.InstallState, CDISpecDir: c.CDISpecDir,
+		KubeletRoot: c.KubeletRoot, PodLogsDir: c.PodLogsDir, CgroupRoot: c.CgroupRoot}
+	c.Nodes = []*ClusterNode{node}
 	// Registered first, so it runs last: after the daemons, containerd and
 	// the namespaces are gone.
 	t.Cleanup(c.removeAll)
@@ -182,11 +202,12 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	if err := makeRShared(c.NodeDir); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
-	if err := c.makeCgroupRoot(); err != nil {
+	if err := makeCgroupRoot(c.CgroupRoot); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
 
 	c.ns = NewNetNS(t, dir)
+	node.ns = c.ns
 	mnt, err := newMountNS(nodeMounts{
 		sysctls: []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
 			"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"},
@@ -229,7 +250,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	}
 	controlPlane := time.Since(begin)
 
-	if err := c.writeCNIConfig(filepath.Join(c.NodeDir, "c", "cni")); err != nil {
+	if err := writeCNIConfig(filepath.Join(c.NodeDir, "c", "cni"), clusterPodSubnet, filepath.Join(c.NodeDir, "cni-ipam")); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
 	cri := CRISettings{PodNetwork: true, CDISpecDirs: []string{c.CDISpecDir}}
@@ -253,8 +274,9 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		})
 	}
 	c.Containerd.ImportImage(ImageTar(t, filepath.Join(c.Containerd.Dir, "images"), BusyboxRef, []string{"/bin/sh"}))
+	node.Containerd, node.NRISocket = c.Containerd, c.NRISocket
 
-	if err := c.startKubelet(); err != nil {
+	if err := c.startKubelet(node); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
 	t.Cleanup(c.stopKubelet) // runs first of all
@@ -270,24 +292,30 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 // ContainerdVersion is the node's containerd version, as the kubelet
 // reports it.
 func (c *Cluster) ContainerdVersion() string {
-	out, err := c.Kubectl("get", "node", ClusterNodeName, "-o", "jsonpath={.status.nodeInfo.containerRuntimeVersion}")
+	return c.NodeContainerdVersion(c.Nodes[0])
+}
+
+// NodeContainerdVersion is a node's containerd version, as its kubelet
+// reports it.
+func (c *Cluster) NodeContainerdVersion(n *ClusterNode) string {
+	out, err := c.Kubectl("get", "node", n.Name, "-o", "jsonpath={.status.nodeInfo.containerRuntimeVersion}")
 	if err != nil {
 		return "containerd version unknown: " + err.Error()
 	}
 	return out
 }
 
-// makeCgroupRoot creates the kubelet's cgroupRoot in every hierarchy (the
-// kubelet wants it to exist), with cpuset v1's cpus and mems copied from
-// the root so that tasks may join below it.
-func (c *Cluster) makeCgroupRoot() error {
+// makeCgroupRoot creates a kubelet's cgroupRoot rel in every hierarchy
+// (the kubelet wants it to exist), with cpuset v1's cpus and mems copied
+// from its parent so that tasks may join below it.
+func makeCgroupRoot(rel string) error {
 	for _, mnt := range cgroupMounts() {
-		d := filepath.Join(mnt, c.CgroupRoot)
+		d := filepath.Join(mnt, rel)
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fmt.Errorf("cgroup %s: %w", d, err)
 		}
 		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			v, err := os.ReadFile(filepath.Join(mnt, f))
+			v, err := os.ReadFile(filepath.Join(filepath.Dir(d), f))
 			if err != nil {
 				continue // not the cpuset hierarchy
 			}
@@ -302,8 +330,18 @@ func (c *Cluster) makeCgroupRoot() error {
 // recordNamespaces notes the namespaces' identities, so that Leftovers can
 // find processes still in them after the cleanup.
 func (c *Cluster) recordNamespaces() error {
-	return c.ns.Do(func() error {
-		for _, n := range []string{"net", "mnt"} {
+	return c.recordNamespacesOf(c.ns)
+}
+
+// recordNamespacesOf notes the network namespace ns enters, and its mount
+// namespace when it has one of its own.
+func (c *Cluster) recordNamespacesOf(ns *NetNS) error {
+	kinds := []string{"net"}
+	if ns.mnt != nil {
+		kinds = append(kinds, "mnt")
+	}
+	return ns.Do(func() error {
+		for _, n := range kinds {
 			id, err := os.Readlink("/proc/thread-self/ns/" + n)
 			if err != nil {
 				return fmt.Errorf("namespace id: %w", err)
@@ -314,7 +352,8 @@ func (c *Cluster) recordNamespaces() error {
 	})
 }
 
-// writePKI makes the cluster's CA, certificates and kubeconfigs.
+// writePKI makes the cluster's CA, certificates and kubeconfigs: the
+// admin's, the control plane's, and each node's kubelet's.
 func (c *Cluster) writePKI() error {
 	p, err := newClusterPKI(filepath.Join(c.Dir, "pki"))
 	if err != nil {
@@ -329,7 +368,6 @@ func (c *Cluster) writePKI() error {
 		return err
 	}
 	for _, u := range []struct{ name, cn, org string }{
-		{"kubelet", "system:node:" + ClusterNodeName, "system:nodes"},
 		{"controller-manager", "system:kube-controller-manager", ""},
 		{"scheduler", "system:kube-scheduler", ""},
 	} {
@@ -345,14 +383,23 @@ func (c *Cluster) writePKI() error {
 			return err
 		}
 	}
-	if _, err := p.issue("apiserver", "kube-apiserver", nil, "127.0.0.1", ClusterNodeIP, clusterServiceIP,
+	for _, n := range c.Nodes {
+		kp, err := p.issue("kubelet"+n.tag, "system:node:"+n.Name, []string{"system:nodes"})
+		if err != nil {
+			return err
+		}
+		if err := p.kubeconfig(c.kubeletFile(n, ".kubeconfig"), c.apiServerFor(n), "kubelet", kp); err != nil {
+			return err
+		}
+		if _, err := p.issue("kubelet-serving"+n.tag, "system:node:"+n.Name, []string{"system:nodes"}, n.IP, n.Name); err != nil {
+			return err
+		}
+	}
+	if _, err := p.issue("apiserver", "kube-apiserver", nil, "127.0.0.1", c.APIServerIP, clusterServiceIP,
 		"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"); err != nil {
 		return err
 	}
 	if _, err := p.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}); err != nil {
-		return err
-	}
-	if _, err := p.issue("kubelet-serving", "system:node:"+ClusterNodeName, []string{"system:nodes"}, ClusterNodeIP, ClusterNodeName); err != nil {
 		return err
 	}
 	cert, err := tls.LoadX509KeyPair(c.admin.Cert, c.admin.Key)
@@ -377,6 +424,21 @@ func (c *Cluster) writePKI() error {
 
 // pkiFile is a file of the cluster's PKI directory.
 func (c *Cluster) pkiFile(name string) string { return filepath.Join(c.Dir, "pki", name) }
+
+// kubeletFile is a file of a node's kubelet in the cluster's directory:
+// kubelet<tag><ext>.
+func (c *Cluster) kubeletFile(n *ClusterNode, ext string) string {
+	return filepath.Join(c.Dir, "kubelet"+n.tag+ext)
+}
+
+// apiServerFor is the API server's URL as node n reaches it: the
+// loopback where the node shares the control plane's network namespace.
+func (c *Cluster) apiServerFor(n *ClusterNode) string {
+	if n.ns == c.ns {
+		return "https://127.0.0.1:6443"
+	}
+	return "https://" + c.APIServerIP + ":6443"
+}
 
 // start starts one daemon of the cluster in its namespaces.
 func (c *Cluster) start(name string, argv []string) (*process, error) {
@@ -427,20 +489,33 @@ func (c *Cluster) waitHTTP(p *process, url string, timeout time.Duration) error 
 
 // startControlPlane starts etcd, kube-apiserver (waiting until it is
 // ready), kube-controller-manager and kube-scheduler.
-func (c *Cluster) startControlPlane(ctx context.Context) error {
+func (c *Cluster) startControlPlane(context.Context) error {
+	apiserver, err := c.startAPIServer()
+	if err != nil {
+		return err
+	}
+	if err := c.waitHTTP(apiserver, "https://127.0.0.1:6443/readyz", 2*time.Minute); err != nil {
+		return err
+	}
+	return c.startControllers()
+}
+
+// startAPIServer starts etcd, waits until it answers, and starts
+// kube-apiserver without waiting for it.
+func (c *Cluster) startAPIServer() (*process, error) {
 	etcd, err := c.start("etcd", []string{"etcd", "--name", "gpurun-test", "--data-dir", filepath.Join(c.Dir, "etcd"),
 		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
 		"--initial-cluster", "gpurun-test=http://127.0.0.1:2380", "--logger", "zap", "--log-level", "warn"})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.waitHTTP(etcd, "http://127.0.0.1:2379/health", startTimeout); err != nil {
-		return err
+		return nil, err
 	}
 	apiserver, err := c.start("kube-apiserver", []string{filepath.Join(c.k8sBin, "kube-apiserver"),
 		"--etcd-servers", "http://127.0.0.1:2379",
-		"--bind-address", "0.0.0.0", "--secure-port", "6443", "--advertise-address", ClusterNodeIP,
+		"--bind-address", "0.0.0.0", "--secure-port", "6443", "--advertise-address", c.APIServerIP,
 		"--tls-cert-file", c.pkiFile("apiserver.crt"), "--tls-private-key-file", c.pkiFile("apiserver.key"),
 		"--client-ca-file", c.pki.CAFile,
 		"--kubelet-client-certificate", c.pkiFile("apiserver-kubelet-client.crt"),
@@ -457,11 +532,13 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--enable-aggregator-routing=true",
 		"--cert-dir", filepath.Join(c.Dir, "apiserver"), "--v", "1"})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := c.waitHTTP(apiserver, "https://127.0.0.1:6443/readyz", 2*time.Minute); err != nil {
-		return err
-	}
+	return apiserver, nil
+}
+
+// startControllers starts kube-controller-manager and kube-scheduler.
+func (c *Cluster) startControllers() error {
 	for _, d := range []struct {
 		name string
 		args []string
@@ -470,7 +547,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 			"--service-account-private-key-file", c.pki.SAKey, "--root-ca-file", c.pki.CAFile,
 			"--use-service-account-credentials=true", "--leader-elect=false", "--secure-port", "0",
 			"--cert-dir", filepath.Join(c.Dir, "controller-manager"),
-			"--flex-volume-plugin-dir", filepath.Join(c.NodeDir, "volume-plugins"), "--v", "1"}},
+			"--flex-volume-plugin-dir", filepath.Join(c.Dir, "volume-plugins"), "--v", "1"}},
 		{"kube-scheduler", []string{"--kubeconfig", filepath.Join(c.Dir, "scheduler.kubeconfig"),
 			"--leader-elect=false", "--secure-port", "0", "--v", "1"}},
 	} {
@@ -481,12 +558,13 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	return nil
 }
 
-// writeCNIConfig writes the node's CNI network: a bridge with host-local
-// addresses from clusterPodSubnet (their records below NodeDir), no
-// masquerading (nothing leaves the namespace), and a default route through
-// the bridge, so that pods reach the API server at the node's address (the
-// webhook does: there is no kube-proxy for the kubernetes Service).
-func (c *Cluster) writeCNIConfig(dir string) error {
+// writeCNIConfig writes a node's CNI network into dir: a bridge with
+// host-local addresses from subnet (their records in ipamDir), no
+// masquerading (nothing leaves the namespaces), and a default route through
+// the bridge, so that pods reach the API server (the webhook does: there
+// is no kube-proxy for the kubernetes Service) and, through the node's
+// routes, the pods of other nodes.
+func writeCNIConfig(dir, subnet, ipamDir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -509,12 +587,12 @@ func (c *Cluster) writeCNIConfig(dir string) error {
     }
   ]
 }
-`, clusterPodSubnet, filepath.Join(c.NodeDir, "cni-ipam"))
+`, subnet, ipamDir)
 	return os.WriteFile(filepath.Join(dir, "10-gpurun-test.conflist"), []byte(conf), 0o644)
 }
 
-// startKubelet writes the kubelet's configuration and starts it.
-func (c *Cluster) startKubelet() error {
+// startKubelet writes a node's kubelet configuration and starts it.
+func (c *Cluster) startKubelet(n *ClusterNode) error {
 	cfg := fmt.Sprintf(`{
   "apiVersion": "kubelet.config.k8s.io/v1beta1",
   "kind": "KubeletConfiguration",
@@ -546,24 +624,39 @@ func (c *Cluster) startKubelet() error {
   "clusterDomain": "cluster.local",
   "resolvConf": "/etc/resolv.conf"
 }
-`, ClusterNodeIP, c.pkiFile("kubelet-serving.crt"), c.pkiFile("kubelet-serving.key"), c.pki.CAFile, c.CgroupRoot,
-		"unix://"+c.Containerd.Address, c.PodLogsDir, filepath.Join(c.NodeDir, "volume-plugins"))
-	cfgPath := filepath.Join(c.Dir, "kubelet.json")
+`, n.IP, c.pkiFile("kubelet-serving"+n.tag+".crt"), c.pkiFile("kubelet-serving"+n.tag+".key"), c.pki.CAFile, n.CgroupRoot,
+		"unix://"+n.Containerd.Address, n.PodLogsDir, filepath.Join(n.Dir, "volume-plugins"))
+	cfgPath := c.kubeletFile(n, ".json")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	_, err := c.start("kubelet", []string{filepath.Join(c.k8sBin, "kubelet"),
-		"--config", cfgPath, "--kubeconfig", filepath.Join(c.Dir, "kubelet.kubeconfig"),
-		"--root-dir", c.KubeletRoot, "--cert-dir", filepath.Join(c.Dir, "kubelet-pki"),
-		"--hostname-override", ClusterNodeName, "--node-ip", ClusterNodeIP, "--v", "1"})
-	return err
+	argv := []string{filepath.Join(c.k8sBin, "kubelet"),
+		"--config", cfgPath, "--kubeconfig", c.kubeletFile(n, ".kubeconfig"),
+		"--root-dir", n.KubeletRoot, "--cert-dir", c.kubeletFile(n, "-pki"),
+		"--hostname-override", n.Name, "--node-ip", n.IP, "--v", "1"}
+	var l []string
+	for k, v := range n.Labels {
+		if !adminLabel(k) {
+			l = append(l, k+"="+v)
+		}
+	}
+	if len(l) > 0 {
+		sort.Strings(l)
+		argv = append(argv, "--node-labels", strings.Join(l, ","))
+	}
+	p, err := startProcess("kubelet"+n.tag, filepath.Join(c.logDir, "kubelet"+n.tag+".log"), argv, os.Environ(), n.ns)
+	if err != nil {
+		return err
+	}
+	n.setKubelet(p)
+	return nil
 }
 
-// stopKubelet stops the kubelet first, so that nothing restarts the pods
-// containerd's cleanup removes.
+// stopKubelet stops every kubelet first, so that nothing restarts the
+// pods containerd's cleanup removes.
 func (c *Cluster) stopKubelet() {
-	for _, p := range c.procs {
-		if p.name == "kubelet" {
+	for _, n := range c.Nodes {
+		if p := n.kubeletProc(); p != nil {
 			if err := p.stop(30 * time.Second); err != nil {
 				c.t.Errorf("harness: %v", err)
 			}
@@ -606,8 +699,9 @@ const ownerFile = "owner"
 // an owner, or whose owner runs, is left alone.
 func sweepStaleClusters(t testing.TB) {
 	t.Helper()
-	dirs, _ := filepath.Glob(filepath.Join("/tmp", DirPrefix+"k-*"))
-	for _, dir := range dirs {
+	single, _ := filepath.Glob(filepath.Join("/tmp", DirPrefix+"k-*"))
+	multi, _ := filepath.Glob(filepath.Join("/tmp", DirPrefix+"m-*"))
+	for _, dir := range append(single, multi...) {
 		data, err := os.ReadFile(filepath.Join(dir, ownerFile))
 		if err != nil {
 			continue
@@ -641,6 +735,9 @@ func (c *Cluster) Leftovers() []string {
 		if _, err := fmt.Sscan(e.Name(), new(int)); err != nil {
 			continue
 		}
+		if c.othersCgroup(e.Name()) {
+			continue
+		}
 		for _, n := range []string{"net", "mnt"} {
 			id, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", n))
 			if err != nil {
@@ -655,6 +752,27 @@ func (c *Cluster) Leftovers() []string {
 		}
 	}
 	return out
+}
+
+// othersCgroup reports whether process pid is in the cgroup of another
+// engine of the harness (another test's cluster or containerd): once this
+// cluster's namespaces are gone, a namespace made later may have the same
+// inode number, and its processes are not this cluster's leftovers.
+func (c *Cluster) othersCgroup(pid string) bool {
+	data, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 || !strings.HasPrefix(f[2], "/"+DirPrefix) {
+			continue
+		}
+		if f[2] != c.CgroupRoot && !strings.HasPrefix(f[2], c.CgroupRoot+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // ReadNodeFile reads a file as the node sees it (through its mount

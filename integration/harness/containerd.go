@@ -121,8 +121,14 @@ type containerdShared struct {
 	// supervise starts containerd again whenever it exits, as systemd's
 	// Restart=always does, until stopping; restarts records each time.
 	supervise bool
-	stopping  bool
-	restarts  []ContainerdRestart
+	// beforeRestart, when set, runs before the supervisor starts
+	// containerd again (a k3s node renders its config).
+	beforeRestart func(dir, configPath string) error
+	stopping      bool
+	// down is set while a node is lost (Kill): the supervisor does not
+	// start containerd again until Revive.
+	down     bool
+	restarts []ContainerdRestart
 }
 
 // ContainerdRestart is one exit of a supervised containerd and the start
@@ -225,6 +231,13 @@ type launchSpec struct {
 	// nvidia runs containerd in a GPU node's mount namespace (with a
 	// network namespace of its own; ns must be nil).
 	nvidia *NVIDIA
+	// beforeRestart runs before each restart by the supervisor.
+	beforeRestart func(dir, configPath string) error
+	// configPath, address and stateDir, when set, replace the config's
+	// path (dir/config.toml), the gRPC socket's (dir/containerd.sock) and
+	// the state directory's (dir/state): a node's containerd whose config
+	// puts them at a node's usual paths, bind-mounted from these.
+	configPath, address, stateDir string
 }
 
 // launchContainerd starts the containerd binary bin, as StartContainerd
@@ -271,11 +284,11 @@ func launchContainerd(t testing.TB, spec launchSpec, bin, ctr string, env []stri
 	}
 	c := &Containerd{
 		Dir:          dir,
-		Address:      filepath.Join(dir, "containerd.sock"),
+		Address:      orPath(spec.address, filepath.Join(dir, "containerd.sock")),
 		Root:         filepath.Join(dir, "root"),
-		StateDir:     filepath.Join(dir, "state"),
+		StateDir:     orPath(spec.stateDir, filepath.Join(dir, "state")),
 		RuncRoot:     filepath.Join(dir, "runc"),
-		ConfigPath:   filepath.Join(dir, "config.toml"),
+		ConfigPath:   orPath(spec.configPath, filepath.Join(dir, "config.toml")),
 		CgroupParent: cgroupParent,
 		PauseImage:   PauseRef,
 		NetNS:        ns,
@@ -284,7 +297,7 @@ func launchContainerd(t testing.TB, spec launchSpec, bin, ctr string, env []stri
 		ctr:          ctr,
 		logPath:      filepath.Join(dir, "containerd.log"),
 		env:          append(os.Environ(), env...),
-		shared:       &containerdShared{pods: map[string]*runtimeapi.PodSandboxConfig{}, supervise: spec.supervise},
+		shared:       &containerdShared{pods: map[string]*runtimeapi.PodSandboxConfig{}, supervise: spec.supervise, beforeRestart: spec.beforeRestart},
 	}
 	c.State = filepath.Join(c.StateDir, "io.containerd.grpc.v1.cri")
 	t.Cleanup(c.cleanup)
@@ -319,6 +332,14 @@ func launchContainerd(t testing.TB, spec launchSpec, bin, ctr string, env []stri
 	t.Logf("harness: containerd pid %d on %s ready in %s", c.PID, c.Address, time.Since(begin).Round(time.Millisecond))
 	c.ImportImage(ImageTar(t, filepath.Join(dir, "images"), PauseRef, []string{"/bin/sleep", "2147483647"}))
 	return c
+}
+
+// orPath is p, or def when p is empty.
+func orPath(p, def string) string {
+	if p == "" {
+		return def
+	}
+	return p
 }
 
 // ContainerdConfig returns the config.toml StartContainerd writes for an
@@ -463,7 +484,7 @@ func (c *Containerd) start() error {
 func (c *Containerd) supervise(p *process) {
 	<-p.done
 	c.shared.mu.Lock()
-	if c.shared.stopping || c.shared.proc != p {
+	if c.shared.stopping || c.shared.down || c.shared.proc != p {
 		c.shared.mu.Unlock()
 		return
 	}
@@ -488,13 +509,59 @@ func (c *Containerd) supervise(p *process) {
 	}
 	// A view of its own: start sets PID, which belongs to the caller's view.
 	v := *c
-	err := v.start()
+	var err error
+	if before := c.shared.beforeRestart; before != nil {
+		if err = before(c.Dir, c.ConfigPath); err != nil {
+			err = fmt.Errorf("before the restart: %w", err)
+		}
+	}
+	if err == nil {
+		err = v.start()
+	}
 	c.shared.mu.Lock()
 	defer c.shared.mu.Unlock()
 	c.shared.restarts[i].NewPID = v.PID
 	if err != nil {
 		c.shared.restarts[i].StartErr = err.Error()
 	}
+}
+
+// Kill kills containerd outright (SIGKILL), as a node that crashes takes
+// it down, and keeps its supervisor from starting it again until Revive;
+// the shims and the containers keep running.
+func (c *Containerd) Kill() error {
+	c.shared.mu.Lock()
+	c.shared.down = true
+	p := c.shared.proc
+	c.shared.mu.Unlock()
+	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("SIGKILL containerd (pid %d): %w", p.pid, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("containerd (pid %d) survived SIGKILL", p.pid)
+	}
+}
+
+// Revive starts a containerd that Kill killed, as its supervisor would
+// (what runs before a restart, a k3s node's rendering, included), and
+// waits until its CRI plugin answers.
+func (c *Containerd) Revive() error {
+	c.shared.mu.Lock()
+	c.shared.down = false
+	before := c.shared.beforeRestart
+	c.shared.mu.Unlock()
+	if before != nil {
+		if err := before(c.Dir, c.ConfigPath); err != nil {
+			return fmt.Errorf("revive containerd: %w", err)
+		}
+	}
+	if err := c.start(); err != nil {
+		return fmt.Errorf("revive containerd: %w", err)
+	}
+	return nil
 }
 
 // LogTail returns the last n lines of containerd's log (all its runs).

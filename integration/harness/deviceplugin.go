@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,7 +35,14 @@ type gpuPlugin struct {
 	dpapi.UnimplementedDevicePluginServer
 	gpus []FakeGPU
 	stop chan struct{}
+
+	mu  sync.Mutex
+	srv *grpc.Server
 }
+
+// pluginEndpoint is the fake device plugin's socket in the kubelet's
+// device plugin directory.
+const pluginEndpoint = "gpurun-fake-gpu.sock"
 
 // StartFakeGPUs registers a device plugin with the cluster's kubelet that
 // advertises n GPUs as nvidia.com/gpu and allocates them the way NVIDIA's
@@ -45,69 +53,109 @@ type gpuPlugin struct {
 // reports the GPUs as allocatable; the cleanup stops the plugin.
 func (c *Cluster) StartFakeGPUs(n int) []FakeGPU {
 	c.t.Helper()
-	dir := filepath.Join(c.NodeDir, "dev")
+	return c.StartFakeGPUsOn(c.Nodes[0], n)
+}
+
+// StartFakeGPUsOn is StartFakeGPUs for the kubelet of node. The plugin
+// registers again when the node's kubelet comes back (RestoreNode), as
+// NVIDIA's does when it sees the kubelet restart.
+func (c *Cluster) StartFakeGPUsOn(node *ClusterNode, n int) []FakeGPU {
+	c.t.Helper()
+	dir := filepath.Join(node.Dir, "dev")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatalf("harness: %v", err)
 	}
 	p := &gpuPlugin{stop: make(chan struct{})}
 	for i := 0; i < n; i++ {
-		node := filepath.Join(dir, fmt.Sprintf("nvidia%d", i))
-		if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(NvidiaMajor, uint32(i)))); err != nil {
-			c.t.Fatalf("harness: mknod %s: %v", node, err)
+		dev := filepath.Join(dir, fmt.Sprintf("nvidia%d", i))
+		if err := unix.Mknod(dev, unix.S_IFCHR|0o666, int(unix.Mkdev(NvidiaMajor, uint32(i)))); err != nil {
+			c.t.Fatalf("harness: mknod %s: %v", dev, err)
 		}
 		p.gpus = append(p.gpus, FakeGPU{
 			ID:      fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", i, i),
-			Node:    node,
+			Node:    dev,
 			DevPath: fmt.Sprintf("/dev/nvidia%d", i),
 		})
 	}
+	c.t.Cleanup(p.shutdown)
+	node.mu.Lock()
+	node.plugin = p
+	node.mu.Unlock()
+	if err := c.servePlugin(node, p); err != nil {
+		c.t.Fatalf("harness: %v", err)
+	}
+	obj := Object{Kind: "node", Name: node.Name}
+	c.waitFor(fmt.Sprintf("%d %s allocatable on %s", n, GPUResource, node.Name), time.Minute, []Object{obj}, func() (bool, string, error) {
+		return c.gpusAllocatable(node, n)
+	})
+	return p.gpus
+}
+
+// gpusAllocatable reports whether node says n GPUs are allocatable.
+func (c *Cluster) gpusAllocatable(node *ClusterNode, n int) (bool, string, error) {
+	out, err := c.Get(Object{Kind: "node", Name: node.Name}, `{.status.allocatable.nvidia\.com/gpu}`)
+	if err != nil {
+		return false, err.Error(), nil
+	}
+	return strings.TrimSpace(out) == fmt.Sprint(n), "allocatable " + out, nil
+}
+
+// servePlugin serves p at the node's device plugin socket (a server in
+// place before is stopped) and registers it with the node's kubelet.
+func (c *Cluster) servePlugin(node *ClusterNode, p *gpuPlugin) error {
 	// The kubelet's device plugin directory is fixed
 	// (/var/lib/kubelet/device-plugins, whatever --root-dir says): the
 	// node's own, below its private /var/lib, so the socket is made and
 	// dialled in the node's mount namespace.
-	pluginDir := dpapi.DevicePluginPath
-	const endpoint = "gpurun-fake-gpu.sock"
-	sock := filepath.Join(pluginDir, endpoint)
+	sock := filepath.Join(dpapi.DevicePluginPath, pluginEndpoint)
 	var ln net.Listener
-	if err := c.ns.Do(func() error {
+	if err := node.ns.Do(func() error {
+		if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
+			return err
+		}
 		var err error
 		ln, err = net.Listen("unix", sock)
 		return err
 	}); err != nil {
-		c.t.Fatalf("harness: device plugin: %v", err)
+		return fmt.Errorf("device plugin on %s: %w", node.Name, err)
 	}
 	srv := grpc.NewServer()
 	dpapi.RegisterDevicePluginServer(srv, p)
 	go func() { _ = srv.Serve(ln) }()
-	c.t.Cleanup(func() {
-		close(p.stop)
-		srv.Stop()
-	})
-
+	p.mu.Lock()
+	old := p.srv
+	p.srv = srv
+	p.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
 	conn, err := grpc.NewClient("passthrough:///kubelet", grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return c.ns.DialContext(ctx, "unix", dpapi.KubeletSocket)
+			return node.ns.DialContext(ctx, "unix", dpapi.KubeletSocket)
 		}))
 	if err != nil {
-		c.t.Fatalf("harness: device plugin: %v", err)
+		return fmt.Errorf("device plugin on %s: %w", node.Name, err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := dpapi.NewRegistrationClient(conn).Register(ctx, &dpapi.RegisterRequest{
-		Version: dpapi.Version, Endpoint: endpoint, ResourceName: GPUResource,
+		Version: dpapi.Version, Endpoint: pluginEndpoint, ResourceName: GPUResource,
 	}, grpc.WaitForReady(true)); err != nil {
-		c.t.Fatalf("harness: register the device plugin with the kubelet: %v\n--- kubelet log tail ---\n%s", err, c.LogTail("kubelet", 20))
+		return fmt.Errorf("register the device plugin with the kubelet of %s: %w\n--- kubelet log tail ---\n%s", node.Name, err,
+			logTail(filepath.Join(c.logDir, "kubelet"+node.tag+".log"), 20))
 	}
-	node := Object{Kind: "node", Name: ClusterNodeName}
-	c.waitFor(fmt.Sprintf("%d %s allocatable", n, GPUResource), time.Minute, []Object{node}, func() (bool, string, error) {
-		out, err := c.Get(node, `{.status.allocatable.nvidia\.com/gpu}`)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		return strings.TrimSpace(out) == fmt.Sprint(n), "allocatable " + out, nil
-	})
-	return p.gpus
+	return nil
+}
+
+// shutdown stops the plugin for good.
+func (p *gpuPlugin) shutdown() {
+	close(p.stop)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.srv != nil {
+		p.srv.Stop()
+	}
 }
 
 // GetDevicePluginOptions: no pre-start call, no preferred allocation.

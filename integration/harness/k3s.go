@@ -32,6 +32,10 @@ type K3sNode struct {
 	// NVIDIA adds the runtimes k3s adds when it finds the NVIDIA container
 	// runtime on the node.
 	NVIDIA bool
+	// InUserNS renders as k3s does when it finds itself in a user
+	// namespace (k3s in a container): OOM score adjustments restricted,
+	// AppArmor off, which a containerd of the harness needs.
+	InUserNS bool
 }
 
 // ContainerdDir is where the templates and config.toml are (a node path).
@@ -52,10 +56,14 @@ func (n K3sNode) Host(p string) string { return filepath.Join(n.HostRoot, p) }
 // SystemdCgroup is false: this machine's containers are not in systemd's
 // cgroups.
 func (n K3sNode) Data() map[string]any {
-	return n.Release.Data(k3stest.Node{
+	d := n.Release.Data(k3stest.Node{
 		Program: n.Program, DataDir: n.DataDir, Root: filepath.Join(n.DataDir, "agent", "containerd"),
 		State: n.StateDir(), Address: filepath.Join(n.StateDir(), "containerd.sock"), PauseImage: PauseRef, NVIDIA: n.NVIDIA,
 	})
+	if n.InUserNS {
+		d["IsRunningInUserNS"] = true
+	}
+	return d
 }
 
 // Render writes config.toml from the node's template as k3s does at start

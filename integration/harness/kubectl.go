@@ -139,8 +139,11 @@ func (c *Cluster) Dump(objs ...Object) string {
 		events += "(" + err.Error() + ")"
 	}
 	fmt.Fprintf(&b, "--- events ---\n%s", lastLines(events, 40))
-	for _, d := range []string{"kubelet", "containerd"} {
-		fmt.Fprintf(&b, "\n--- %s log tail ---\n%s\n", d, c.LogTail(d, 30))
+	for _, n := range c.Nodes {
+		fmt.Fprintf(&b, "\n--- kubelet%s log tail ---\n%s\n", n.tag, logTail(filepath.Join(c.logDir, "kubelet"+n.tag+".log"), 30))
+		if n.Containerd != nil {
+			fmt.Fprintf(&b, "\n--- containerd%s log tail ---\n%s\n", n.tag, n.Containerd.LogTail(30))
+		}
 	}
 	return b.String()
 }
@@ -186,11 +189,20 @@ func (c *Cluster) condition(o Object, typ string) (string, error) {
 	return c.Get(o, `{.status.conditions[?(@.type=="`+typ+`")].status}`)
 }
 
-// WaitNodeReady waits until the node is Ready.
+// WaitNodeReady waits until every node is Ready.
 func (c *Cluster) WaitNodeReady(timeout time.Duration) {
 	c.t.Helper()
-	node := Object{Kind: "node", Name: ClusterNodeName}
-	c.waitFor("node "+ClusterNodeName+" Ready", timeout, []Object{node}, func() (bool, string, error) {
+	deadline := time.Now().Add(timeout)
+	for _, n := range c.Nodes {
+		c.WaitNodeReadyOf(n, time.Until(deadline))
+	}
+}
+
+// WaitNodeReadyOf waits until node n is Ready.
+func (c *Cluster) WaitNodeReadyOf(n *ClusterNode, timeout time.Duration) {
+	c.t.Helper()
+	node := Object{Kind: "node", Name: n.Name}
+	c.waitFor("node "+n.Name+" Ready", timeout, []Object{node}, func() (bool, string, error) {
 		s, err := c.condition(node, "Ready")
 		if err != nil {
 			return false, err.Error(), nil // not registered yet

@@ -102,6 +102,13 @@ func (m nodeMounts) setup() error {
 		}
 	}
 	for i, dir := range m.overlays {
+		// A file mounted below dir (a container's /etc/resolv.conf, say)
+		// would be hidden by the overlay: the node gets a copy of it. (A
+		// directory mounted below stays hidden.)
+		files, err := mountedFiles(dir)
+		if err != nil {
+			return err
+		}
 		base := filepath.Join(m.scratch, fmt.Sprintf("overlay%d", i))
 		upper, work := filepath.Join(base, "upper"), filepath.Join(base, "work")
 		for _, d := range []string{upper, work} {
@@ -112,6 +119,11 @@ func (m nodeMounts) setup() error {
 		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", dir, upper, work)
 		if err := unix.Mount("overlay", dir, "overlay", 0, opts); err != nil {
 			return fmt.Errorf("overlay on %s: %w", dir, err)
+		}
+		for p, data := range files {
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				return fmt.Errorf("overlay on %s: %s, mounted below it: %w", dir, p, err)
+			}
 		}
 	}
 	for _, target := range sortedKeys(m.binds) {
@@ -133,6 +145,27 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// mountedFiles returns the regular files mounted below dir, with their
+// contents.
+func mountedFiles(dir string) (map[string][]byte, error) {
+	mps, err := mountPoints(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, mp := range mps {
+		if st, err := os.Stat(mp); err != nil || !st.Mode().IsRegular() || mp == dir {
+			continue
+		}
+		data, err := os.ReadFile(mp)
+		if err != nil {
+			return nil, err
+		}
+		files[mp] = data
+	}
+	return files, nil
 }
 
 // enter moves the calling (locked) thread into the namespace; the thread

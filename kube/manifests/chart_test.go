@@ -70,6 +70,7 @@ func chartCases() []chartCase {
 	return append(cases, []chartCase{
 		{"serviceMonitor", modeRuntimeClass, "auto", `{metrics: {serviceMonitor: {enabled: true}}}`, `components: [$COMPONENTS/servicemonitor]`},
 		{"serviceMonitor nri", modeNRI, "k3s", `{metrics: {serviceMonitor: {enabled: true, interval: 30s}}}`, `components: [$COMPONENTS/servicemonitor]`},
+		{"serviceMonitor webhook", modeWebhook, "auto", `{metrics: {serviceMonitor: {enabled: true}}}`, `components: [$COMPONENTS/servicemonitor]`},
 		{"restart systemd", modeRuntimeClass, "auto", `{nodeAgent: {restart: systemd, uninstallOnExit: false}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [restart=systemd, uninstall-on-exit=false]}]`},
 		{"node paths", modeDefaultRuntime, "containerd", `{nodeAgent: {binDir: /opt/bin, containerdConfig: /etc/containerd/gpu.toml}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [bin-dir=/opt/bin, containerd-config=/etc/containerd/gpu.toml]}]`},
 		{"policy", modeRuntimeClass, "k3s", `{policy: "size = \"25%\"\nmax = \"8g\"\n"}`, `configMapGenerator: [{name: gpurun-policy, behavior: replace, options: {disableNameSuffixHash: true}, literals: ["config.toml=size = \"25%\"\nmax = \"8g\"\n"]}]`},
@@ -418,5 +419,48 @@ func TestChartWebhookCertManager(t *testing.T) {
 	}
 	if !strings.Contains(string(mwc), `"cert-manager.io/inject-ca-from":"`+releaseNamespace+`/gpurun-webhook-cert"`) {
 		t.Errorf("MutatingWebhookConfiguration %s: no CA injection", mwc)
+	}
+}
+
+// TestChartWebhookHA: the chart's webhook stays a highly available
+// service whatever its values (checkWebhookHA): the grace period follows
+// the shutdown delay, the metrics port follows metrics.port; with the
+// ServiceMonitor, its Service selects the webhook's pods at that port.
+func TestChartWebhookHA(t *testing.T) {
+	helm := helmBinary(t)
+	for _, tc := range []struct{ name, values string }{
+		{"defaults", `{}`},
+		{"a longer shutdown delay", `{webhook: {shutdownDelay: 40s}}`},
+		{"three replicas", `{webhook: {replicas: 3}}`},
+		{"another metrics port and a ServiceMonitor", `{metrics: {port: 9500, serviceMonitor: {enabled: true}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := helmTemplate(t, helm, chartCase{name: tc.name, mode: modeWebhook, dist: "auto", values: tc.values})
+			r := newRendered(modeWebhook, objs)
+			if len(r.deployments) != 1 {
+				t.Fatalf("%d Deployments", len(r.deployments))
+			}
+			d := r.deployments[0]
+			args := d.Spec.Template.Spec.Containers[0].Args
+			i := slices.Index(args, "webhook")
+			if i < 0 {
+				t.Fatalf("args %q", args)
+			}
+			r.checkWebhookHA(t, d, args[i:])
+			for _, o := range objs {
+				svc, ok := o.(*corev1.Service)
+				if !ok || svc.Name != "gpurun-metrics" {
+					continue
+				}
+				for k, v := range svc.Spec.Selector {
+					if d.Spec.Template.Labels[k] != v {
+						t.Errorf("Service gpurun-metrics selects %v, not the webhook's pods %v", svc.Spec.Selector, d.Spec.Template.Labels)
+					}
+				}
+				if tp := svc.Spec.Ports[0].TargetPort.String(); !slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == tp }) {
+					t.Errorf("Service gpurun-metrics targets port %q, which the webhook does not have", tp)
+				}
+			}
+		})
 	}
 }

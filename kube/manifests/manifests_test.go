@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -26,6 +27,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -212,6 +214,11 @@ func build(t *testing.T, mode string) *rendered {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newRendered(mode, objs)
+}
+
+// newRendered sorts rendered objects by kind.
+func newRendered(mode string, objs []runtime.Object) *rendered {
 	r := &rendered{mode: mode, objs: objs, configMaps: map[string]*corev1.ConfigMap{}}
 	for _, o := range objs {
 		switch o := o.(type) {
@@ -770,6 +777,7 @@ func (r *rendered) checkWebhook(t *testing.T, namespace string) {
 	if !skips["kube-system"] || !skips[namespace] {
 		t.Errorf("namespaceSelector %+v: want kube-system and %s skipped", w.NamespaceSelector, namespace)
 	}
+	r.checkWebhookHA(t, d, args[i:])
 	if role == nil || crole == nil {
 		t.Fatal("webhook mode: no Role or ClusterRole")
 	}
@@ -784,6 +792,96 @@ func (r *rendered) checkWebhook(t *testing.T, namespace string) {
 			t.Errorf("ClusterRole rule %+v: want get/patch of %q only", rule, mwcName)
 		}
 	}
+}
+
+// checkWebhookHA: the webhook as a highly available service. A rollout
+// never takes a ready replica away before its successor is ready; the
+// replicas go to different nodes (taints they do not tolerate leave a node
+// out of the count, or a replica would wait for a GPU node it may not
+// use); a PodDisruptionBudget lets a drain evict one at a time; ready
+// means able to admit (/readyz); the pod's grace period covers the
+// webhook's drain and its wait for reviews in flight; its metrics port is
+// the one it listens on and the one Prometheus is told.
+func (r *rendered) checkWebhookHA(t *testing.T, d *appsv1.Deployment, args []string) {
+	t.Helper()
+	spec := d.Spec.Template.Spec
+	labels := d.Spec.Template.Labels
+	selects := func(sel *metav1.LabelSelector) bool {
+		if sel == nil || len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
+			return false
+		}
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		return err == nil && s.Matches(k8slabels.Set(labels))
+	}
+	st := d.Spec.Strategy
+	if st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil || st.RollingUpdate.MaxUnavailable == nil ||
+		st.RollingUpdate.MaxUnavailable.IntValue() != 0 || st.RollingUpdate.MaxSurge == nil || st.RollingUpdate.MaxSurge.IntValue() < 1 {
+		t.Errorf("strategy %+v: want a rolling update with maxUnavailable 0 and a surge", st)
+	}
+	spread := false
+	for _, c := range spec.TopologySpreadConstraints {
+		if c.TopologyKey == "kubernetes.io/hostname" && c.WhenUnsatisfiable == corev1.DoNotSchedule && c.MaxSkew == 1 &&
+			c.NodeTaintsPolicy != nil && *c.NodeTaintsPolicy == corev1.NodeInclusionPolicyHonor && selects(c.LabelSelector) {
+			spread = true
+		}
+	}
+	if !spread {
+		t.Errorf("topologySpreadConstraints %+v: want the replicas on different nodes (hostname, maxSkew 1, DoNotSchedule, nodeTaintsPolicy Honor, selecting them)", spec.TopologySpreadConstraints)
+	}
+	var pdb *policyv1.PodDisruptionBudget
+	for _, o := range r.objs {
+		if p, ok := o.(*policyv1.PodDisruptionBudget); ok {
+			pdb = p
+		}
+	}
+	switch {
+	case pdb == nil:
+		t.Error("no PodDisruptionBudget for the webhook")
+	case !selects(pdb.Spec.Selector):
+		t.Errorf("PodDisruptionBudget selector %+v does not select the webhook's pods %v", pdb.Spec.Selector, labels)
+	case pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() < 1 || d.Spec.Replicas == nil || pdb.Spec.MinAvailable.IntValue() >= int(*d.Spec.Replicas):
+		t.Errorf("PodDisruptionBudget minAvailable %v with %v replicas: want at least one kept, and one evictable", pdb.Spec.MinAvailable, d.Spec.Replicas)
+	}
+	c := spec.Containers[0]
+	probe := func(p *corev1.Probe, path string) {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != c.Ports[0].Name || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("probe %+v: want HTTPS GET %s on port %s", p, path, c.Ports[0].Name)
+		}
+	}
+	probe(c.ReadinessProbe, "/readyz")
+	probe(c.LivenessProbe, "/healthz")
+	delay, timeout := time.Duration(-1), time.Duration(-1)
+	if v, ok := flagValue(args, "shutdown-delay"); ok {
+		delay, _ = time.ParseDuration(v)
+	}
+	if v, ok := flagValue(args, "shutdown-timeout"); ok {
+		timeout, _ = time.ParseDuration(v)
+	}
+	if delay <= 0 || timeout <= 0 {
+		t.Errorf("args %q: want --shutdown-delay and --shutdown-timeout above 0", args)
+	}
+	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= delay+timeout {
+		t.Errorf("terminationGracePeriodSeconds %v: want more than --shutdown-delay %s and --shutdown-timeout %s together", ptrString(g), delay, timeout)
+	}
+	listen, _ := flagValue(args, "metrics-listen")
+	port := ""
+	for _, p := range c.Ports {
+		if p.Name == "metrics" {
+			port = strconv.Itoa(int(p.ContainerPort))
+		}
+	}
+	ann := d.Spec.Template.Annotations
+	if listen != ":"+port || port == "" || ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != port || labels["gpurun.io/metrics"] != "true" {
+		t.Errorf("--metrics-listen %q, port metrics %q, annotations %v, labels %v: want one metrics port, scraped", listen, port, ann, labels)
+	}
+}
+
+// ptrString shows what p points at, or nil.
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
 }
 
 // gpurunBinary builds gpurun-full, the build that holds every command the

@@ -167,6 +167,9 @@ type SelfTLS struct {
 	Logger        *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// OnReload, when set, is called when a serving pair other than the
+	// first is loaded (a renewal, or another replica's new pair).
+	OnReload func(error)
 
 	cert atomic.Pointer[tls.Certificate]
 	ca   atomic.Pointer[[]byte]
@@ -237,15 +240,26 @@ func (s *SelfTLS) log() *slog.Logger {
 }
 
 func (s *SelfTLS) load(d map[string][]byte) error {
+	prev := s.cert.Load()
 	pair, err := tls.X509KeyPair(d[corev1.TLSCertKey], d[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Secret, err)
+		err = fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Secret, err)
+		if prev != nil && s.OnReload != nil {
+			s.OnReload(err)
+		}
+		return err
 	}
 	s.cert.Store(&pair)
 	ca := bytes.Clone(d[keyCACert])
 	s.ca.Store(&ca)
+	if prev != nil && !bytes.Equal(prev.Certificate[0], pair.Certificate[0]) && s.OnReload != nil {
+		s.OnReload(nil)
+	}
 	return nil
 }
+
+// Current returns the serving pair in use (nil before the first load).
+func (s *SelfTLS) Current() *tls.Certificate { return s.cert.Load() }
 
 // GetCertificate is tls.Config's: the current serving pair.
 func (s *SelfTLS) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -315,9 +329,14 @@ func (s *SelfTLS) Keep(ctx context.Context, interval time.Duration) {
 // either file changes.
 type FilePair struct {
 	CertFile, KeyFile string
+	// OnReload, when set, is called each time the files change after the
+	// first load: nil when the new pair is in use, the error when it
+	// could not be read (the last pair stays in use).
+	OnReload func(error)
 
 	mu      sync.Mutex
 	stamp   []time.Time
+	failed  []time.Time // the files' times when they last failed to load
 	current *tls.Certificate
 }
 
@@ -341,13 +360,29 @@ func (f *FilePair) Load() (*tls.Certificate, error) {
 	}
 	pair, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
 	if err != nil {
+		err = fmt.Errorf("tls: load %s and %s: %w", f.CertFile, f.KeyFile, err)
 		if f.current != nil {
+			if f.OnReload != nil && !slices.Equal(stamp, f.failed) {
+				f.OnReload(err)
+			}
+			f.failed = stamp
 			return f.current, nil
 		}
-		return nil, fmt.Errorf("tls: load %s and %s: %w", f.CertFile, f.KeyFile, err)
+		return nil, err
 	}
-	f.current, f.stamp = &pair, stamp
+	if f.current != nil && f.OnReload != nil {
+		f.OnReload(nil)
+	}
+	f.current, f.stamp, f.failed = &pair, stamp, nil
 	return f.current, nil
+}
+
+// Current returns the pair in use (nil before the first load), without
+// looking at the files.
+func (f *FilePair) Current() *tls.Certificate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.current
 }
 
 // GetCertificate is tls.Config's.

@@ -267,8 +267,9 @@ func TestHandler(t *testing.T) {
 		{"not JSON", "POST", MutatePath, "text/plain", body, 415},
 		{"bad JSON", "POST", MutatePath, "application/json", []byte("{"), 400},
 		{"no request", "POST", MutatePath, "application/json", []byte(`{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}`), 400},
-		{"too large", "POST", MutatePath, "application/json", bytes.Repeat([]byte(" "), maxReview+1), 413},
+		{"too large", "POST", MutatePath, "application/json", bytes.Repeat([]byte(" "), DefaultMaxReviewBytes+1), 413},
 		{"health", "GET", "/healthz", "", nil, 200},
+		{"ready", "GET", "/readyz", "", nil, 200},
 		{"elsewhere", "GET", "/", "", nil, 404},
 	}
 	for _, tt := range tests {

@@ -24,6 +24,10 @@ import (
 type ServeOptions struct {
 	// Listen is the address to serve HTTPS on.
 	Listen string
+	// MetricsListen, when set, is the address to serve the webhook's own
+	// metrics on (plain HTTP: /metrics, and /healthz and /readyz as on
+	// Listen).
+	MetricsListen string
 	// CertFile and KeyFile are the serving pair (PEM), re-read when they
 	// change; or SelfSigned keeps a CA and serving pair of the webhook's
 	// own in the Secret Secret of Namespace ("" the pod's own), for the
@@ -34,6 +38,18 @@ type ServeOptions struct {
 	SelfSigned                                bool
 	Namespace, Service, Secret, WebhookConfig string
 	RenewEvery                                time.Duration
+	// ShutdownDelay is how long the webhook keeps answering reviews after
+	// SIGTERM, not ready, before it stops taking them: long enough for
+	// the endpoints to drop the replica and for the API server to stop
+	// sending to it. ShutdownTimeout then bounds the wait for the reviews
+	// in flight (0: DefaultShutdownTimeout). A second signal cuts the
+	// delay short.
+	ShutdownDelay, ShutdownTimeout time.Duration
+	// MaxRequestBytes bounds a review's body (0: DefaultMaxReviewBytes).
+	MaxRequestBytes int64
+	// RequestTimeout bounds reading a request and writing its answer (0:
+	// DefaultRequestTimeout).
+	RequestTimeout time.Duration
 	// DryRun is gpurun's --dry-run, which the webhook refuses; Verbose
 	// logs at debug level.
 	DryRun, Verbose bool
@@ -43,9 +59,23 @@ type ServeOptions struct {
 	Log io.Writer
 }
 
+// Defaults of ServeOptions' zero values.
+const (
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultRequestTimeout  = 10 * time.Second
+)
+
+// idleTimeout is how long a kept-alive connection may stay idle: longer
+// than the API server's own 90 s (client-go's IdleConnTimeout), so that
+// the API server, never the webhook, closes an idle connection — a server
+// that closes one as the client sends a review on it loses that review.
+const idleTimeout = 2 * time.Minute
+
 // Serve is gpurun webhook: it serves the admission webhook (Handler) over
-// TLS until SIGTERM or SIGINT, then shuts down. Its errors for bad options
-// or a setup that fails carry exit status 2 (exitcode).
+// TLS, and its metrics, until ctx ends or the process gets SIGTERM or
+// SIGINT; then it drains (Handler.Drain) for ShutdownDelay and shuts down,
+// waiting for the reviews in flight. Its errors for bad options or a setup
+// that fails carry exit status 2 (exitcode).
 func Serve(ctx context.Context, o ServeOptions) error {
 	if err := o.check(); err != nil {
 		return exitcode.New(2, err)
@@ -59,42 +89,105 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return exitcode.New(2, err)
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	tlsCfg, err := o.tlsConfig(ctx, log)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	// The certificate keeper runs until Serve returns, draining included.
+	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopKeeping()
+
+	var cert func() *tls.Certificate
+	metrics := NewMetrics(func() *tls.Certificate { return cert() })
+	tlsCfg, current, err := o.tlsConfig(keepCtx, log, metrics.TLSReloaded)
 	if err != nil {
 		return err
 	}
+	cert = current
+	h := &Handler{Policy: func() *policy.Policy { return pol }, Logger: log, Metrics: metrics,
+		MaxBody: o.MaxRequestBytes, Certificate: current}
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return exitcode.New(2, fmt.Errorf("webhook: %w", err))
 	}
+	defer ln.Close()
+	timeout := o.RequestTimeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
 	srv := &http.Server{
-		Handler:           &Handler{Policy: func() *policy.Policy { return pol }, Logger: log},
+		Handler:           h,
 		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		ReadHeaderTimeout: min(timeout, 5*time.Second),
+		ReadTimeout:       timeout,
+		WriteTimeout:      timeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 2)
+	var msrv *http.Server
+	metricsAddr := ""
+	if o.MetricsListen != "" {
+		mln, err := net.Listen("tcp", o.MetricsListen)
+		if err != nil {
+			return exitcode.New(2, fmt.Errorf("webhook: metrics: %w", err))
+		}
+		defer mln.Close()
+		metricsAddr = mln.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics.Handler())
+		mux.Handle("/healthz", h)
+		mux.Handle("/readyz", h)
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { errc <- fmt.Errorf("metrics: %w", msrv.Serve(mln)) }()
 	}
 	source := pol.Source
 	if source == "" {
 		source = "(defaults)"
 	}
-	log.Info("gpurun webhook serving", "version", version.String(), "listen", ln.Addr().String(), "policy", source, "self_signed", o.SelfSigned)
-	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	_ = h.Ready() // the ready gauge, from the start
+	log.Info("gpurun webhook serving", "version", version.String(), "listen", ln.Addr().String(), "metrics", metricsAddr,
+		"policy", source, "self_signed", o.SelfSigned, "shutdown_delay", o.ShutdownDelay.String())
 	select {
 	case err := <-errc:
 		return fmt.Errorf("webhook: %w", err)
 	case <-ctx.Done():
+		log.Info("gpurun webhook draining", "why", context.Cause(ctx).Error(), "delay", o.ShutdownDelay.String())
+	case s := <-sigs:
+		log.Info("gpurun webhook draining", "why", s.String(), "delay", o.ShutdownDelay.String())
 	}
-	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	h.Drain()
+	began := time.Now()
+	if o.ShutdownDelay > 0 {
+		t := time.NewTimer(o.ShutdownDelay)
+		select {
+		case <-t.C:
+		case s := <-sigs:
+			t.Stop()
+			log.Info("gpurun webhook: a second signal: stopping now", "signal", s.String())
+		case err := <-errc:
+			t.Stop()
+			return fmt.Errorf("webhook: %w", err)
+		}
+	}
+	grace := o.ShutdownTimeout
+	if grace <= 0 {
+		grace = DefaultShutdownTimeout
+	}
+	shut, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	if err := srv.Shutdown(shut); err != nil {
+	// Shutdown closes the listener (no new connections), lets the
+	// reviews in flight finish, and closes each connection once idle.
+	err = srv.Shutdown(shut)
+	if msrv != nil {
+		err = errors.Join(err, msrv.Shutdown(shut))
+	}
+	if err != nil {
 		return fmt.Errorf("webhook: shut down: %w", err)
 	}
-	log.Info("gpurun webhook stopped")
+	log.Info("gpurun webhook stopped", "drained_for", time.Since(began).Round(time.Millisecond).String(), "reviews_while_draining", h.drained.Load())
 	return nil
 }
 
@@ -116,37 +209,45 @@ func (o ServeOptions) check() error {
 }
 
 // tlsConfig serves the pair in the files, or keeps the webhook's own
-// (SelfTLS, in the background until ctx ends).
-func (o ServeOptions) tlsConfig(ctx context.Context, log *slog.Logger) (*tls.Config, error) {
+// (SelfTLS, in the background until ctx ends); current returns the pair
+// in use, and reloaded is told of each load after the first.
+func (o ServeOptions) tlsConfig(ctx context.Context, log *slog.Logger, reloaded func(error)) (cfg *tls.Config, current func() *tls.Certificate, err error) {
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if !o.SelfSigned {
-		pair := &FilePair{CertFile: o.CertFile, KeyFile: o.KeyFile}
+		pair := &FilePair{CertFile: o.CertFile, KeyFile: o.KeyFile, OnReload: func(err error) {
+			reloaded(err)
+			if err != nil {
+				log.Warn("webhook certificate files changed but cannot be loaded; the previous pair stays in use", "err", err.Error())
+			} else {
+				log.Info("webhook certificate reloaded", "cert", o.CertFile)
+			}
+		}}
 		if _, err := pair.Load(); err != nil {
-			return nil, exitcode.New(2, fmt.Errorf("webhook: %w", err))
+			return nil, nil, exitcode.New(2, fmt.Errorf("webhook: %w", err))
 		}
 		tlsCfg.GetCertificate = pair.GetCertificate
-		return tlsCfg, nil
+		return tlsCfg, pair.Current, nil
 	}
 	ns := o.Namespace
 	if ns == "" {
 		b, err := os.ReadFile(kube.ServiceAccountDir + "/namespace")
 		if err != nil {
-			return nil, exitcode.New(2, fmt.Errorf("webhook: --namespace not given, and not in a pod: %w", err))
+			return nil, nil, exitcode.New(2, fmt.Errorf("webhook: --namespace not given, and not in a pod: %w", err))
 		}
 		ns = string(b)
 	}
 	k, err := kube.InCluster()
 	if err != nil {
-		return nil, exitcode.New(2, fmt.Errorf("webhook: --self-signed: %w", err))
+		return nil, nil, exitcode.New(2, fmt.Errorf("webhook: --self-signed: %w", err))
 	}
-	self := &SelfTLS{Kube: k, Namespace: ns, Secret: o.Secret, Service: o.Service, WebhookConfig: o.WebhookConfig, Logger: log}
+	self := &SelfTLS{Kube: k, Namespace: ns, Secret: o.Secret, Service: o.Service, WebhookConfig: o.WebhookConfig, Logger: log, OnReload: reloaded}
 	if err := self.Ensure(ctx); err != nil {
-		return nil, fmt.Errorf("webhook: %w", err)
+		return nil, nil, fmt.Errorf("webhook: %w", err)
 	}
 	if err := self.Sync(ctx); err != nil {
 		log.Warn("webhook caBundle", "err", err.Error())
 	}
 	go self.Keep(ctx, o.RenewEvery)
 	tlsCfg.GetCertificate = self.GetCertificate
-	return tlsCfg, nil
+	return tlsCfg, self.Current, nil
 }

@@ -1,12 +1,27 @@
 package webhook
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/policy"
@@ -35,6 +50,256 @@ func TestServeRefusals(t *testing.T) {
 			err := Serve(context.Background(), tc.o)
 			if exitcode.Of(err) != 2 || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Serve: %v (exit %d), want exit 2 with %q", err, exitcode.Of(err), tc.want)
+			}
+		})
+	}
+}
+
+// helperEnv, when set, makes the test binary run Serve instead of the
+// tests (TestServeSIGTERM starts it so): the value is the cert and key
+// files and the shutdown delay, separated by commas.
+const helperEnv = "GPURUN_WEBHOOK_TEST_SERVE"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(helperEnv); v != "" {
+		os.Exit(serveHelper(v))
+	}
+	os.Exit(m.Run())
+}
+
+// serveHelper is the webhook process of TestServeSIGTERM.
+func serveHelper(v string) int {
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want cert,key,delay\n", helperEnv, v)
+		return 2
+	}
+	delay, err := time.ParseDuration(f[2])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	err = Serve(context.Background(), ServeOptions{
+		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", CertFile: f[0], KeyFile: f[1],
+		ShutdownDelay: delay, ShutdownTimeout: 5 * time.Second,
+		LoadPolicy: func() (*policy.Policy, error) { return policy.Default(), nil }, Log: os.Stderr,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// webhookProcess is a webhook started by TestServeSIGTERM.
+type webhookProcess struct {
+	cmd           *exec.Cmd
+	addr, metrics string
+	mu            sync.Mutex
+	log           bytes.Buffer
+	done          chan error
+}
+
+func (p *webhookProcess) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// startWebhook runs the test binary as a webhook (serveHelper) and waits
+// until it serves.
+func startWebhook(t *testing.T, certFile, keyFile string, delay time.Duration) *webhookProcess {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &webhookProcess{cmd: exec.Command(exe), done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), helperEnv+"="+certFile+","+keyFile+","+delay.String())
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	serving := make(chan struct{ addr, metrics string }, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.Write(append(sc.Bytes(), '\n'))
+			p.mu.Unlock()
+			var l struct{ Msg, Listen, Metrics string }
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "gpurun webhook serving" {
+				serving <- struct{ addr, metrics string }{l.Listen, l.Metrics}
+			}
+		}
+		p.done <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+		}
+	})
+	select {
+	case s := <-serving:
+		p.addr, p.metrics = s.addr, s.metrics
+	case err := <-p.done:
+		t.Fatalf("the webhook exited (%v) before serving:\n%s", err, p.logText())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the webhook did not serve within 30 s:\n%s", p.logText())
+	}
+	return p
+}
+
+// TestServeSIGTERM: a webhook process gets SIGTERM while 8 clients post
+// reviews to it over kept-alive HTTP/1.1 connections, as the API server
+// does. The clients go on sending until they have seen it not ready plus
+// an endpoint propagation lag (what the API server does: it drops the
+// replica once the endpoints do). With a shutdown delay longer than that,
+// no review is lost, a review whose body is still arriving when the delay
+// ends is answered, and the process exits 0. With no delay — Serve as
+// shipped before, which shut down at once — reviews are lost: the cause
+// of the GPU pods admitted without their volume when a replica went away.
+func TestServeSIGTERM(t *testing.T) {
+	caPEM, certFile, keyFile, _ := servingPair(t, t.TempDir(), time.Now())
+	body, err := json.Marshal(review(t, loadPod(t, "kubeflow-pytorchjob-worker.yaml"), admissionv1.Create))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const propagation = 400 * time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		delay    time.Duration
+		wantLost bool
+	}{
+		{"drain 2s", 2 * time.Second, false},
+		{"no drain", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startWebhook(t, certFile, keyFile, tc.delay)
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(caPEM)
+			// The API server's client: HTTP/1.1 only, kept-alive
+			// connections (25 per host), 90 s idle.
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+				TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: "gpurun-webhook.gpurun-system.svc"},
+				TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
+				MaxIdleConnsPerHost: 25, IdleConnTimeout: 90 * time.Second,
+			}}
+			defer client.CloseIdleConnections()
+			post := func(c *http.Client, r io.Reader) error {
+				req, _ := http.NewRequest("POST", "https://"+p.addr+MutatePath, r)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := c.Do(req)
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				var out admissionv1.AdmissionReview
+				if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || out.Response == nil || len(out.Response.Patch) == 0 {
+					return fmt.Errorf("status %d, %v, %+v", resp.StatusCode, err, out.Response)
+				}
+				return nil
+			}
+
+			// The endpoints: the clients stop once readiness has failed
+			// and the change has propagated.
+			var stopped atomic.Bool
+			var sigterm atomic.Int64
+			go func() {
+				for !stopped.Load() {
+					resp, err := http.Get("http://" + p.metrics + "/readyz")
+					if err == nil {
+						resp.Body.Close()
+					}
+					if err != nil || resp.StatusCode != 200 {
+						time.Sleep(propagation)
+						stopped.Store(true)
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+			var wg sync.WaitGroup
+			var sent, afterTERM, lost atomic.Int64
+			var firstErr atomic.Value
+			for i := 0; i < 8; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for !stopped.Load() {
+						after := sigterm.Load() != 0
+						err := post(client, bytes.NewReader(body))
+						sent.Add(1)
+						if after {
+							afterTERM.Add(1)
+						}
+						if err != nil {
+							lost.Add(1)
+							firstErr.CompareAndSwap(nil, err.Error())
+						}
+					}
+				}()
+			}
+			time.Sleep(500 * time.Millisecond)
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			sigterm.Store(time.Now().UnixNano())
+
+			// A review whose body is still arriving when the delay ends:
+			// Shutdown waits for it.
+			var slowErr error
+			slowDone := make(chan struct{})
+			if tc.delay > 0 {
+				go func() {
+					defer close(slowDone)
+					pr, pw := io.Pipe()
+					go func() {
+						_, _ = pw.Write(body[:len(body)/2])
+						time.Sleep(tc.delay + 500*time.Millisecond)
+						_, _ = pw.Write(body[len(body)/2:])
+						pw.Close()
+					}()
+					slowClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+						TLSClientConfig: client.Transport.(*http.Transport).TLSClientConfig,
+						TLSNextProto:    map[string]func(string, *tls.Conn) http.RoundTripper{},
+					}}
+					slowErr = post(slowClient, pr)
+				}()
+			} else {
+				close(slowDone)
+			}
+			wg.Wait()
+			<-slowDone
+			select {
+			case err := <-p.done:
+				if err != nil {
+					t.Errorf("the webhook exited with %v:\n%s", err, p.logText())
+				}
+			case <-time.After(tc.delay + 15*time.Second):
+				t.Fatalf("the webhook did not exit after SIGTERM:\n%s", p.logText())
+			}
+			t.Logf("%d reviews, %d sent after SIGTERM, %d lost (first: %v)", sent.Load(), afterTERM.Load(), lost.Load(), firstErr.Load())
+			if afterTERM.Load() < 8 {
+				t.Fatalf("only %d reviews were sent after SIGTERM: the test tested nothing", afterTERM.Load())
+			}
+			if tc.wantLost {
+				if lost.Load() == 0 {
+					t.Errorf("no review lost without a drain: the test cannot tell a drain from none")
+				}
+				return
+			}
+			if lost.Load() != 0 {
+				t.Errorf("%d of %d reviews lost across SIGTERM (first: %v)\n%s", lost.Load(), sent.Load(), firstErr.Load(), p.logText())
+			}
+			if slowErr != nil {
+				t.Errorf("the review in flight when the delay ended: %v", slowErr)
+			}
+			if !strings.Contains(p.logText(), `"msg":"gpurun webhook stopped"`) {
+				t.Errorf("no stop logged:\n%s", p.logText())
 			}
 		})
 	}

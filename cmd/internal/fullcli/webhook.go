@@ -26,7 +26,23 @@ re-read when it changes), or --self-signed: the webhook keeps its own CA
 and serving pair in the Secret --secret (the first replica makes it) and
 the CA in the caBundle of the MutatingWebhookConfiguration --webhook-config,
 checked every --renew-every. The policy is --config (else $GPURUN_CONFIG,
-else /etc/gpurun/config.toml).`
+else /etc/gpurun/config.toml).
+
+Availability: /readyz answers 200 only when the webhook can admit (a
+policy and a serving certificate valid now loaded, a review of a GPU pod
+answered in-process); /healthz while the process runs. On SIGTERM it
+turns not ready at once and keeps answering reviews for --shutdown-delay,
+closing each HTTP/1 connection after its answer, so that the endpoints
+drop the replica and the API server moves to another before it stops
+taking reviews; then it waits up to --shutdown-timeout for the reviews in
+flight. A second signal cuts the delay short. Give the pod a
+terminationGracePeriodSeconds above both together.
+
+Metrics (Prometheus, plain HTTP at --metrics-listen, /metrics):
+gpurun_webhook_admission_duration_seconds, gpurun_webhook_reviews_total by
+decision and outcome, gpurun_webhook_reviews_in_flight,
+gpurun_webhook_ready, gpurun_webhook_tls_reloads_total and the serving
+certificate's expiry.`
 
 func newWebhookCmd(g *cli.Globals) *cobra.Command {
 	var o webhook.ServeOptions
@@ -44,6 +60,11 @@ func newWebhookCmd(g *cli.Globals) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&o.Listen, "listen", ":8443", "address to serve HTTPS on")
+	fl.StringVar(&o.MetricsListen, "metrics-listen", ":9469", `address to serve the webhook's metrics on (plain HTTP; "" for none)`)
+	fl.DurationVar(&o.ShutdownDelay, "shutdown-delay", 5*time.Second, "after SIGTERM, how long to keep answering reviews, not ready, before no longer taking them")
+	fl.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", webhook.DefaultShutdownTimeout, "then, how long to wait for the reviews in flight")
+	fl.Int64Var(&o.MaxRequestBytes, "max-request-bytes", webhook.DefaultMaxReviewBytes, "refuse a review larger than this (413)")
+	fl.DurationVar(&o.RequestTimeout, "request-timeout", webhook.DefaultRequestTimeout, "bound on reading a review and writing its answer")
 	fl.StringVar(&o.CertFile, "tls-cert-file", "", "the serving certificate (PEM), e.g. from cert-manager")
 	fl.StringVar(&o.KeyFile, "tls-key-file", "", "the serving certificate's key (PEM)")
 	fl.BoolVar(&o.SelfSigned, "self-signed", false, "keep a CA and serving certificate of the webhook's own in --secret, and the CA in --webhook-config's caBundle")

@@ -70,3 +70,12 @@ webhook's own CA).
 true
 {{- end -}}
 {{- end -}}
+
+{{/*
+The webhook pod's terminationGracePeriodSeconds: its shutdown delay (whole
+seconds, the schema says), the 10 s it waits for reviews in flight, and
+15 s to spare.
+*/}}
+{{- define "gpurun.webhookGracePeriod" -}}
+{{- add (trimSuffix "s" (.Values.webhook.shutdownDelay | toString) | atoi) 25 -}}
+{{- end -}}
