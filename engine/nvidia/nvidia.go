@@ -13,8 +13,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"regexp"
 	"strings"
+	"unicode"
 
 	"github.com/gpurun/gpurun/internal/hostpath"
 	"github.com/gpurun/gpurun/internal/tomledit"
@@ -45,8 +45,24 @@ func IsRuntime(binary string) bool {
 }
 
 // wrapperConfig finds the config a runtime wrapper script of the GPU
-// Operator's toolkit hands NVIDIA's runtime.
-var wrapperConfig = regexp.MustCompile(ConfigEnv + `=(\S+)`)
+// Operator's toolkit hands NVIDIA's runtime: the first non-empty value
+// after ConfigEnv= in it, up to white space.
+func wrapperConfig(script string) (string, bool) {
+	for rest := script; ; {
+		i := strings.Index(rest, ConfigEnv+"=")
+		if i < 0 {
+			return "", false
+		}
+		rest = rest[i+len(ConfigEnv)+1:]
+		v := rest
+		if j := strings.IndexFunc(v, unicode.IsSpace); j >= 0 {
+			v = v[:j]
+		}
+		if v != "" {
+			return v, true
+		}
+	}
+}
 
 // RuntimeConfig returns the config NVIDIA's runtime at binary (a node
 // path under root) reads: the one its wrapper script names, else the one
@@ -54,8 +70,8 @@ var wrapperConfig = regexp.MustCompile(ConfigEnv + `=(\S+)`)
 // else the toolkit package's.
 func RuntimeConfig(root, binary string, env map[string]string) string {
 	if data, err := hostpath.ReadFile(root, binary); err == nil && strings.HasPrefix(string(data), "#!") {
-		if m := wrapperConfig.FindStringSubmatch(string(data)); m != nil {
-			return m[1]
+		if p, ok := wrapperConfig(string(data)); ok {
+			return p
 		}
 	}
 	if p := env[ConfigEnv]; p != "" {

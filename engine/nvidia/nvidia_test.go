@@ -70,3 +70,20 @@ func TestLowLevel(t *testing.T) {
 		t.Error("a config that does not parse: no error")
 	}
 }
+
+// TestWrapperConfig: the config a wrapper script hands NVIDIA's runtime,
+// as the GPU Operator's toolkit writes the script.
+func TestWrapperConfig(t *testing.T) {
+	for _, tc := range []struct {
+		script, want string
+		ok           bool
+	}{
+		{"#! /bin/sh\n" + ConfigEnv + "=/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml \\\n  exec /usr/local/nvidia/toolkit/nvidia-container-runtime.real \"$@\"\n", "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml", true},
+		{"#!/bin/sh\nexport " + ConfigEnv + "= \n" + ConfigEnv + "=/etc/x.toml exec y\n", "/etc/x.toml", true},
+		{"#!/bin/sh\nexec /usr/bin/nvidia-container-runtime.real \"$@\"\n", "", false},
+	} {
+		if got, ok := wrapperConfig(tc.script); got != tc.want || ok != tc.ok {
+			t.Errorf("wrapperConfig(%q) = %q, %v; want %q, %v", tc.script, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -14,13 +14,15 @@ import (
 // MetricsPrefix starts the name of every metric of the webhook's own.
 const MetricsPrefix = "gpurun_webhook_"
 
-// DurationBuckets are the admission duration histogram's upper bounds, in
+// DurationBuckets returns the admission duration histogram's upper bounds, in
 // seconds: fine below 10 ms, where a review should be (a quarter of a
 // millisecond apart up to 2 ms, one millisecond apart up to 5 ms), coarse
 // up to the API server's longest timeout (30 s).
-var DurationBuckets = []float64{
-	0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005,
-	0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+func DurationBuckets() []float64 {
+	return []float64{
+		0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005,
+		0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+	}
 }
 
 // The values of the reviews counter's outcome label.
@@ -74,7 +76,7 @@ func NewMetrics(cert func() *tls.Certificate) *Metrics {
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricsPrefix + "admission_duration_seconds",
 			Help:    "Time from a review's request to its answer, in the webhook (TLS and the network not included).",
-			Buckets: DurationBuckets,
+			Buckets: DurationBuckets(),
 		}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricsPrefix + "reviews_total",

@@ -111,7 +111,7 @@ func (h *Handler) ready() error {
 			return fmt.Errorf("the serving certificate is valid from %s to %s, not now", leaf.NotBefore.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))
 		}
 	}
-	a, status, err := h.answer(selfReview)
+	a, status, err := h.answer(selfReview())
 	if err != nil {
 		return fmt.Errorf("self-review: %d %w", status, err)
 	}
@@ -143,7 +143,7 @@ const selfReviewUID = "gpurun-self-review"
 
 // selfReview is the readiness check's AdmissionReview: a CREATE of a pod
 // whose container has a GPU as NVIDIA's device plugin hands one out.
-var selfReview = func() []byte {
+func selfReview() []byte {
 	pod := corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: "self-review", Namespace: "gpurun-self-review"},
@@ -176,7 +176,7 @@ var selfReview = func() []byte {
 		panic(err)
 	}
 	return b
-}()
+}
 
 func (h *Handler) log() *slog.Logger {
 	if h.Logger == nil {
