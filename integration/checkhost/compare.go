@@ -37,9 +37,9 @@ func Compare(before, after *Snapshot) []Change {
 	var out []Change
 	out = append(out, compareInterfaces(before.Interfaces, after.Interfaces)...)
 	out = append(out, compareFiles(before.Files, after.Files)...)
-	out = append(out, compareMounts(before.Mounts, after.Mounts)...)
+	out = append(out, compareMounts(withoutStale(before.Mounts, before.Stale), after.Mounts)...)
 	out = append(out, compareCgroups(before.Cgroups, after.Cgroups)...)
-	out = append(out, compareProcesses(before.Processes, after.Processes)...)
+	out = append(out, compareProcesses(withoutStaleProcs(before.Processes, before.Stale), after.Processes)...)
 	out = append(out, compareTmp(before.Tmp, after.Tmp)...)
 	sort.SliceStable(out, func(i, j int) bool {
 		if ki, kj := kindOrder(out[i].Kind), kindOrder(out[j].Kind); ki != kj {
@@ -47,6 +47,50 @@ func Compare(before, after *Snapshot) []Change {
 		}
 		return out[i].Subject < out[j].Subject
 	})
+	return out
+}
+
+// underAny reports whether path is one of dirs or below one.
+func underAny(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if path == d || strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutStale drops the mounts below a stale harness directory: a killed
+// run's leftovers, which the next run's harness unmounts.
+func withoutStale(ms []Mount, stale []string) []Mount {
+	if len(stale) == 0 {
+		return ms
+	}
+	var out []Mount
+	for _, m := range ms {
+		if !underAny(m.Point, stale) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// withoutStaleProcs drops the processes whose command line names a stale
+// harness directory (a killed run's shims, which the next run kills).
+func withoutStaleProcs(ps []Process, stale []string) []Process {
+	if len(stale) == 0 {
+		return ps
+	}
+	var out []Process
+	for _, p := range ps {
+		named := false
+		for _, d := range stale {
+			named = named || strings.Contains(p.Cmdline, d+"/") || strings.HasSuffix(p.Cmdline, d)
+		}
+		if !named {
+			out = append(out, p)
+		}
+	}
 	return out
 }
 

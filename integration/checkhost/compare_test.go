@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -102,6 +105,20 @@ func TestCompare(t *testing.T) {
 				"process 5767: dockerd started during the tests and still runs: /usr/sbin/dockerd -H unix:///tmp/gpurun-hd-1/docker.sock",
 				"process 5767: dockerd was running before the tests and is gone: dockerd",
 				"process 7000: containerd-shim-runc-v2 started during the tests and still runs: /usr/bin/containerd-shim-runc-v2 -namespace moby",
+			},
+		},
+		{
+			name: "a killed run's leftovers swept: not a change; a live run's mounts gone: a change",
+			before: Snapshot{
+				Mounts:    []Mount{root, {Point: "/tmp/gpurun-hk-9/n", Root: "/", FSType: "ext4", Source: "/dev/vda"}, {Point: "/tmp/gpurun-hk-10/n", Root: "/", FSType: "ext4", Source: "/dev/vda"}},
+				Processes: []Process{{PID: 7001, Start: 3, Name: "containerd-shim-runc-v2", Cmdline: "containerd-shim-runc-v2 -address /tmp/gpurun-hk-9/n/c/containerd.sock"}, {PID: 7002, Start: 3, Name: "containerd", Cmdline: "containerd --config /tmp/gpurun-hk-10/c.toml"}},
+				Tmp:       []string{"/tmp/gpurun-hk-9", "/tmp/gpurun-hk-10"},
+				Stale:     []string{"/tmp/gpurun-hk-9"},
+			},
+			after: Snapshot{Mounts: []Mount{root}},
+			want: []string{
+				"mount /tmp/gpurun-hk-10/n: gone (was ext4 from /dev/vda)",
+				"process 7002: containerd was running before the tests and is gone: containerd --config /tmp/gpurun-hk-10/c.toml",
 			},
 		},
 		{
@@ -206,5 +223,40 @@ func TestRun(t *testing.T) {
 		if code := runIt(args...); code != 2 || !strings.Contains(errOut.String(), "usage:") {
 			t.Errorf("%q: exit %d, %q", args, code, errOut.String())
 		}
+	}
+}
+
+// TestStaleDirs: a harness directory is stale when its owner file names a
+// process that has exited; one whose owner runs, or without an owner file,
+// is not.
+func TestStaleDirs(t *testing.T) {
+	tmp := t.TempDir()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dirs := map[string]string{
+		"gpurun-hk-dead":  strconv.Itoa(cmd.Process.Pid),
+		"gpurun-hk-alive": strconv.Itoa(os.Getpid()),
+		"gpurun-hk-none":  "",
+		"gpurun-hk-junk":  "not a pid",
+	}
+	var all []string
+	for name, owner := range dirs {
+		d := filepath.Join(tmp, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if owner != "" {
+			if err := os.WriteFile(filepath.Join(d, OwnerFile), []byte(owner+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all = append(all, d)
+	}
+	sort.Strings(all)
+	got := staleDirs(all)
+	if want := []string{filepath.Join(tmp, "gpurun-hk-dead")}; !reflect.DeepEqual(got, want) {
+		t.Errorf("staleDirs = %v, want %v", got, want)
 	}
 }

@@ -10,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // readTrees records every entry at or below each of roots (glob patterns
@@ -131,4 +134,27 @@ func readTmp(dir string, prefixes []string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// OwnerFile, in a harness directory, holds the pid of the test process that
+// made it (integration/harness writes it for its clusters).
+const OwnerFile = "owner"
+
+// staleDirs returns the directories of dirs whose owner file names a pid
+// that no longer runs. A directory without one, or whose owner runs, is
+// not stale.
+func staleDirs(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		data, err := os.ReadFile(filepath.Join(d, OwnerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
 }

@@ -31,6 +31,12 @@ type Snapshot struct {
 	// Tmp are the paths of the entries of Sources.TmpDir whose names start
 	// with one of Sources.TmpPrefixes.
 	Tmp []string `json:"tmp"`
+	// Stale are the entries of Tmp that a killed test run left: a harness
+	// directory holding an owner file whose process was gone when the
+	// snapshot was taken. The next run's harness removes them (its sweep
+	// of what a killed run left), so their mounts and processes going is
+	// not a change.
+	Stale []string `json:"stale,omitempty"`
 }
 
 // Sources says where a snapshot is read from. [HostSources] is the machine
@@ -154,6 +160,7 @@ func Take(src Sources) (*Snapshot, error) {
 		if s.Tmp, err = readTmp(src.TmpDir, src.TmpPrefixes); err != nil {
 			errs = append(errs, err)
 		}
+		s.Stale = staleDirs(s.Tmp)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
