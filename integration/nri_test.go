@@ -109,6 +109,11 @@ func (p *nriPlugin) kill() {
 	<-p.done
 }
 
+// count returns how many times substr is in the plugin's log so far.
+func (p *nriPlugin) count(substr string) int {
+	return strings.Count(readFile(p.log), substr)
+}
+
 // waitLog waits until the plugin's log holds n lines containing substr.
 func (p *nriPlugin) waitLog(t *testing.T, substr string, n int) {
 	t.Helper()

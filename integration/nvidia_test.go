@@ -515,7 +515,20 @@ func TestNVIDIANativeCDI(t *testing.T) {
 		want := nriTarget(t, text)
 		plugin := startNRIPlugin(t, text, g.c2.NRISocket)
 		plugin.waitLog(t, "registered with the runtime", 1)
-		inst := g.tk.StartInstaller(harness.InstallerOptions{Env: []string{"NVIDIA_RUNTIME_SET_AS_DEFAULT=false"}})
+		// Each start and stop of the toolkit restarts containerd; the
+		// plugin reconnects (with backoff), and a pod started before it
+		// has is not sized (docs/nri.md: a pod created while the plugin is
+		// not connected): the test starts pods once it has.
+		reregistered := func(restart func()) {
+			t.Helper()
+			n := plugin.count("registered with the runtime")
+			restart()
+			plugin.waitLog(t, "registered with the runtime", n+1)
+		}
+		var inst *harness.Installer
+		reregistered(func() {
+			inst = g.tk.StartInstaller(harness.InstallerOptions{Env: []string{"NVIDIA_RUNTIME_SET_AS_DEFAULT=false"}})
+		})
 		if l := g.loaded(); l.def != "runc" || l.handlers["nvidia"] == "" {
 			t.Fatalf("the toolkit in CDI mode: %s; want its handlers, runc the default", l)
 		}
@@ -535,9 +548,11 @@ func TestNVIDIANativeCDI(t *testing.T) {
 		keep := g.expect("gpurun's NRI plugin beside the toolkit", gpu, want, true)
 		g.wantDoctor("gpurun's NRI plugin beside the toolkit", false, map[string]doctor.Status{"containerd.runtime": doctor.OK, "containerd.pods": doctor.OK})
 		g.remove(keep)
-		inst.Stop()
+		reregistered(inst.Stop)
 		pods("the toolkit stopped")
-		inst = g.tk.StartInstaller(harness.InstallerOptions{Env: []string{"NVIDIA_RUNTIME_SET_AS_DEFAULT=false"}})
+		reregistered(func() {
+			inst = g.tk.StartInstaller(harness.InstallerOptions{Env: []string{"NVIDIA_RUNTIME_SET_AS_DEFAULT=false"}})
+		})
 		pods("the toolkit started again")
 		plugin.kill()
 
