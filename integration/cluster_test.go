@@ -27,6 +27,7 @@ import (
 	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // Where the tests put gpurun's image: the test-local overlay's `images:`
@@ -302,12 +303,20 @@ images:
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
 `, filepath.Dir(c.NRISocket), state, state, harness.ClusterNodeIP)
 	default:
+		// The default-runtime overlay's drop-in directory is
+		// /etc/containerd/gpurun.d, next to the node's config: here, next
+		// to the cluster's (this node's /etc is the machine's).
+		dropIn := ""
+		if mode == "default-runtime" {
+			dropIn = install.OwnDropInDir(c.Containerd.ConfigPath)
+		}
 		k += fmt.Sprintf(`configMapGenerator:
   - name: gpurun-node
     behavior: merge
     literals:
       - bin-dir=%s
       - containerd-config=%s
+      - drop-in=%s
 patches:
   - target: {kind: DaemonSet, name: gpurun-node}
     patch: |-
@@ -318,7 +327,7 @@ patches:
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--containerd-state=%s"}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: %q}}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
-`, c.BinDir, c.Containerd.ConfigPath, c.PolicyPath, c.AgentState, c.InstallState, c.AgentState, c.Containerd.StateDir, harness.ClusterNodeIP)
+`, c.BinDir, c.Containerd.ConfigPath, dropIn, c.PolicyPath, c.AgentState, c.InstallState, c.AgentState, c.Containerd.StateDir, harness.ClusterNodeIP)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
