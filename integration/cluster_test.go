@@ -27,6 +27,7 @@ import (
 	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // Where the tests put gpurun's image: the test-local overlay's `images:`
@@ -258,6 +259,14 @@ var cdiAnnotation = map[string]string{"cdi.k8s.io/gpurun-test": "nvidia.com/gpu=
 // else of the shipped overlay changes.
 func (e *clusterEnv) agentOverlay(t *testing.T, mode string) string {
 	t.Helper()
+	return e.agentOverlayWith(t, mode, nil, nil)
+}
+
+// agentOverlayWith is agentOverlay with more of the node agent's settings
+// (its modes only): literals merged into its ConfigMap (restart=signal,
+// say) and args added to its command (--interval=2s).
+func (e *clusterEnv) agentOverlayWith(t *testing.T, mode string, literals, args []string) string {
+	t.Helper()
 	c := e.c
 	shipped, err := filepath.Abs(filepath.Join("..", "deploy", "kubernetes", "overlays", mode))
 	if err != nil {
@@ -302,13 +311,28 @@ images:
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
 `, filepath.Dir(c.NRISocket), state, state, harness.ClusterNodeIP)
 	default:
+		// The default-runtime overlay's drop-in directory is
+		// /etc/containerd/gpurun.d, next to the node's config: here, next
+		// to the cluster's (this node's /etc is the machine's).
+		dropIn := ""
+		if mode == "default-runtime" {
+			dropIn = install.OwnDropInDir(c.Containerd.ConfigPath)
+		}
+		var more, ops strings.Builder
+		for _, l := range literals {
+			fmt.Fprintf(&more, "      - %s\n", l)
+		}
+		for _, a := range args {
+			fmt.Fprintf(&ops, "      - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", a)
+		}
 		k += fmt.Sprintf(`configMapGenerator:
   - name: gpurun-node
     behavior: merge
     literals:
       - bin-dir=%s
       - containerd-config=%s
-patches:
+      - drop-in=%s
+%spatches:
   - target: {kind: DaemonSet, name: gpurun-node}
     patch: |-
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--policy=%s"}
@@ -318,7 +342,7 @@ patches:
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--containerd-state=%s"}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: %q}}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
-`, c.BinDir, c.Containerd.ConfigPath, c.PolicyPath, c.AgentState, c.InstallState, c.AgentState, c.Containerd.StateDir, harness.ClusterNodeIP)
+%s`, c.BinDir, c.Containerd.ConfigPath, dropIn, more.String(), c.PolicyPath, c.AgentState, c.InstallState, c.AgentState, c.Containerd.StateDir, harness.ClusterNodeIP, ops.String())
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
@@ -685,13 +709,7 @@ func (e *clusterEnv) testNRI(t *testing.T) {
 		}
 	})
 	c.ApplyKustomize(overlay)
-	c.WaitRollout("gpurun-system", "gpurun-nri", agentTimeout)
-	if err := waitUntil(agentTimeout, func() (bool, string) {
-		out, err := c.Kubectl("logs", "-n", "gpurun-system", "daemonset/gpurun-nri")
-		return err == nil && strings.Contains(out, "registered with the runtime"), out
-	}); err != nil {
-		t.Fatalf("NRI plugin: %v\n%s", err, c.Dump(harness.Object{Kind: "daemonset", Namespace: "gpurun-system", Name: "gpurun-nri"}))
-	}
+	waitNRIRegistered(t, c)
 	ns := testNamespace(t, c)
 	e.runShmCases(t, ns, []shmCase{
 		{podSpec{name: "gpu", containers: []containerSpec{{name: "trainer", env: []string{gpuEnv}}, {name: "sidecar"}}}, wantTarget(0)},

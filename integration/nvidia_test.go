@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -111,15 +112,24 @@ func (l loaded) String() string {
 // loaded asks the running containerd.
 func (g *gpuNode) loaded() loaded {
 	g.t.Helper()
+	l, err := tryLoaded(g.c)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return l
+}
+
+// tryLoaded asks containerd c what its CRI plugin loaded.
+func tryLoaded(c *harness.Containerd) (loaded, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := g.c.Runtime().Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	resp, err := c.Runtime().Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
 	if err != nil {
-		g.t.Fatalf("CRI status: %v", err)
+		return loaded{}, fmt.Errorf("CRI status: %w", err)
 	}
 	r, ok := containerd.ReadRunning(resp.GetInfo())
 	if !ok {
-		g.t.Fatal("containerd does not report its CRI config")
+		return loaded{}, errors.New("containerd does not report its CRI config")
 	}
 	l := loaded{handlers: map[string]string{}, def: r.DefaultRuntime}
 	for name, raw := range r.Runtimes {
@@ -130,7 +140,7 @@ func (g *gpuNode) loaded() loaded {
 		b, _ := rt.Options["BinaryName"].(string)
 		l.handlers[name] = b
 	}
-	return l
+	return l, nil
 }
 
 // wantLoaded fails the test unless containerd loaded exactly want: the
@@ -233,10 +243,17 @@ func (g *gpuNode) remove(pods ...seen) {
 // doctor runs `gpurun doctor --json` on the node's config and containerd.
 func (g *gpuNode) doctor() (doctor.Report, int) {
 	g.t.Helper()
-	cmd := execGpurun(g.t, "doctor", "--json", "--containerd-config", g.c.ConfigPath, "--runtime-endpoint", "unix://"+g.c.Address)
-	cmd.Env = append(os.Environ(), "GPURUN_CONFIG="+g.policy, "DOCKER_HOST=unix:///nonexistent.sock")
+	return doctorOn(g.t, g.c, g.policy)
+}
+
+// doctorOn runs `gpurun doctor --json` on containerd c's config and CRI
+// endpoint, with policy as gpurun's policy file.
+func doctorOn(t *testing.T, c *harness.Containerd, policy string) (doctor.Report, int) {
+	t.Helper()
+	cmd := execGpurun(t, "doctor", "--json", "--containerd-config", c.ConfigPath, "--runtime-endpoint", "unix://"+c.Address)
+	cmd.Env = append(os.Environ(), "GPURUN_CONFIG="+policy, "DOCKER_HOST=unix:///nonexistent.sock")
 	out, _ := cmd.Output()
-	return decodeReport(g.t, string(out)), cmd.ProcessState.ExitCode()
+	return decodeReport(t, string(out)), cmd.ProcessState.ExitCode()
 }
 
 // wantDoctor checks doctor's verdict on the node's containerd: the
@@ -246,6 +263,14 @@ func (g *gpuNode) doctor() (doctor.Report, int) {
 func (g *gpuNode) wantDoctor(what string, problem bool, want map[string]doctor.Status) doctor.Report {
 	g.t.Helper()
 	r, code := g.doctor()
+	wantVerdict(g.t, what, r, code, problem, want)
+	return r
+}
+
+// wantVerdict checks a doctor report on a node (see wantDoctor); code is
+// doctor's exit status.
+func wantVerdict(t *testing.T, what string, r doctor.Report, code int, problem bool, want map[string]doctor.Status) {
+	t.Helper()
 	var problems []string
 	for _, c := range r.Checks {
 		if c.Status == doctor.Problem && (strings.HasPrefix(c.Name, "containerd") || strings.HasPrefix(c.Name, "runtime") || c.Name == "remount") {
@@ -265,17 +290,16 @@ func (g *gpuNode) wantDoctor(what string, problem bool, want map[string]doctor.S
 	}
 	switch {
 	case problem && (len(problems) == 0 || code != 1):
-		g.t.Errorf("%s: doctor exits %d with no problem about containerd; want one\n%s", what, code, dump())
+		t.Errorf("%s: doctor exits %d with no problem about containerd; want one\n%s", what, code, dump())
 	case !problem && len(problems) > 0:
-		g.t.Errorf("%s: doctor finds %s; want none\n%s", what, strings.Join(problems, "; "), dump())
+		t.Errorf("%s: doctor finds %s; want none\n%s", what, strings.Join(problems, "; "), dump())
 	}
 	for name, st := range want {
 		c, ok := r.Find(name)
 		if !ok || c.Status != st {
-			g.t.Errorf("%s: doctor check %s is %s (%s); want %s\n%s", what, name, c.Status, c.Detail, st, dump())
+			t.Errorf("%s: doctor check %s is %s (%s); want %s\n%s", what, name, c.Status, c.Detail, st, dump())
 		}
 	}
-	return r
 }
 
 // lastLines returns the last n lines of a file.

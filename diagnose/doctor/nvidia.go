@@ -115,11 +115,24 @@ func nriPluginOf(sys *System, cfg *containerd.Config) (gpurunNRIPlugin, bool) {
 		return gpurunNRIPlugin{}, false
 	}
 	for _, p := range gpurunNRIPlugins(sys) {
-		if path.Clean(p.socket) == path.Clean(nri.Socket) {
+		if path.Clean(p.socket) == path.Clean(nri.Socket) || sameSocket(sys, p, nri.Socket) {
 			return p, true
 		}
 	}
 	return gpurunNRIPlugin{}, false
+}
+
+// sameSocket reports whether plugin p's --socket, a path in its own mount
+// namespace (a pod's, where the node's NRI directory may be mounted
+// elsewhere), is the file socket is on the machine: the same file through
+// /proc/<pid>/root.
+func sameSocket(sys *System, p gpurunNRIPlugin, socket string) bool {
+	theirs, err := os.Stat(sys.path(fmt.Sprintf("/proc/%d/root", p.pid) + path.Clean("/"+p.socket)))
+	if err != nil {
+		return false
+	}
+	ours, err := os.Stat(sys.path(socket))
+	return err == nil && os.SameFile(theirs, ours)
 }
 
 // handlersCheck looks at the runtime handlers beside gpurun's: the ones

@@ -95,27 +95,57 @@ const policyFile = "/etc/gpurun/config.toml"
 // TestNRIPluginSeen: with no gpurun runtime handler, containerd 2.x's
 // NRI on and a gpurun NRI plugin connected to its socket, doctor does not
 // warn that pods get 64 MiB; a plugin on another socket, or none, leaves
-// the warning.
+// the warning. A plugin in a pod names the socket as its container mounts
+// it: where containerd's socket_path is another path (the node's NRI
+// directory mounted at /var/run/nri in the pod), the socket the plugin's
+// own root shows is compared with containerd's, file for file.
 func TestNRIPluginSeen(t *testing.T) {
 	main, err := os.ReadFile(filepath.Join(containerdData, "containerd-2.4.2-config-default.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	const nodeSocket = "/run/node/nri/nri.sock"
+	moved := strings.Replace(string(main), "socket_path = '/var/run/nri/nri.sock'", "socket_path = '"+nodeSocket+"'", 1)
+	if moved == string(main) {
+		t.Fatal("the testdata config sets no NRI socket_path")
+	}
+	inPod := []string{"/usr/local/bin/gpurun", "--config=/etc/gpurun/config.toml", "nri", "--socket=/var/run/nri/nri.sock"}
 	for _, tc := range []struct {
 		name    string
+		config  string
 		cmdline []string // the plugin's; nil for none
-		want    Status
+		// podSocket, when set, is the socket in the plugin's root: "same"
+		// the node's socket (a hard link), "other" another file.
+		podSocket string
+		want      Status
 	}{
-		{"connected", []string{"/usr/local/bin/gpurun", "--config", "/etc/gpurun/config.toml", "nri", "--socket", "/var/run/nri/nri.sock"}, OK},
-		{"connected, default socket", []string{"gpurun-full", "nri"}, OK},
-		{"on another socket", []string{"gpurun", "nri", "--socket=/tmp/other.sock"}, Warn},
-		{"none", nil, Warn},
+		{"connected", string(main), []string{"/usr/local/bin/gpurun", "--config", "/etc/gpurun/config.toml", "nri", "--socket", "/var/run/nri/nri.sock"}, "", OK},
+		{"connected, default socket", string(main), []string{"gpurun-full", "nri"}, "", OK},
+		{"on another socket", string(main), []string{"gpurun", "nri", "--socket=/tmp/other.sock"}, "", Warn},
+		{"none", string(main), nil, "", Warn},
+		{"in a pod that mounts the node's socket elsewhere", moved, inPod, "same", OK},
+		{"in a pod on another runtime's socket", moved, inPod, "other", Warn},
+		{"in a pod whose root is gone", moved, inPod, "", Warn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := hostFake(t)
-			f.write(DefaultContainerdConfig, string(main))
+			f.write(DefaultContainerdConfig, tc.config)
 			if tc.cmdline != nil {
 				f.write("/proc/4321/cmdline", strings.Join(tc.cmdline, "\x00")+"\x00")
+			}
+			if tc.podSocket != "" {
+				f.write(nodeSocket, "")
+				inRoot := "/proc/4321/root/var/run/nri/nri.sock"
+				if tc.podSocket == "same" {
+					if err := os.MkdirAll(filepath.Dir(filepath.Join(f.root, inRoot)), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Link(filepath.Join(f.root, nodeSocket), filepath.Join(f.root, inRoot)); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					f.write(inRoot, "")
+				}
 			}
 			r := hostReport(f, HostOptions{DockerErr: errors.New("no docker")})
 			if c := check(t, r, "containerd.runtime"); c.Status != tc.want {

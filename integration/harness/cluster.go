@@ -43,6 +43,12 @@ type ClusterOptions struct {
 	// Containerd2 runs containerd 2.x ($GPURUN_TEST_CONTAINERD2_BIN) as
 	// the node's runtime; false runs Debian's containerd 1.6.
 	Containerd2 bool
+	// NVIDIA, when set, makes the node a GPU node of NVIDIA's stack (see
+	// NVIDIA): the node's /var/run/cdi is NVIDIA.CDIDir (where NVIDIA's
+	// runtime in CDI mode finds the GPUs), containerd 2.x reads CDI specs
+	// from there too, and containerd's PATH has the cat that shows the
+	// toolkit's runtime wrappers an nvidia module.
+	NVIDIA *NVIDIA
 }
 
 // Cluster is a single-node Kubernetes cluster of the harness's own: etcd,
@@ -208,12 +214,16 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 
 	c.ns = NewNetNS(t, dir)
 	node.ns = c.ns
-	mnt, err := newMountNS(nodeMounts{
+	mounts := nodeMounts{
 		sysctls: []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
 			"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"},
 		overlays: []string{"/var/lib", "/var/log", "/run"},
 		scratch:  filepath.Join(dir, "scratch"),
-	})
+	}
+	if opts.NVIDIA != nil {
+		mounts.binds = map[string]string{"/run/cdi": opts.NVIDIA.CDIDir}
+	}
+	mnt, err := newMountNS(mounts)
 	if err != nil {
 		t.Fatalf("harness: node mount namespace: %v", err)
 	}
@@ -258,6 +268,14 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	env := []string{"GPURUN_CONFIG=" + c.PolicyPath}
 	if opts.Containerd2 {
 		env = append(env, "PATH="+ctdBinDir+":"+os.Getenv("PATH"))
+	}
+	if opts.NVIDIA != nil {
+		cri.CDISpecDirs = append(cri.CDISpecDirs, opts.NVIDIA.CDIDir)
+		if env, err = opts.NVIDIA.nodeEnv(c.NodeDir, env); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
+	if opts.Containerd2 {
 		c.Containerd = launchContainerd(t, spec, ctdBin, ctr, env, func(dir string) (string, error) {
 			n := nriDirs(dir)
 			for _, d := range []string{n.plugins, n.configs} {

@@ -601,22 +601,44 @@ func (c *Containerd) TryRestart() error {
 
 // restartSupervised sends SIGTERM to the current containerd and waits
 // until the supervisor has started the next one and its CRI plugin answers.
+// Another restart may come meanwhile (a node agent with restart=signal
+// SIGTERMs the containerd that is starting): as under systemd, the
+// supervisor starts containerd again, and the restart is done when the
+// latest one answers; it fails when the latest one fails to start and no
+// other follows.
 func (c *Containerd) restartSupervised(before int) error {
 	p := c.currentProc()
 	if err := syscall.Kill(p.pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("SIGTERM containerd (pid %d): %w", p.pid, err)
 	}
 	deadline := time.Now().Add(2 * startTimeout)
+	var failed string
+	failedEntry, failedSeen := -1, time.Time{}
 	for time.Now().Before(deadline) {
 		rs := c.Restarts()
-		if len(rs) > before && (rs[before].NewPID != 0 || rs[before].StartErr != "") {
-			if rs[before].StartErr != "" {
-				return fmt.Errorf("restart containerd: %s", rs[before].StartErr)
+		if len(rs) > before {
+			last := rs[len(rs)-1]
+			switch {
+			case last.StartErr != "":
+				failed = last.StartErr
+				// A containerd stopped while it started is started
+				// again by its supervisor, which records that at once:
+				// the failure is final when nothing follows it.
+				if failedEntry != len(rs)-1 {
+					failedEntry, failedSeen = len(rs)-1, time.Now()
+				}
+				if strings.HasPrefix(failed, "not restarted") || time.Since(failedSeen) > time.Second {
+					return fmt.Errorf("restart containerd: %s", failed)
+				}
+			case last.NewPID != 0:
+				c.PID = last.NewPID
+				return nil
 			}
-			c.PID = rs[before].NewPID
-			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if failed != "" {
+		return fmt.Errorf("restart containerd: %s", failed)
 	}
 	return fmt.Errorf("containerd (pid %d) was not restarted within %s\n--- containerd log tail ---\n%s", p.pid, 2*startTimeout, c.LogTail(30))
 }

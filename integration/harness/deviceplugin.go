@@ -30,15 +30,50 @@ type FakeGPU struct {
 	Node, DevPath string
 }
 
+// GPUStrategy is how the fake device plugin hands a container its GPUs,
+// as NVIDIA's device plugin's DEVICE_LIST_STRATEGY (and
+// PASS_DEVICE_SPECS) say.
+type GPUStrategy int
+
+const (
+	// GPUEnvAndDevices: NVIDIA_VISIBLE_DEVICES with the GPUs' UUIDs, and
+	// their device nodes (envvar with pass-device-specs): the GPUs show
+	// in the container whatever runtime runs it. StartFakeGPUs' strategy.
+	GPUEnvAndDevices GPUStrategy = iota
+	// GPUEnv: NVIDIA_VISIBLE_DEVICES only (envvar): NVIDIA's runtime
+	// injects the GPUs it names, as under the GPU Operator's legacy mode.
+	GPUEnv
+	// GPUCDI: CDI device names (cdi-cri: CDIKind=<UUID>): the kubelet
+	// hands them to containerd, which injects them from its CDI specs, as
+	// under the GPU Operator's native CDI mode (NVIDIA.GPUs writes them).
+	GPUCDI
+)
+
+// String names the strategy as NVIDIA's device plugin does.
+func (s GPUStrategy) String() string {
+	switch s {
+	case GPUEnv:
+		return "envvar"
+	case GPUCDI:
+		return "cdi-cri"
+	default:
+		return "envvar with device specs"
+	}
+}
+
 // gpuPlugin is the harness's device plugin server.
 type gpuPlugin struct {
 	dpapi.UnimplementedDevicePluginServer
 	gpus []FakeGPU
 	stop chan struct{}
 
-	mu  sync.Mutex
-	srv *grpc.Server
+	mu       sync.Mutex
+	srv      *grpc.Server
+	strategy GPUStrategy
 }
+
+// fakeGPUID is the UUID of fake GPU i: GPUUUID for GPU 0.
+func fakeGPUID(i int) string { return fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", i, i) }
 
 // pluginEndpoint is the fake device plugin's socket in the kubelet's
 // device plugin directory.
@@ -65,18 +100,30 @@ func (c *Cluster) StartFakeGPUsOn(node *ClusterNode, n int) []FakeGPU {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatalf("harness: %v", err)
 	}
-	p := &gpuPlugin{stop: make(chan struct{})}
+	var gpus []FakeGPU
 	for i := 0; i < n; i++ {
 		dev := filepath.Join(dir, fmt.Sprintf("nvidia%d", i))
 		if err := unix.Mknod(dev, unix.S_IFCHR|0o666, int(unix.Mkdev(NvidiaMajor, uint32(i)))); err != nil {
 			c.t.Fatalf("harness: mknod %s: %v", dev, err)
 		}
-		p.gpus = append(p.gpus, FakeGPU{
-			ID:      fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", i, i),
+		gpus = append(gpus, FakeGPU{
+			ID:      fakeGPUID(i),
 			Node:    dev,
 			DevPath: fmt.Sprintf("/dev/nvidia%d", i),
 		})
 	}
+	return c.StartGPUPlugin(node, gpus, GPUEnvAndDevices)
+}
+
+// StartGPUPlugin registers a fake device plugin with node's kubelet that
+// advertises gpus as nvidia.com/gpu and allocates them by strategy
+// (SetGPUStrategy changes it), and waits until the node reports them as
+// allocatable; the cleanup stops the plugin. On a GPU node of NVIDIA's
+// stack the GPUs are NVIDIA.GPUs, which its CDI specs name.
+func (c *Cluster) StartGPUPlugin(node *ClusterNode, gpus []FakeGPU, strategy GPUStrategy) []FakeGPU {
+	c.t.Helper()
+	n := len(gpus)
+	p := &gpuPlugin{stop: make(chan struct{}), gpus: gpus, strategy: strategy}
 	c.t.Cleanup(p.shutdown)
 	node.mu.Lock()
 	node.plugin = p
@@ -89,6 +136,22 @@ func (c *Cluster) StartFakeGPUsOn(node *ClusterNode, n int) []FakeGPU {
 		return c.gpusAllocatable(node, n)
 	})
 	return p.gpus
+}
+
+// SetGPUStrategy changes how node's fake device plugin allocates GPUs
+// from now on (a device plugin of another configuration, as a GPU
+// Operator upgrade would deploy); pods already allocated keep theirs.
+func (c *Cluster) SetGPUStrategy(node *ClusterNode, s GPUStrategy) {
+	c.t.Helper()
+	node.mu.Lock()
+	p := node.plugin
+	node.mu.Unlock()
+	if p == nil {
+		c.t.Fatalf("harness: node %s has no fake device plugin", node.Name)
+	}
+	p.mu.Lock()
+	p.strategy = s
+	p.mu.Unlock()
 }
 
 // gpusAllocatable reports whether node says n GPUs are allocatable.
@@ -179,12 +242,16 @@ func (p *gpuPlugin) ListAndWatch(_ *dpapi.Empty, stream dpapi.DevicePlugin_ListA
 	return nil
 }
 
-// Allocate gives each container its GPUs: the env NVIDIA's plugin sets,
-// and the device nodes.
+// Allocate gives each container its GPUs as the plugin's strategy says:
+// the env NVIDIA's plugin sets, with the device nodes or without them, or
+// CDI device names.
 func (p *gpuPlugin) Allocate(_ context.Context, req *dpapi.AllocateRequest) (*dpapi.AllocateResponse, error) {
+	p.mu.Lock()
+	strategy := p.strategy
+	p.mu.Unlock()
 	resp := &dpapi.AllocateResponse{}
 	for _, creq := range req.ContainerRequests {
-		cresp := &dpapi.ContainerAllocateResponse{Envs: map[string]string{}}
+		cresp := &dpapi.ContainerAllocateResponse{}
 		var ids []string
 		for _, id := range creq.DevicesIds {
 			g, ok := p.gpu(id)
@@ -192,9 +259,16 @@ func (p *gpuPlugin) Allocate(_ context.Context, req *dpapi.AllocateRequest) (*dp
 				return nil, fmt.Errorf("unknown device %q", id)
 			}
 			ids = append(ids, id)
-			cresp.Devices = append(cresp.Devices, &dpapi.DeviceSpec{ContainerPath: g.DevPath, HostPath: g.Node, Permissions: "rw"})
+			switch strategy {
+			case GPUEnvAndDevices:
+				cresp.Devices = append(cresp.Devices, &dpapi.DeviceSpec{ContainerPath: g.DevPath, HostPath: g.Node, Permissions: "rw"})
+			case GPUCDI:
+				cresp.CdiDevices = append(cresp.CdiDevices, &dpapi.CDIDevice{Name: CDIKind + "=" + id})
+			}
 		}
-		cresp.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
+		if strategy != GPUCDI {
+			cresp.Envs = map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ",")}
+		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil

@@ -72,6 +72,8 @@ func chartCases() []chartCase {
 		{"serviceMonitor nri", modeNRI, "k3s", `{metrics: {serviceMonitor: {enabled: true, interval: 30s}}}`, `components: [$COMPONENTS/servicemonitor]`},
 		{"serviceMonitor webhook", modeWebhook, "auto", `{metrics: {serviceMonitor: {enabled: true}}}`, `components: [$COMPONENTS/servicemonitor]`},
 		{"restart systemd", modeRuntimeClass, "auto", `{nodeAgent: {restart: systemd, uninstallOnExit: false}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [restart=systemd, uninstall-on-exit=false]}]`},
+		{"dropIn path", modeRuntimeClass, "auto", `{nodeAgent: {dropIn: /etc/containerd/gpu.d}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [drop-in=/etc/containerd/gpu.d]}]`},
+		{"dropIn none", modeDefaultRuntime, "containerd", `{nodeAgent: {dropIn: none}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [drop-in=]}]`},
 		{"node paths", modeDefaultRuntime, "containerd", `{nodeAgent: {binDir: /opt/bin, containerdConfig: /etc/containerd/gpu.toml}}`, `configMapGenerator: [{name: gpurun-node, behavior: merge, literals: [bin-dir=/opt/bin, containerd-config=/etc/containerd/gpu.toml]}]`},
 		{"policy", modeRuntimeClass, "k3s", `{policy: "size = \"25%\"\nmax = \"8g\"\n"}`, `configMapGenerator: [{name: gpurun-policy, behavior: replace, options: {disableNameSuffixHash: true}, literals: ["config.toml=size = \"25%\"\nmax = \"8g\"\n"]}]`},
 		{"policy nri", modeNRI, "rke2", `{policy: "match = \"all\"\n"}`, `configMapGenerator: [{name: gpurun-policy, behavior: replace, options: {disableNameSuffixHash: true}, literals: ["config.toml=match = \"all\"\n"]}]`},

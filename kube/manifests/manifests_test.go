@@ -602,6 +602,9 @@ func (r *rendered) checkNodeAgent(t *testing.T) {
 			t.Errorf("--%s=%q: want an absolute node path", p, v)
 		}
 	}
+	if v, ok := flagValue(args, "drop-in"); !ok || v != wantDropIn(r.mode, "auto") {
+		t.Errorf("--drop-in=%q (given: %v) in mode %s, want %q", v, ok, r.mode, wantDropIn(r.mode, "auto"))
+	}
 	src, _ := flagValue(args, "policy-source")
 	pol := r.policyConfigMap(t)
 	if mnt := configMapMount(ds.Spec.Template.Spec, c, pol.Name); src != filepath.Join(mnt, "config.toml") {
@@ -631,6 +634,44 @@ func (r *rendered) checkNodeAgent(t *testing.T) {
 	rc := r.classes[0]
 	if rc.Name != install.RuntimeName || rc.Handler != install.RuntimeName {
 		t.Errorf("RuntimeClass %q handler %q, want %q handler %q (the runtime install registers)", rc.Name, rc.Handler, install.RuntimeName, install.RuntimeName)
+	}
+}
+
+// wantDropIn is the node agent's drop-in directory a mode's overlay
+// gives, on a distribution: in default-runtime mode a directory of
+// gpurun's own next to containerd's config, which the agent imports after
+// NVIDIA's conf.d (runtime/install's OwnDropInDir, which refusals and
+// doctor name); none in runtime-class mode, nor on k3s and RKE2, whose
+// template takes gpurun's tables.
+func wantDropIn(mode, dist string) string {
+	if mode != modeDefaultRuntime || dist == "k3s" || dist == "rke2" {
+		return ""
+	}
+	return install.OwnDropInDir(install.DefaultContainerdConfig)
+}
+
+// TestNodeAgentDropIn renders each node agent mode with each
+// distribution's component (as an administrator adds it) and checks the
+// agent's --drop-in: wantDropIn, and a setting the agent takes.
+func TestNodeAgentDropIn(t *testing.T) {
+	for _, mode := range []string{modeRuntimeClass, modeDefaultRuntime} {
+		for _, dist := range distributions {
+			t.Run(mode+"/"+dist, func(t *testing.T) {
+				r := newRendered(mode, kustomizeCase(t, chartCase{name: mode + "/" + dist, mode: mode, dist: dist}))
+				if len(r.daemonSets) != 1 {
+					t.Fatalf("%d DaemonSets", len(r.daemonSets))
+				}
+				args, _ := r.expandArgs(t, r.daemonSets[0].Spec.Template.Spec.Containers[0])
+				v, ok := flagValue(args, "drop-in")
+				if want := wantDropIn(mode, dist); !ok || v != want {
+					t.Errorf("--drop-in=%q (given: %v), want %q", v, ok, want)
+				}
+				if v != "" && (!filepath.IsAbs(v) || filepath.Dir(v) != filepath.Dir(install.DefaultContainerdConfig)) {
+					t.Errorf("--drop-in=%q: want a directory next to %s", v, install.DefaultContainerdConfig)
+				}
+				parses(t, args...)
+			})
+		}
 	}
 }
 

@@ -281,6 +281,15 @@ func (d Docker) Uninstall() error {
 		// "runtimes" or "default-runtime" gone, a SIGHUP keeps the old ones.
 		fmt.Fprintln(d.Out, "note: dockerd keeps the gpurun runtime loaded until it restarts (a reload does not drop keys that are no longer in daemon.json): systemctl restart docker")
 	}
+	if changed && d.Reload && ch.SetDefault && !ch.PreviousDefaultSet && !ch.CreatedRuntimes {
+		// The reload would keep "gpurun" the default (its key is gone)
+		// and take the runtimes the file still lists, gpurun's not among
+		// them: dockerd 20.10 then panics on its next `docker info`
+		// (a default runtime it does not have). Only a restart applies
+		// this file.
+		fmt.Fprintf(d.Out, "not reloading dockerd: its default runtime stays gpurun until it restarts, and a reload would drop gpurun's runtime under it; restart it: systemctl restart docker\n")
+		return nil
+	}
 	return d.reload(after)
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -397,5 +399,95 @@ func TestDockerInstallFinishesPending(t *testing.T) {
 	}
 	if read(t, cfg) != nvidiaDaemonJSON || read(t, pol) != site {
 		t.Errorf("after uninstall:\n%s\n%s", read(t, cfg), read(t, pol))
+	}
+}
+
+// TestDockerDefaultReplacedTwice: gpurun installed as dockerd's default,
+// then another tool makes its runtime the default (nvidia-ctk runtime
+// configure --set-as-default rewrites daemon.json), then gpurun installed
+// again: the uninstall gives back the default gpurun replaced last, the
+// other tool's, with a reload (dockerd takes the default from the file).
+// Where the default gpurun replaced was none, the uninstall takes the key
+// out and does not reload a dockerd whose runtimes the file still lists:
+// the reload would keep gpurun the default and drop its runtime, and
+// dockerd 20.10 panics on a default runtime it does not have.
+func TestDockerDefaultReplacedTwice(t *testing.T) {
+	const registered = `{
+    "runtimes": {
+        "nvidia": {
+            "args": [],
+            "path": "nvidia-container-runtime"
+        }
+    }
+}`
+	for _, tc := range []struct {
+		name string
+		// other is the default another tool sets between gpurun's
+		// installs ("": none, one install only).
+		other       string
+		wantDefault any // daemon.json's default-runtime after the uninstall (nil: no key)
+		wantReload  bool
+	}{
+		{"another tool's default in between", "nvidia", "nvidia", true},
+		{"no default before gpurun's", "", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			var out bytes.Buffer
+			cfg := filepath.Join(root, "etc/docker/daemon.json")
+			write(t, cfg, registered)
+			d := Docker{Options: opts(root, &out), SetAsDefault: true}
+			if err := d.Install(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.other != "" {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(read(t, cfg)), &m); err != nil {
+					t.Fatal(err)
+				}
+				m["default-runtime"] = tc.other
+				data, _ := json.MarshalIndent(m, "", "    ")
+				write(t, cfg, string(data))
+				if err := d.Install(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A stand-in for dockerd: SIGHUP ends it.
+			daemon := exec.Command("sleep", "60")
+			if err := daemon.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { _ = daemon.Wait(); close(done) }()
+			t.Cleanup(func() { _ = daemon.Process.Kill(); <-done })
+			// The node's root is this machine's: its /proc, its pid file.
+			if err := os.Symlink("/proc", filepath.Join(root, "proc")); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(root, "run/dockerd.pid"), strconv.Itoa(daemon.Process.Pid))
+			d.Reload, d.PIDFile = true, "/run/dockerd.pid"
+			out.Reset()
+			if err := d.Uninstall(); err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(read(t, cfg)), &m); err != nil {
+				t.Fatal(err)
+			}
+			if runtimes, _ := m["runtimes"].(map[string]any); len(runtimes) != 1 || runtimes["nvidia"] == nil || m["default-runtime"] != tc.wantDefault {
+				t.Errorf("after the uninstall: runtimes %v, default-runtime %v; want nvidia's only, default %v\n%s", m["runtimes"], m["default-runtime"], tc.wantDefault, read(t, cfg))
+			}
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+			}
+			reloaded := daemon.ProcessState != nil
+			if reloaded != tc.wantReload {
+				t.Errorf("dockerd reloaded: %v; want %v\n%s", reloaded, tc.wantReload, out.String())
+			}
+			if !tc.wantReload && !strings.Contains(out.String(), "systemctl restart docker") {
+				t.Errorf("the uninstall does not say dockerd must restart:\n%s", out.String())
+			}
+		})
 	}
 }

@@ -18,7 +18,11 @@ func mergeDocker(first, next docker.Change) docker.Change {
 	}
 	m.CreatedRuntimes = first.CreatedRuntimes || next.CreatedRuntimes
 	m.RuntimesWasNull = first.RuntimesWasNull || next.RuntimesWasNull
-	if next.SetDefault && !first.SetDefault {
+	if next.SetDefault {
+		// The default an install replaced last is the one to give back:
+		// where another tool made its runtime the default after gpurun's
+		// first install (nvidia-ctk --set-as-default), gpurun's next
+		// install replaced that tool's, not the first one's.
 		m.SetDefault, m.PreviousDefault, m.PreviousDefaultSet = true, next.PreviousDefault, next.PreviousDefaultSet
 	}
 	if m.Chain == "" {

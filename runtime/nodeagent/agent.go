@@ -75,7 +75,10 @@ type Agent struct {
 	// ContainerdConfig is containerd's config.toml ("" means
 	// install.DefaultContainerdConfig).
 	ContainerdConfig string
-	// DropInDir puts gpurun's tables in a drop-in there.
+	// DropInDir puts gpurun's tables in a drop-in there. On a node whose
+	// distribution is detected (Distribution auto) as k3s or RKE2 it does
+	// not apply and is left out: their containerd template takes gpurun's
+	// tables (the default-runtime overlay sets it for every node).
 	DropInDir string
 	// Distribution is whose containerd the node runs ("" or
 	// install.DistAuto: detected, see install.ResolveDistribution). For
@@ -128,6 +131,22 @@ func (a *Agent) installState() string { return or(a.InstallState, install.Defaul
 // distribution resolves the agent's distribution on the node.
 func (a *Agent) distribution() install.Distribution {
 	return install.ResolveDistribution(a.Distribution, a.HostRoot, a.configPath())
+}
+
+// dropInDir is the drop-in directory gpurun's tables go into on a node
+// of distribution d: DropInDir, except on k3s and RKE2, whose template
+// takes them.
+func (a *Agent) dropInDir(d install.Distribution) string {
+	if d.Templated() {
+		return ""
+	}
+	return a.DropInDir
+}
+
+// distributionNamed says whether the distribution was given rather than
+// detected.
+func (a *Agent) distributionNamed() bool {
+	return a.Distribution != "" && a.Distribution != install.DistAuto
 }
 
 // containerdConfig is the config.toml containerd reads: for k3s and RKE2
@@ -184,7 +203,9 @@ func (a *Agent) check() error {
 		switch {
 		case a.Restart == restart.Signal:
 			return fmt.Errorf("--restart=signal restarts containerd alone, and %s writes containerd's config from its template only when it starts itself: use --restart=systemd (restarts %s) or none", d, install.Layout{Distribution: d}.Unit(a.HostRoot))
-		case a.DropInDir != "":
+		case a.DropInDir != "" && a.distributionNamed():
+			// Detected, a drop-in setting meant for the cluster's other
+			// nodes is left out (Install logs it).
 			return fmt.Errorf("--drop-in does not apply to %s: gpurun's tables go into its containerd template", d)
 		}
 	}
@@ -230,11 +251,24 @@ func (a *Agent) Install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dist := a.distribution()
+	if a.DropInDir != "" && dist.Templated() {
+		a.log().Info("--drop-in does not apply to "+string(dist)+": gpurun's tables go into its containerd template", "drop-in", a.DropInDir)
+	}
 	if rec != nil {
 		if err := a.compatible(rec); err != nil {
 			return err
 		}
-		if rec.Containerd.SetAsDefault && !a.SetAsDefault {
+		switch drop := a.dropInDir(dist); {
+		case rec.Containerd.Config != "" && rec.Containerd.DropInDir != drop:
+			// The drop-in setting changed (an upgrade to a release whose
+			// default-runtime mode uses a drop-in directory, say): take
+			// the registration out where it is and put it where it goes.
+			a.log().Info("gpurun's registration moves to another drop-in directory", "was", or(rec.Containerd.DropInDir, "(none: "+rec.Containerd.Config+")"), "now", or(drop, "(none: "+rec.Containerd.Config+")"))
+			if err := a.containerd(rec, a.lineLog("uninstall")).Uninstall(); err != nil {
+				return err
+			}
+		case rec.Containerd.SetAsDefault && !a.SetAsDefault:
 			// From default-runtime to runtime-class: an install only adds,
 			// so take the registration out and put it back without the
 			// default.
@@ -249,14 +283,13 @@ func (a *Agent) Install(ctx context.Context) error {
 	rec.Version = version.String()
 	rec.Pending = ""
 	prev := rec.Containerd
-	dist := a.distribution()
 	if !dist.Templated() {
 		dist = ""
 	}
 	rec.Containerd = ContainerdRecord{
 		Distribution:        dist,
 		Config:              a.containerdConfig(dist),
-		DropInDir:           a.DropInDir,
+		DropInDir:           a.dropInDir(dist),
 		SetAsDefault:        a.SetAsDefault,
 		RuntimePath:         filepath.Join(a.binDir(), RuntimeBinary),
 		Policy:              a.policyPath(),
@@ -318,8 +351,6 @@ func (a *Agent) compatible(rec *Record) error {
 		return differ("--containerd-config", rec.Containerd.Config, a.containerdConfig(a.distribution()))
 	case rec.Containerd.Config != "" && rec.Containerd.Distribution.Templated() != a.distribution().Templated():
 		return differ("--distribution", string(or(string(rec.Containerd.Distribution), string(install.DistContainerd))), string(a.distribution()))
-	case rec.Containerd.Config != "" && rec.Containerd.DropInDir != a.DropInDir:
-		return differ("--drop-in", rec.Containerd.DropInDir, a.DropInDir)
 	case rec.Policy != nil && a.PolicySource != "" && rec.Policy.Path != a.policyPath():
 		return differ("--policy", rec.Policy.Path, a.policyPath())
 	}

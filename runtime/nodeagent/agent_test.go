@@ -307,6 +307,65 @@ func TestSwitchFromDefaultToRuntimeClass(t *testing.T) {
 	}
 }
 
+// TestDropInMoves: an agent whose drop-in setting differs from the
+// record's (a node set up in place by a release whose default-runtime mode
+// had no drop-in, upgraded to one that has) moves gpurun's registration:
+// out of the place it was, into the new one; back again the same way; and
+// the uninstall leaves containerd's config as it was.
+func TestDropInMoves(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to string
+	}{
+		{"in place to a drop-in", "", "/etc/containerd/gpurun.d"},
+		{"a drop-in to in place", "/etc/containerd/gpurun.d", ""},
+		{"one drop-in to another", "/etc/containerd/gpurun.d", "/etc/containerd/gpu.d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "containerd-1.6.20-config-default.toml")
+			original := n.read(t, install.DefaultContainerdConfig)
+			a := n.agent(true)
+			a.DropInDir = tc.from
+			if err := a.Install(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b := n.agent(true)
+			b.DropInDir = tc.to
+			if err := b.Install(context.Background()); err != nil {
+				t.Fatalf("install with --drop-in %q after %q: %v\n%s", tc.to, tc.from, err, n.log.String())
+			}
+			if h, d := n.handler(t); !h || !d {
+				t.Errorf("after the move: registered %v, default %v; want both", h, d)
+			}
+			for _, dir := range []string{tc.from, tc.to} {
+				if dir == "" {
+					continue
+				}
+				_, err := os.Stat(n.path(filepath.Join(dir, install.DropInName)))
+				if want := dir == tc.to; (err == nil) != want {
+					t.Errorf("%s after the move: %v; want it there %v", filepath.Join(dir, install.DropInName), err, want)
+				}
+			}
+			cfg := n.read(t, install.DefaultContainerdConfig)
+			if tc.to == "" && strings.Contains(cfg, install.DropInName) {
+				t.Errorf("in place, config.toml still imports a drop-in:\n%s", cfg)
+			}
+			if tc.to != "" && !strings.Contains(cfg, filepath.Join(tc.to, install.DropInName)) {
+				t.Errorf("config.toml does not import %s:\n%s", tc.to, cfg)
+			}
+			if rec, err := loadRecord(n.path(DefaultStatePath)); err != nil || rec.Containerd.DropInDir != tc.to {
+				t.Errorf("record %+v, %v; want drop-in %q", rec, err, tc.to)
+			}
+			if err := b.Uninstall(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if n.read(t, install.DefaultContainerdConfig) != original {
+				t.Errorf("config not restored:\n%s", n.read(t, install.DefaultContainerdConfig))
+			}
+		})
+	}
+}
+
 func TestInstallRefuses(t *testing.T) {
 	t.Run("a bad policy source, before changing anything", func(t *testing.T) {
 		n := newNode(t, "containerd-1.6.20-config-default.toml")

@@ -190,7 +190,9 @@ func TestK3sRefusals(t *testing.T) {
 		want string
 	}{
 		{"signal", func(a *Agent) { a.Restart = restart.Signal }, "--restart=signal"},
-		{"drop-in", func(a *Agent) { a.DropInDir = "/etc/containerd/conf.d" }, "--drop-in"},
+		// Named: a drop-in is refused. Detected, it is left out
+		// (TestK3sDetectedLeavesDropInOut).
+		{"drop-in", func(a *Agent) { a.Distribution, a.DropInDir = install.DistK3s, "/etc/containerd/conf.d" }, "--drop-in"},
 		{"bad name", func(a *Agent) { a.Distribution = "k0s" }, "k0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,6 +206,48 @@ func TestK3sRefusals(t *testing.T) {
 			}
 			if d := diffSnapshots(before, n.snapshot(t)); d != "" {
 				t.Errorf("a refused install changed the node:\n%s", d)
+			}
+		})
+	}
+}
+
+// TestK3sDetectedLeavesDropInOut: a drop-in setting reaches every node
+// of the DaemonSet (the default-runtime overlay's, or the chart's
+// nodeAgent.dropIn), k3s and RKE2 ones too; where the agent detects them
+// (distribution auto) it leaves the drop-in out, says so, and puts
+// gpurun's tables into their template as without it.
+func TestK3sDetectedLeavesDropInOut(t *testing.T) {
+	for _, d := range []install.Distribution{install.DistK3s, install.DistRKE2} {
+		t.Run(string(d), func(t *testing.T) {
+			n, l := newK3sNode(t, d)
+			a := n.agent(false)
+			a.DropInDir = "/etc/containerd/gpurun.d"
+			if err := a.Install(context.Background()); err != nil {
+				t.Fatalf("install: %v\n%s", err, n.log.String())
+			}
+			if !strings.Contains(n.log.String(), "--drop-in does not apply to "+string(d)) {
+				t.Errorf("the log does not say the drop-in was left out:\n%s", n.log.String())
+			}
+			if _, err := os.Stat(n.path("/etc/containerd/gpurun.d")); !os.IsNotExist(err) {
+				t.Errorf("a drop-in directory on a %s node: %v", d, err)
+			}
+			if tmpl := n.read(t, l.Template()); !strings.Contains(tmpl, "gpurun-runtime") {
+				t.Errorf("template without gpurun:\n%s", tmpl)
+			}
+			rec, err := loadRecord(n.path(DefaultStatePath))
+			if err != nil || rec.Containerd.DropInDir != "" || rec.Containerd.Distribution != d {
+				t.Fatalf("record %+v, %v", rec, err)
+			}
+			// Installing again (the next pod of a rollout) changes nothing.
+			before := withoutProc(n.snapshot(t))
+			if err := a.Install(context.Background()); err != nil {
+				t.Fatalf("second install: %v", err)
+			}
+			if diff := diffSnapshots(before, withoutProc(n.snapshot(t))); diff != "" {
+				t.Errorf("a second install changed the node:\n%s", diff)
+			}
+			if err := a.Uninstall(context.Background()); err != nil {
+				t.Fatalf("uninstall: %v", err)
 			}
 		})
 	}

@@ -44,7 +44,7 @@ func (a *Agent) Uninstall(ctx context.Context) error {
 			dist = ""
 		}
 		rec = &Record{BinDir: a.binDir(), Containerd: ContainerdRecord{
-			Distribution: dist, Config: a.containerdConfig(dist), DropInDir: a.DropInDir, RuntimePath: filepath.Join(a.binDir(), RuntimeBinary),
+			Distribution: dist, Config: a.containerdConfig(dist), DropInDir: a.dropInDir(dist), RuntimePath: filepath.Join(a.binDir(), RuntimeBinary),
 			Policy: a.policyPath(), InstallState: a.installState(), Restart: a.Restart,
 		}}
 		return a.containerd(rec, a.lineLog("uninstall")).Uninstall()

@@ -31,7 +31,7 @@ func (f *nodeFlags) register(cmd *cobra.Command, installing bool) {
 	fl.StringVar(&a.PolicyPath, "policy", policy.DefaultConfigPath, "the node's policy file, which gpurun-runtime reads")
 	fl.StringVar(&a.ContainerdConfig, "containerd-config", install.DefaultContainerdConfig, "containerd's config.toml on the node (k3s, RKE2: left at this default, the config.toml they generate)")
 	fl.StringVar(&f.s.Distribution, "distribution", string(install.DistAuto), "whose containerd the node runs: "+install.Distributions+"; k3s and rke2 get gpurun's runtime in their containerd template (config.toml.tmpl or config-v3.toml.tmpl under /var/lib/rancher/{k3s,rke2}/agent/etc/containerd) and are restarted through their own service; auto tells them by that directory")
-	fl.StringVar(&a.DropInDir, "drop-in", "", "write gpurun's tables to DIR/"+install.DropInName+" on the node and import it from the main config")
+	fl.StringVar(&a.DropInDir, "drop-in", "", "write gpurun's tables to DIR/"+install.DropInName+" on the node and import it from the main config, last (beside NVIDIA's toolkit: docs/nvidia.md); left out on a node detected as k3s or RKE2")
 	fl.StringVar(&a.InstallState, "install-state", install.DefaultStatePath, `where "gpurun install" records its change, on the node`)
 	fl.StringVar(&a.StatePath, "state", nodeagent.DefaultStatePath, "where the agent records what it installed, on the node")
 	fl.StringVar(&f.s.Restart, "restart", string(restart.None), "how containerd is made to read its config: "+restart.Modes+" (see gpurun node --help)")

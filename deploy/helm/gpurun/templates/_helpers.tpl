@@ -25,9 +25,27 @@ is a new ConfigMap, and the DaemonSet rolls out.
 bin-dir: {{ .Values.nodeAgent.binDir | quote }}
 containerd-config: {{ .Values.nodeAgent.containerdConfig | quote }}
 distribution: {{ .Values.distribution | quote }}
+drop-in: {{ include "gpurun.dropIn" . | quote }}
 restart: {{ .Values.nodeAgent.restart | quote }}
 set-as-default: {{ eq .Values.mode "default-runtime" | toString | quote }}
 uninstall-on-exit: {{ .Values.nodeAgent.uninstallOnExit | toString | quote }}
+{{- end -}}
+
+{{/*
+The node agent's drop-in directory (nodeAgent.dropIn): auto is
+/etc/containerd/gpurun.d in mode default-runtime on containerd's own
+layout, none elsewhere (k3s and RKE2 take gpurun's tables into their
+template); none is none; a path is that path.
+*/}}
+{{- define "gpurun.dropIn" -}}
+{{- $d := .Values.nodeAgent.dropIn | toString -}}
+{{- if eq $d "auto" -}}
+{{- if and (eq .Values.mode "default-runtime") (not (has .Values.distribution (list "k3s" "rke2"))) -}}
+/etc/containerd/gpurun.d
+{{- end -}}
+{{- else if ne $d "none" -}}
+{{ $d }}
+{{- end -}}
 {{- end -}}
 
 {{- define "gpurun.nodeConfigMapName" -}}
