@@ -122,11 +122,24 @@ K8S_BIN     ?= $(K8S_CACHE)/$(K8S_VERSION)/bin
 k8s-tools:
 	GPURUN_K8S_VERSION=$(K8S_VERSION) GPURUN_K8S_CACHE=$(K8S_CACHE) hack/build-kubernetes.sh >/dev/null
 
+# The previous release of gpurun that the upgrade tests install first and
+# downgrade to (docs/upgrading.md): hack/build-previous.sh checks
+# PREV_COMMIT out of this repository's history, builds its image context
+# with its own Makefile and copies its Dockerfile and chart, once, into
+# PREV_CACHE/<commit> (a few seconds with a warm Go build cache; then a
+# no-op).
+PREV_COMMIT ?= 460d3b5
+PREV_CACHE  ?= $(if $(filter 0,$(shell id -u)),/var/cache/gpurun-prev,$(CURDIR)/.tools/prev)
+PREV        ?= $(PREV_CACHE)/$(PREV_COMMIT)
+.PHONY: prev-release
+prev-release:
+	GPURUN_PREV_COMMIT=$(PREV_COMMIT) GPURUN_PREV_CACHE=$(PREV_CACHE) hack/build-previous.sh >/dev/null
+
 # Real engines (dockerd, containerd + CRI, runc, podman, a single-node
 # Kubernetes cluster), each on its own sockets, state dirs and network
 # namespace; needs root. The tests build bin/ themselves.
-test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2) nvidia-toolkit
-	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_NVIDIA_TOOLKIT=$(NVIDIA_TOOLKIT_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/
+test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2) nvidia-toolkit prev-release
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_NVIDIA_TOOLKIT=$(NVIDIA_TOOLKIT_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) GPURUN_TEST_PREV=$(PREV) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/
 
 # The machine as the tests found it (integration/checkhost; root): host-snapshot
 # records docker0 and the other interfaces, the engines' configs and
