@@ -169,12 +169,16 @@ e2e: $(CONTAINERD2_TOOLS) k8s-tools
 # The webhook's load test (integration/cluster_webhook_load_test.go) on the
 # multi-node cluster prints its bench: line: the API server's admission
 # p50/p99 for gpurun's webhook, the webhook's own, pods/s and how long the
-# webhook's rollout took (about 2 minutes, cluster included).
-bench: build $(CONTAINERD2_TOOLS) k8s-tools
+# webhook's rollout took; the chart's upgrade from the previous release and
+# back (integration/cluster_multinode_upgrade_test.go) prints how long the
+# node agent's rollouts took, the containerd restarts and the GPU pods
+# created meanwhile (about 5 minutes, cluster included).
+bench: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) prev-release
 	out=$$(mktemp); status=0; \
-	GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) $(GO) test -count=1 -timeout 15m -tags integration \
-		-run '^TestClusterMultiNode$$/^cluster$$/^webhook-load$$' -v ./integration/ >$$out 2>&1 || status=$$?; \
-	grep -E '^bench:|load_test.go|^(---|ok|FAIL)' $$out; [ $$status = 0 ] || tail -50 $$out; rm -f $$out; exit $$status
+	GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_PREV=$(PREV) \
+		$(GO) test -count=1 -timeout 20m -tags integration \
+		-run '^TestClusterMultiNode$$/^cluster$$/^(webhook-load|chart_runtime-class)$$' -v ./integration/ >$$out 2>&1 || status=$$?; \
+	grep -E '^bench:|load_test.go|upgrade_test.go|^(---|ok|FAIL)' $$out; [ $$status = 0 ] || tail -50 $$out; rm -f $$out; exit $$status
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
 	$(GO) test -run '^$$' -bench . -skip '^BenchmarkRunOverhead$$' -benchtime 20x -tags integration ./integration/...
 	$(GO) test -run '^$$' -bench '^BenchmarkRunOverhead$$' -benchtime 60x -tags integration ./integration/
