@@ -122,11 +122,24 @@ K8S_BIN     ?= $(K8S_CACHE)/$(K8S_VERSION)/bin
 k8s-tools:
 	GPURUN_K8S_VERSION=$(K8S_VERSION) GPURUN_K8S_CACHE=$(K8S_CACHE) hack/build-kubernetes.sh >/dev/null
 
+# The previous release of gpurun that the upgrade tests install first and
+# downgrade to (docs/upgrading.md): hack/build-previous.sh checks
+# PREV_COMMIT out of this repository's history, builds its image context
+# with its own Makefile and copies its Dockerfile and chart, once, into
+# PREV_CACHE/<commit> (a few seconds with a warm Go build cache; then a
+# no-op).
+PREV_COMMIT ?= 460d3b5
+PREV_CACHE  ?= $(if $(filter 0,$(shell id -u)),/var/cache/gpurun-prev,$(CURDIR)/.tools/prev)
+PREV        ?= $(PREV_CACHE)/$(PREV_COMMIT)
+.PHONY: prev-release
+prev-release:
+	GPURUN_PREV_COMMIT=$(PREV_COMMIT) GPURUN_PREV_CACHE=$(PREV_CACHE) hack/build-previous.sh >/dev/null
+
 # Real engines (dockerd, containerd + CRI, runc, podman, a single-node
 # Kubernetes cluster), each on its own sockets, state dirs and network
 # namespace; needs root. The tests build bin/ themselves.
-test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2) nvidia-toolkit
-	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_NVIDIA_TOOLKIT=$(NVIDIA_TOOLKIT_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/
+test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2) nvidia-toolkit prev-release
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_NVIDIA_TOOLKIT=$(NVIDIA_TOOLKIT_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) GPURUN_TEST_PREV=$(PREV) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/
 
 # The machine as the tests found it (integration/checkhost; root): host-snapshot
 # records docker0 and the other interfaces, the engines' configs and
@@ -156,12 +169,16 @@ e2e: $(CONTAINERD2_TOOLS) k8s-tools
 # The webhook's load test (integration/cluster_webhook_load_test.go) on the
 # multi-node cluster prints its bench: line: the API server's admission
 # p50/p99 for gpurun's webhook, the webhook's own, pods/s and how long the
-# webhook's rollout took (about 2 minutes, cluster included).
-bench: build $(CONTAINERD2_TOOLS) k8s-tools
+# webhook's rollout took; the chart's upgrade from the previous release and
+# back (integration/cluster_multinode_upgrade_test.go) prints how long the
+# node agent's rollouts took, the containerd restarts and the GPU pods
+# created meanwhile (about 5 minutes, cluster included).
+bench: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) prev-release
 	out=$$(mktemp); status=0; \
-	GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) $(GO) test -count=1 -timeout 15m -tags integration \
-		-run '^TestClusterMultiNode$$/^cluster$$/^webhook-load$$' -v ./integration/ >$$out 2>&1 || status=$$?; \
-	grep -E '^bench:|load_test.go|^(---|ok|FAIL)' $$out; [ $$status = 0 ] || tail -50 $$out; rm -f $$out; exit $$status
+	GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_PREV=$(PREV) \
+		$(GO) test -count=1 -timeout 20m -tags integration \
+		-run '^TestClusterMultiNode$$/^cluster$$/^(webhook-load|chart_runtime-class)$$' -v ./integration/ >$$out 2>&1 || status=$$?; \
+	grep -E '^bench:|load_test.go|upgrade_test.go|^(---|ok|FAIL)' $$out; [ $$status = 0 ] || tail -50 $$out; rm -f $$out; exit $$status
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
 	$(GO) test -run '^$$' -bench . -skip '^BenchmarkRunOverhead$$' -benchtime 20x -tags integration ./integration/...
 	$(GO) test -run '^$$' -bench '^BenchmarkRunOverhead$$' -benchtime 60x -tags integration ./integration/

@@ -8,8 +8,12 @@ package integration
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,20 +136,25 @@ spec:
 `, name, ns, node, rc, harness.BusyboxRef, res)
 }
 
-// testChartRuntimeClass: helm install of the chart in runtime-class mode
-// with the nodeSelector an administrator gives it on a GPU cluster
-// (nvidia.com/gpu.present=true), everything else as shipped. The agent
-// runs on each GPU node, whatever its engine (containerd 1.6, 2.x, k3s's
-// layout: told apart by the agent itself), and on no other; with the
-// shipped restart=none it installs and waits, not ready, until the
-// administrator (the test) restarts containerd — k3s: its service, which
-// renders the template — once per GPU node, none elsewhere. GPU pods with
-// the RuntimeClass on every GPU node get the shipped policy's size, plain
-// ones keep containerd's. Then a node is lost (testNodeLoss), and helm
-// uninstall, with one more restart per GPU node, leaves each node's
-// containerd config as it was. (restart=signal is refused on a k3s node,
-// whose containerd config only k3s writes: the agent exits saying to use
-// systemd or none.)
+// testChartRuntimeClass: helm install of the previous release's chart
+// (harness.RequirePrevious) in runtime-class mode with the nodeSelector an
+// administrator gives it on a GPU cluster (nvidia.com/gpu.present=true),
+// everything else as shipped. The agent runs on each GPU node, whatever
+// its engine (containerd 1.6, 2.x, k3s's layout: told apart by the agent
+// itself), and on no other; with the shipped restart=none it installs and
+// waits, not ready, until the administrator (the test) restarts
+// containerd — k3s: its service, which renders the template — once per
+// GPU node, none elsewhere. GPU pods then serve on every GPU node. A
+// `helm upgrade` to this build's chart and image rolls the agents while
+// GPU pods keep being created (e.rollout): none may miss the policy's
+// size, no serving pod may restart or shrink, containerd restarts only
+// where its config changed, once. On this build: GPU pods with the
+// RuntimeClass on every GPU node get the shipped policy's size, plain ones
+// keep containerd's; a node is lost (testNodeLoss). A `helm upgrade` back
+// to the previous release (a downgrade) is measured the same way, and
+// helm uninstall, with one more restart per GPU node, leaves each node's
+// containerd config as it was before the first install. (restart=signal is
+// refused on a k3s node: see testOverlayDefaultRuntime.)
 func (e *multiEnv) testChartRuntimeClass(t *testing.T) {
 	c := e.c.For(t)
 	helm := harness.RequireHelm(t)
@@ -154,16 +163,23 @@ func (e *multiEnv) testChartRuntimeClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := map[string]nodeSnapshot{}
+	trees := map[string]map[string]string{}
 	for _, n := range c.Nodes {
 		before[n.Name] = snapshotNode(n)
+		trees[n.Name] = nodeTree(t, n)
 	}
-	values := filepath.Join(c.WriteManifestDir(nil), "values.yaml")
-	if err := os.WriteFile(values, []byte(fmt.Sprintf(`mode: runtime-class
+	valuesFor := func(tag string) string {
+		values := filepath.Join(c.WriteManifestDir(nil), "values.yaml")
+		if err := os.WriteFile(values, []byte(fmt.Sprintf(`mode: runtime-class
 image: {repository: %s, tag: %s}
 nodeSelector: {nvidia.com/gpu.present: "true"}
-`, agentImageName, agentImageTag)), 0o644); err != nil {
-		t.Fatal(err)
+`, agentImageName, tag)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return values
 	}
+	values, prevValues := valuesFor(agentImageTag), valuesFor(prevImageTag)
+	postRenderer := multiHelmPostRenderer(t, c)
 	uninstalled := false
 	uninstall := func(t *testing.T) time.Duration {
 		uninstalled = true
@@ -182,9 +198,9 @@ nodeSelector: {nvidia.com/gpu.present: "true"}
 		}
 	})
 	start := time.Now()
-	if out, err := c.Helm(helm, "install", "gpurun", chart, "--namespace", "gpurun-system", "--create-namespace",
-		"--values", values, "--post-renderer", multiHelmPostRenderer(t, c)); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, out)
+	if out, err := c.Helm(helm, "install", "gpurun", e.prev.Chart(), "--namespace", "gpurun-system", "--create-namespace",
+		"--values", prevValues, "--post-renderer", postRenderer); err != nil {
+		t.Fatalf("helm install of %s: %v\n%s", e.prev.Short(), err, out)
 	}
 	// Each agent installs, then waits for the administrator's restart.
 	var agents map[string]struct {
@@ -222,7 +238,7 @@ nodeSelector: {nvidia.com/gpu.present: "true"}
 		}
 	}
 	c.WaitRollout("gpurun-system", "gpurun-node", agentTimeout)
-	t.Logf("helm install: every agent ready %s after it", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("helm install of %s: every agent ready %s after it", e.prev.Short(), time.Since(start).Round(100*time.Millisecond))
 	var restarts []string
 	for _, n := range c.Nodes {
 		got := len(n.Containerd.Restarts()) - before[n.Name].restarts
@@ -242,28 +258,37 @@ nodeSelector: {nvidia.com/gpu.present: "true"}
 		t.Fatal(err)
 	}
 	want, _ := e.pol.Target(policy.Request{MemoryLimit: 8 * policy.GiB, HostMemory: mem})
+	// GPU pods serving on every GPU node, through the rollouts.
+	serving := e.serving(t, testNamespace(t, c), want)
+	var upgrade, downgrade rolloutResult
+	var restartedUp, restartedDown int
+	t.Run("upgrade", func(t *testing.T) {
+		upgrade = e.rollout(t, "upgrade", helm, chart, values, postRenderer, want)
+		checkRollout(t, c, "upgrade", upgrade, false)
+		restartedUp = serving.check(t, c, "upgrade")
+	})
 	t.Run("pods", func(t *testing.T) {
 		c := e.c.For(t)
-		ns := testNamespace(t, c)
+		var probes []shmProbe
 		for _, n := range c.Nodes {
 			if n.GPUs > 0 {
-				c.Apply(gpuPodOn(ns, "gpu-"+n.Name, n.Name, "gpurun", true))
-				c.Apply(gpuPodOn(ns, "plain-"+n.Name, n.Name, "gpurun", false))
+				probes = append(probes, shmProbe{"gpu-" + n.Name, n.Name, "gpurun", true, want}, shmProbe{"plain-" + n.Name, n.Name, "gpurun", false, engineShm})
 			}
 		}
-		for _, n := range c.Nodes {
-			if n.GPUs == 0 {
-				continue
-			}
-			for pod, size := range map[string]int64{"gpu-" + n.Name: want, "plain-" + n.Name: engineShm} {
-				c.WaitPodReady(ns, pod, podTimeout)
-				if got := c.ShmOf(ns, pod, "app"); got.Bytes != size {
-					t.Errorf("node %s (%s), pod %s: /dev/shm %s, want %s", n.Name, n.Kind, pod, policy.FormatSize(got.Bytes), policy.FormatSize(size))
-				}
-			}
-		}
+		checkShmProbes(t, c, testNamespace(t, c), probes)
 	})
 	t.Run("node loss", func(t *testing.T) { e.testNodeLoss(t, want) })
+	t.Run("downgrade", func(t *testing.T) {
+		downgrade = e.rollout(t, "downgrade", helm, e.prev.Chart(), prevValues, postRenderer, want)
+		checkRollout(t, c, "downgrade", downgrade, true)
+		restartedDown = serving.check(t, c, "downgrade")
+	})
+	if upgrade.took > 0 && downgrade.took > 0 {
+		// make bench prints this line.
+		fmt.Printf("bench: node-agent-rollout from=%s gpu_nodes=%d upgrade_s=%.1f upgrade_containerd_restarts=%d upgrade_gpu_pods=%d upgrade_unsized=%d upgrade_restarted_pods=%d downgrade_s=%.1f downgrade_containerd_restarts=%d downgrade_gpu_pods=%d downgrade_unsized=%d downgrade_restarted_pods=%d\n",
+			e.prev.Short(), len(serving.pods), upgrade.took.Seconds(), sum(upgrade.restarts), upgrade.probes, len(upgrade.unsized), restartedUp,
+			downgrade.took.Seconds(), sum(downgrade.restarts), downgrade.probes, len(downgrade.unsized), restartedDown)
+	}
 
 	t.Run("helm uninstall", func(t *testing.T) {
 		mid := map[string]int{}
@@ -306,7 +331,90 @@ nodeSelector: {nvidia.com/gpu.present: "true"}
 				t.Errorf("node %s: containerd restarted %d times during the uninstall", n.Name, got)
 			}
 		}
+		// The rest, as docs/install-kubernetes.md says: once the pods
+		// started with gpurun are gone and containerd has restarted,
+		// `gpurun node uninstall` on the node. Then each node is as
+		// before the first install, file for file.
+		c.MustKubectl("delete", "pods", "--all", "-n", serving.ns, "--wait=true", "--timeout=2m")
+		for _, n := range c.Nodes {
+			if n.GPUs == 0 {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			stdout, stderr, err := n.NetNS().Run(ctx, nil, "/usr/local/bin/gpurun", "node", "uninstall")
+			cancel()
+			if err != nil {
+				t.Errorf("node %s: gpurun node uninstall: %v\n%s%s", n.Name, err, stdout, stderr)
+			}
+		}
+		for _, n := range c.Nodes {
+			now := nodeTree(t, n)
+			for p, was := range trees[n.Name] {
+				if got, ok := now[p]; !ok {
+					t.Errorf("node %s: %s is gone, was there before the first install", n.Name, p)
+				} else if got != was {
+					t.Errorf("node %s: %s is not as before the first install: %s, was %s", n.Name, p, got, was)
+				}
+			}
+			for p := range now {
+				if _, ok := trees[n.Name][p]; !ok {
+					t.Errorf("node %s: %s is there, was not before the first install", n.Name, p)
+				}
+			}
+		}
 	})
+}
+
+// nodeTree maps what node n has of gpurun's and of containerd's
+// configuration — every directory and file below /etc/gpurun,
+// /var/lib/gpurun, /etc/containerd and, on a k3s node, its containerd
+// directory, and gpurun's files in /usr/local/bin (the machine's own tools
+// are there too) — to the file's mode and the SHA-256 of its content (a
+// directory's mode).
+func nodeTree(t *testing.T, n *harness.ClusterNode) map[string]string {
+	t.Helper()
+	dirs := []string{"/usr/local/bin", "/etc/gpurun", "/var/lib/gpurun", "/etc/containerd"}
+	if n.K3s != nil {
+		dirs = append(dirs, n.K3s.ContainerdDir())
+	}
+	out := map[string]string{}
+	err := n.NetNS().Do(func() error {
+		for _, d := range dirs {
+			err := filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if filepath.Dir(p) == "/usr/local/bin" && !strings.Contains(de.Name(), "gpurun") {
+					return nil
+				}
+				fi, err := de.Info()
+				if err != nil {
+					return err
+				}
+				v := fi.Mode().String()
+				if de.Type().IsRegular() {
+					data, err := os.ReadFile(p)
+					if err != nil {
+						return err
+					}
+					v += fmt.Sprintf(" sha256 %x", sha256.Sum256(data))
+				}
+				out[p] = v
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("node %s: %v", n.Name, err)
+	}
+	return out
 }
 
 // testNodeLoss: GPU pods start on a GPU node and its kubelet and
@@ -406,4 +514,13 @@ func (e *multiEnv) testNodeLoss(t *testing.T, want int64) {
 			t.Errorf("node %s: agent %+v, was %+v", n.Name, agentsAfter[n.Name], agentsBefore[n.Name])
 		}
 	}
+}
+
+// sum adds a map's values.
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

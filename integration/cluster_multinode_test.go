@@ -27,24 +27,31 @@ type multiEnv struct {
 	c *harness.Cluster
 	// pol is the shipped policy.
 	pol *policy.Policy
+	// prev is the previous release, installed first and upgraded from.
+	prev harness.Previous
 }
 
 // TestClusterMultiNode starts the mixed cluster once and runs on it: the
 // nodes are what they should be, pods reach each other and the API server
-// across nodes, the webhook under load; then checks that the cluster's
-// cleanup leaves nothing behind.
+// across nodes, the webhook under load, the chart from the previous
+// release upgraded to this build and back, the default-runtime and nri
+// overlays; then checks that the cluster's cleanup leaves nothing behind.
 func TestClusterMultiNode(t *testing.T) {
 	begin := time.Now()
 	var c *harness.Cluster
 	t.Run("cluster", func(t *testing.T) {
 		rel := k3stest.V3Imports()
 		k3s := harness.K3sNode{DataDir: "/var/lib/rancher/k3s", Program: "k3s", Release: rel, Base: string(readTestdata(t, k3sTestdata+rel.Base))}
-		c = harness.StartMultiNodeCluster(t, harness.MultiNodeOptions{Nodes: harness.MixedNodes(k3s), Images: []string{gpurunImageTar(t)}})
-		e := &multiEnv{c: c, pol: shippedPolicy(t)}
+		prev := harness.RequirePrevious(t)
+		images := []string{gpurunImageTar(t), prev.ImageTar(t, t.TempDir(), agentImageName+":"+prevImageTag)}
+		c = harness.StartMultiNodeCluster(t, harness.MultiNodeOptions{Nodes: harness.MixedNodes(k3s), Images: images})
+		e := &multiEnv{c: c, pol: shippedPolicy(t), prev: prev}
 		t.Run("nodes", e.testNodes)
 		t.Run("network", e.testNetwork)
 		t.Run("webhook-load", e.testWebhookLoad)
 		t.Run("chart runtime-class", e.testChartRuntimeClass)
+		t.Run("overlay default-runtime", e.testOverlayDefaultRuntime)
+		t.Run("overlay nri", e.testOverlayNRI)
 	})
 	t.Logf("TestClusterMultiNode took %s", time.Since(begin).Round(100*time.Millisecond))
 	if c == nil {

@@ -709,6 +709,26 @@ func (r *rendered) checkNRI(t *testing.T) {
 	if mnt, _ := hostPathMount(ds, c, filepath.Dir(nriSocket)); mnt != filepath.Dir(socket) {
 		t.Errorf("the node's %s is mounted at %q, want %q (the socket's directory)", filepath.Dir(nriSocket), mnt, filepath.Dir(socket))
 	}
+	// On a node without NRI the plugin runs, not ready, and says why: the
+	// socket's directory is made when missing, and readiness is /readyz on
+	// the metrics port (registered with the runtime).
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if hp := v.HostPath; hp != nil && hp.Path == filepath.Dir(nriSocket) && (hp.Type == nil || *hp.Type != corev1.HostPathDirectoryOrCreate) {
+			t.Errorf("volume %s (%s): type %v, want DirectoryOrCreate", v.Name, hp.Path, hp.Type)
+		}
+	}
+	metrics, _ := flagValue(args[i:], "metrics-address")
+	switch p := c.ReadinessProbe; {
+	case metrics == "" && p != nil:
+		t.Errorf("readiness probe %+v without --metrics-address, which serves /readyz", p)
+	case metrics == "":
+	case p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz":
+		t.Errorf("readiness probe %+v: want GET /readyz on the metrics port", p)
+	case p.HTTPGet.Port.String() != "metrics" || !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool {
+		return cp.Name == "metrics" && ":"+fmt.Sprint(cp.ContainerPort) == metrics
+	}):
+		t.Errorf("readiness probe on port %s, ports %+v: want the metrics port %s", p.HTTPGet.Port.String(), c.Ports, metrics)
+	}
 	config, _ := flagValue(args[:i], "config")
 	pol := r.policyConfigMap(t)
 	if mnt := configMapMount(ds.Spec.Template.Spec, c, pol.Name); config != filepath.Join(mnt, "config.toml") {

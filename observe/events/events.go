@@ -7,6 +7,13 @@
 //   - ReasonNotSized (Warning): the plan failed or was left undone: the
 //     cause and the fix from the enforce record.
 //
+// and on the node, when a node-side pod cannot do its part there
+// (WarnNode):
+//
+//   - ReasonAgentFailed (Warning): the node agent cannot set gpurun up;
+//   - ReasonNRIUnavailable (Warning): the NRI plugin cannot register with
+//     the node's runtime.
+//
 // A container gpurun left alone (no GPU evidence, a user's own size large
 // enough, hostIPC) gets no Event: nothing happened to it, and the node
 // agent's metrics show its plan. Each pod gets one Event per reason: a
@@ -110,26 +117,57 @@ func (p *Poster) Post(ctx context.Context, r records.Record) error {
 	if !ok {
 		return nil
 	}
-	name := eventName(r.Pod, reason)
+	obj := corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: types.UID(r.Pod.UID)}
+	if r.Pod.Container != "" {
+		obj.FieldPath = "spec.containers{" + r.Pod.Container + "}"
+	}
+	if err := p.post(ctx, r.Pod.Namespace, eventName(r.Pod.Name, r.Pod.UID, reason), obj, reason, typ, msg); err != nil {
+		return fmt.Errorf("the %s event of pod %s/%s: %w", reason, r.Pod.Namespace, r.Pod.Name, err)
+	}
+	return nil
+}
+
+// The reasons of the Warning Events gpurun's node-side pods post on their
+// Node when they cannot do their part there (WarnNode).
+const (
+	// ReasonAgentFailed: the node agent cannot set gpurun up on the node
+	// (settings that cannot work there, a record of a later release, an
+	// install that failed); its pod is not ready.
+	ReasonAgentFailed = "GPURunAgentFailed"
+	// ReasonNRIUnavailable: the NRI plugin cannot register with the
+	// node's runtime (no NRI there); its pod is not ready.
+	ReasonNRIUnavailable = "GPURunNRIUnavailable"
+)
+
+// WarnNode posts (or counts) a Warning Event on the Poster's Node, as the
+// kubelet posts the node's own (in the default namespace, the node's name
+// as its uid: `kubectl describe node` shows both), one per reason: a
+// repeat raises its count and sets its message.
+func (p *Poster) WarnNode(ctx context.Context, reason, msg string) error {
+	obj := corev1.ObjectReference{Kind: "Node", Name: p.Node, UID: types.UID(p.Node)}
+	if err := p.post(ctx, metav1.NamespaceDefault, eventName(p.Node, p.Node, reason), obj, reason, corev1.EventTypeWarning, msg); err != nil {
+		return fmt.Errorf("the %s event of node %s: %w", reason, p.Node, err)
+	}
+	return nil
+}
+
+// post posts the Event name in namespace ns about obj, or raises its
+// count when it exists (posted by this Poster, or before a restart).
+func (p *Poster) post(ctx context.Context, ns, name string, obj corev1.ObjectReference, reason, typ, msg string) error {
 	now := metav1.NewTime(p.now())
-	path := "/api/v1/namespaces/" + url.PathEscape(r.Pod.Namespace) + "/events"
+	path := "/api/v1/namespaces/" + url.PathEscape(ns) + "/events"
 	p.mu.Lock()
 	n, known := p.count[name]
 	p.mu.Unlock()
 	if !known {
 		ev := &corev1.Event{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Pod.Namespace},
-			InvolvedObject: corev1.ObjectReference{
-				APIVersion: "v1", Kind: "Pod", Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: types.UID(r.Pod.UID),
-			},
-			Reason: reason, Message: trim(msg), Type: typ,
+			TypeMeta:       metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+			ObjectMeta:     metav1.ObjectMeta{Name: name, Namespace: ns},
+			InvolvedObject: obj,
+			Reason:         reason, Message: trim(msg), Type: typ,
 			Source:         corev1.EventSource{Component: "gpurun", Host: p.Node},
 			FirstTimestamp: now, LastTimestamp: now, Count: 1,
 			ReportingController: Controller, ReportingInstance: p.Node,
-		}
-		if r.Pod.Container != "" {
-			ev.InvolvedObject.FieldPath = "spec.containers{" + r.Pod.Container + "}"
 		}
 		err := p.Kube.Do(ctx, "POST", path, "", ev, nil)
 		if err == nil {
@@ -137,12 +175,12 @@ func (p *Poster) Post(ctx context.Context, r records.Record) error {
 			return nil
 		}
 		if !errors.Is(err, kube.ErrConflict) {
-			return fmt.Errorf("post the %s event of pod %s/%s: %w", reason, r.Pod.Namespace, r.Pod.Name, err)
+			return fmt.Errorf("post: %w", err)
 		}
 		// Posted before (a restarted agent): count on from the API's.
 		var old corev1.Event
 		if err := p.Kube.Do(ctx, "GET", path+"/"+url.PathEscape(name), "", nil, &old); err != nil {
-			return fmt.Errorf("read the %s event of pod %s/%s: %w", reason, r.Pod.Namespace, r.Pod.Name, err)
+			return fmt.Errorf("read: %w", err)
 		}
 		n = old.Count
 	}
@@ -150,9 +188,9 @@ func (p *Poster) Post(ctx context.Context, r records.Record) error {
 	if err := p.Kube.Do(ctx, "PATCH", path+"/"+url.PathEscape(name), "application/merge-patch+json", patch, nil); err != nil {
 		if errors.Is(err, kube.ErrNotFound) { // expired (the API server's event TTL): post anew
 			p.forget(name)
-			return p.Post(ctx, r)
+			return p.post(ctx, ns, name, obj, reason, typ, msg)
 		}
-		return fmt.Errorf("count the %s event of pod %s/%s: %w", reason, r.Pod.Namespace, r.Pod.Name, err)
+		return fmt.Errorf("count: %w", err)
 	}
 	p.remember(name, n+1)
 	return nil
@@ -210,7 +248,7 @@ func (p *Poster) forget(name string) {
 // Forget drops what the Poster remembers of a pod that is gone.
 func (p *Poster) Forget(pod records.Pod) {
 	for _, reason := range []string{ReasonSized, ReasonNotSized} {
-		p.forget(eventName(pod, reason))
+		p.forget(eventName(pod.Name, pod.UID, reason))
 	}
 }
 
@@ -228,13 +266,13 @@ func (p *Poster) log() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// eventName is the pod's name and a digest of its uid and the reason, as
-// the kubelet names events (<object>.<unique suffix>), within the 253
+// eventName is the object's name and a digest of its uid and the reason,
+// as the kubelet names events (<object>.<unique suffix>), within the 253
 // characters of a name.
-func eventName(pod records.Pod, reason string) string {
-	sum := sha256.Sum256([]byte(pod.UID + "/" + reason))
+func eventName(object, uid, reason string) string {
+	sum := sha256.Sum256([]byte(uid + "/" + reason))
 	suffix := "." + strings.ToLower(reason) + "-" + hex.EncodeToString(sum[:5])
-	name := pod.Name
+	name := object
 	if len(name)+len(suffix) > 253 {
 		name = name[:253-len(suffix)]
 	}

@@ -170,3 +170,60 @@ func TestObserve(t *testing.T) {
 		t.Fatalf("events %+v, want one ShmSized", got)
 	}
 }
+
+// TestWarnNode: a node's Warning Event is on the Node (default namespace,
+// the node's name as uid, as the kubelet's), one per reason, counted on
+// repeats and across a restarted Poster, its message the latest.
+func TestWarnNode(t *testing.T) {
+	type post struct {
+		reason, msg string
+		restart     bool // a new Poster first
+	}
+	for _, tc := range []struct {
+		name  string
+		posts []post
+		want  map[string]int32 // reason -> count
+		last  string           // the last message posted is the event's
+	}{
+		{"once", []post{{events.ReasonAgentFailed, "refused", false}}, map[string]int32{events.ReasonAgentFailed: 1}, "refused"},
+		{"repeated, restarted", []post{{events.ReasonAgentFailed, "a", false}, {events.ReasonAgentFailed, "b", false}, {events.ReasonAgentFailed, "c", true}},
+			map[string]int32{events.ReasonAgentFailed: 3}, "c"},
+		{"two reasons", []post{{events.ReasonAgentFailed, "a", false}, {events.ReasonNRIUnavailable, "no NRI", false}},
+			map[string]int32{events.ReasonAgentFailed: 1, events.ReasonNRIUnavailable: 1}, "no NRI"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &fakeAPI{events: map[string]*corev1.Event{}}
+			srv := httptest.NewServer(api)
+			defer srv.Close()
+			newPoster := func() *events.Poster {
+				return &events.Poster{Kube: &kube.Kube{Base: srv.URL, Client: srv.Client()}, Node: "gpu-7"}
+			}
+			p := newPoster()
+			for _, ps := range tc.posts {
+				if ps.restart {
+					p = newPoster()
+				}
+				if err := p.WarnNode(context.Background(), ps.reason, ps.msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := api.list()
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d events, want %d: %+v", len(got), len(tc.want), got)
+			}
+			last := tc.posts[len(tc.posts)-1]
+			for _, ev := range got {
+				io := ev.InvolvedObject
+				if ev.Namespace != "default" || io.Kind != "Node" || io.Name != "gpu-7" || string(io.UID) != "gpu-7" || io.Namespace != "" {
+					t.Errorf("event %s in %q about %+v, want node gpu-7's, in default", ev.Name, ev.Namespace, io)
+				}
+				if ev.Type != corev1.EventTypeWarning || ev.Count != tc.want[ev.Reason] || ev.Source.Host != "gpu-7" {
+					t.Errorf("event %s: type %s, count %d, source %+v; want Warning, %d", ev.Reason, ev.Type, ev.Count, ev.Source, tc.want[ev.Reason])
+				}
+				if ev.Reason == last.reason && ev.Message != tc.last {
+					t.Errorf("event %s: message %q, want the last one, %q", ev.Reason, ev.Message, tc.last)
+				}
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpurun/gpurun/kube"
@@ -61,6 +62,14 @@ type Exporter struct {
 	poster   *events.Poster
 	handler  http.Handler
 	tailer   *records.Tail
+	// ready is what /readyz says (SetReady); nil: ready.
+	ready atomic.Pointer[readiness]
+}
+
+// readiness is what SetReady was told.
+type readiness struct {
+	ok  bool
+	why string
 }
 
 // New sets an Exporter up: it listens on Address now, so that a bad
@@ -74,7 +83,10 @@ func New(o Options) (*Exporter, error) {
 	reg := metrics.Registry()
 	e.counters = metrics.NewCounters(reg)
 	e.sampler = metrics.NewSampler(reg, metrics.SamplerOptions{Stats: o.Stats, Interval: o.Interval, Log: o.Log})
-	e.handler = metrics.Handler(reg, e.sampler.Healthy)
+	mux := http.NewServeMux()
+	mux.Handle("/", metrics.Handler(reg, e.sampler.Healthy))
+	mux.HandleFunc("/readyz", e.serveReady)
+	e.handler = mux
 	if o.Events {
 		k := o.Kube
 		if k == nil {
@@ -109,6 +121,31 @@ func (e *Exporter) Addr() net.Addr {
 		return nil
 	}
 	return e.ln.Addr()
+}
+
+// SetReady sets what /readyz answers: 200 when ok, else 503 with why. It
+// is for what runs beside the exporter (the NRI plugin: registered with
+// the runtime or not); until it is called, /readyz answers 200.
+func (e *Exporter) SetReady(ok bool, why string) {
+	e.ready.Store(&readiness{ok: ok, why: why})
+}
+
+// serveReady answers /readyz.
+func (e *Exporter) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if r := e.ready.Load(); r != nil && !r.ok {
+		http.Error(w, "not ready: "+r.why, http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// WarnNode posts (or counts) a Warning Event on the node when events are
+// on (events.Poster.WarnNode); without them it does nothing.
+func (e *Exporter) WarnNode(ctx context.Context, reason, msg string) error {
+	if e == nil || e.poster == nil {
+		return nil
+	}
+	return e.poster.WarnNode(ctx, reason, msg)
 }
 
 // Observe counts a record and posts the Event it calls for (queued: it

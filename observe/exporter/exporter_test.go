@@ -2,6 +2,7 @@ package exporter_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -104,6 +105,66 @@ func TestNewErrors(t *testing.T) {
 		_, err := exporter.New(tc.o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestReadyz: /readyz says what SetReady was told last (ready until then);
+// /metrics and /healthz are served beside it.
+func TestReadyz(t *testing.T) {
+	dir := t.TempDir()
+	exp, err := exporter.New(exporter.Options{
+		Address: "127.0.0.1:0", Interval: time.Hour,
+		Stats: shmstats.Options{Docker: "none", Containerd: []string{filepath.Join(dir, "none")}, Podman: []string{}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- exp.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	get := func(path string) (int, string) {
+		t.Helper()
+		var resp *http.Response
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			resp, err = http.Get("http://" + exp.Addr().String() + path)
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(body)
+	}
+	for _, step := range []struct {
+		set      func()
+		code     int
+		contains string
+	}{
+		{func() {}, http.StatusOK, "ok"},
+		{func() { exp.SetReady(false, "not registered with the runtime") }, http.StatusServiceUnavailable, "not registered with the runtime"},
+		{func() { exp.SetReady(true, "") }, http.StatusOK, "ok"},
+	} {
+		step.set()
+		if code, body := get("/readyz"); code != step.code || !strings.Contains(body, step.contains) {
+			t.Errorf("/readyz: %d %q, want %d with %q", code, body, step.code, step.contains)
+		}
+	}
+	for _, p := range []string{"/metrics", "/healthz"} {
+		if code, _ := get(p); code != http.StatusOK {
+			t.Errorf("%s: %d", p, code)
 		}
 	}
 }

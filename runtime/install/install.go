@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/unidiff"
+	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -75,8 +76,35 @@ func (o Options) now() time.Time {
 	return time.Now()
 }
 
+// StateFormat is the format of the state file's records that this gpurun
+// writes, and the newest it reads (docs/upgrading.md). A record without a
+// format is format 1: the records of the releases before formats were
+// recorded, whose layout format 1 is.
+const StateFormat = 1
+
+// FormatError is a record (the node agent's, or a record of gpurun
+// install's state file) in a format newer than this gpurun reads: a later
+// release wrote it, and reading it as an older format could undo the
+// wrong thing.
+type FormatError struct {
+	// What names the record ("install state", "node record"), Path its
+	// file.
+	What, Path string
+	// Format is the record's; Newest is the newest this gpurun reads.
+	Format, Newest int
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("%s %s is format %d, and this gpurun (%s) reads formats up to %d: a later release of gpurun wrote it. "+
+		"Run that release (or a later one) again, or take gpurun off with it, before this one (docs/upgrading.md)",
+		e.What, e.Path, e.Format, version.String(), e.Newest)
+}
+
 // record is what one install changed in one engine config.
 type record struct {
+	// Format is the record's format (StateFormat when written; 0, absent,
+	// reads as 1).
+	Format int `json:"format"`
 	// Change is the engine editor's record (docker.Change, containerd.Change).
 	Change json.RawMessage `json:"change"`
 	// DropIn is the drop-in file a containerd install wrote, if any.
@@ -99,6 +127,8 @@ type record struct {
 // state is the state file: engine -> config path -> record.
 type state map[string]map[string]record
 
+// loadState reads the state file (a missing file is an empty state); a
+// record in a format newer than StateFormat is a *FormatError.
 func loadState(path string) (state, error) {
 	st := state{}
 	data, err := os.ReadFile(path)
@@ -111,10 +141,24 @@ func loadState(path string) (state, error) {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return nil, fmt.Errorf("read install state %s: %w", path, err)
 	}
+	for _, recs := range st {
+		for _, rec := range recs {
+			if rec.Format > StateFormat {
+				return nil, &FormatError{What: "install state", Path: path, Format: rec.Format, Newest: StateFormat}
+			}
+		}
+	}
 	return st, nil
 }
 
+// save writes the state file atomically, each record in StateFormat.
 func (st state) save(path string) error {
+	for engine, recs := range st {
+		for p, rec := range recs {
+			rec.Format = StateFormat
+			st[engine][p] = rec
+		}
+	}
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write install state: %w", err)

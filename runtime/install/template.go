@@ -177,7 +177,24 @@ func (c Containerd) installTemplate() error {
 	if bytes.Contains(tmpl, []byte(containerd.Marker)) {
 		return fmt.Errorf("%s holds a block of gpurun's that %s does not record: take it out by hand, then install again", tmplPath, c.statePath())
 	}
-	effective, err := c.effective(nil)
+	// The generated config may still hold gpurun's block, rendered from a
+	// template an uninstall has taken it out of since, the distribution
+	// not restarted (a rollout of the node agent: the old agent uninstalls
+	// as it stops, the new one installs). gpurun never writes that file,
+	// and the template holds no block of gpurun's now: the install is
+	// worked out on the config the distribution renders from the template
+	// as it is, which is the one without that block.
+	var overlay map[string][]byte
+	if bytes.Contains(gen, []byte(containerd.Marker)) {
+		base, changed, err := containerd.Uninstall(gen, c.options(), containerd.Change{})
+		if err != nil {
+			return fmt.Errorf("%s holds a block of gpurun's, rendered from a template that no longer has it: %w", genPath, err)
+		}
+		if changed {
+			gen, overlay = base, map[string][]byte{genNode: base}
+		}
+	}
+	effective, err := c.effective(overlay)
 	if err != nil {
 		return fmt.Errorf("install into %s: containerd cannot read %s as it is: %w", tmplPath, genPath, err)
 	}

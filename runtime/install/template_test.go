@@ -503,3 +503,68 @@ func TestTemplateInstallKilled(t *testing.T) {
 		}
 	})
 }
+
+// TestTemplateInstallOverAnEarlierRender: a rollout of the node agent on a
+// k3s or RKE2 node with restart=none. The old agent's uninstall takes
+// gpurun's block out of the template, but the distribution is not
+// restarted: its generated config still holds the block it rendered. The
+// new agent's install puts the same block into the template again (the
+// generated config, never written, then is what the distribution renders
+// from it), where it once refused: "already defines runtime handler
+// gpurun, which gpurun does not record".
+func TestTemplateInstallOverAnEarlierRender(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		dist  Distribution
+		rel   k3stest.Release
+		admin string // testdata template of the administrator's, "" for none
+		as    string
+	}{
+		{"k3s v2 default", DistK3s, k3stest.V2(), "", ""},
+		{"k3s v1.34.6 default", DistK3s, k3stest.V3Imports(), "", ""},
+		{"rke2 v1.34.6 docs example template", DistRKE2, k3stest.V3Imports(), "k3s-docs-05051a0-config-v3.toml.tmpl", "config-v3.toml.tmpl"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			l := Layout{Distribution: tc.dist}
+			host := func(p string) string { return filepath.Join(root, p) }
+			admin := testdata(t, tc.admin)
+			data := k3sData(l, tc.rel, false, "")
+			if admin != "" {
+				write(t, host(filepath.Join(l.ContainerdDir(), tc.as)), admin)
+			}
+			write(t, host(l.Config()), renderK3s(t, tc.rel, admin, data))
+			var out bytes.Buffer
+			c := Containerd{Options: opts(root, &out), Distribution: tc.dist}
+			if err := c.Install(); err != nil {
+				t.Fatalf("install: %v\n%s", err, out.String())
+			}
+			tmplNode := l.TemplateWithBlock(root)
+			installed := read(t, host(tmplNode))
+			// k3s restarts: config.toml holds gpurun's handler.
+			rendered := renderK3s(t, tc.rel, installed, data)
+			write(t, host(l.Config()), rendered)
+			// The old agent's uninstall; no restart.
+			if err := c.Uninstall(); err != nil {
+				t.Fatalf("uninstall: %v\n%s", err, out.String())
+			}
+			if l.TemplateWithBlock(root) != "" {
+				t.Fatal("the uninstall left gpurun's block in the template")
+			}
+			// The new agent's install.
+			out.Reset()
+			if err := c.Install(); err != nil {
+				t.Fatalf("install over the earlier render: %v\n%s", err, out.String())
+			}
+			if got := read(t, host(tmplNode)); got != installed {
+				t.Errorf("the template after the second install:\n%s\nwant it as after the first:\n%s", got, installed)
+			}
+			if got := read(t, host(l.Config())); got != rendered {
+				t.Error("the install wrote the generated config")
+			}
+			if again := renderK3s(t, tc.rel, installed, data); again != rendered {
+				t.Errorf("k3s would render another config from the template now:\n%s\nwant\n%s", again, rendered)
+			}
+		})
+	}
+}

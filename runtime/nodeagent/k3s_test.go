@@ -183,6 +183,8 @@ func withoutProc(snap map[string]string) map[string]string {
 	return snap
 }
 
+// TestK3sRefusals: settings that cannot work on a k3s node are refused
+// before anything changes.
 func TestK3sRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -200,9 +202,15 @@ func TestK3sRefusals(t *testing.T) {
 			before := n.snapshot(t)
 			a := n.agent(false)
 			tc.set(a)
-			err := a.Install(context.Background())
+			// Run (the DaemonSet's agent) returns the refusal, and tells
+			// Failed first (the wiring posts it as a Warning Event).
+			var told error
+			err := a.Run(context.Background(), RunOptions{Failed: func(err error) { told = err }})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			if told != err {
+				t.Errorf("Failed was told %v, want %v", told, err)
 			}
 			if d := diffSnapshots(before, n.snapshot(t)); d != "" {
 				t.Errorf("a refused install changed the node:\n%s", d)

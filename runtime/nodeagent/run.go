@@ -17,6 +17,9 @@ type RunOptions struct {
 	UninstallOnExit bool
 	// UninstallTimeout bounds that uninstall (0 means two minutes).
 	UninstallTimeout time.Duration
+	// Failed, when set, is told the error of an install that failed,
+	// before Run returns it.
+	Failed func(err error)
 }
 
 // Run installs, then keeps checking the node until ctx ends: it keeps the
@@ -26,6 +29,9 @@ type RunOptions struct {
 // fails is returned at once (the pod restarts and says why).
 func (a *Agent) Run(ctx context.Context, o RunOptions) error {
 	if err := a.Install(ctx); err != nil {
+		if o.Failed != nil {
+			o.Failed(err)
+		}
 		return err
 	}
 	interval := o.Interval

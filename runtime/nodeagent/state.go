@@ -18,10 +18,19 @@ import (
 	"github.com/gpurun/gpurun/runtime/install"
 )
 
+// RecordFormat is the format of the node record this gpurun writes, and
+// the newest it reads (docs/upgrading.md). A record without a format is
+// format 1: the record of the releases before formats were recorded, whose
+// layout format 1 is. A newer format is refused (*install.FormatError).
+const RecordFormat = 1
+
 // Record is what the agent installed on a node, kept in a JSON file on the
 // node (DefaultStatePath) so that an uninstall, run later and with no
 // flags, undoes exactly that.
 type Record struct {
+	// Format is the record's format: RecordFormat when written (0,
+	// absent, reads as 1).
+	Format int `json:"format"`
 	// Version is the gpurun version that last installed.
 	Version string `json:"version"`
 	// InstalledAt is when the first install happened.
@@ -162,7 +171,8 @@ type Loaded struct {
 	DropInSHA  string `json:"drop_in_sha256,omitempty"`
 }
 
-// loadRecord reads the record; a missing file gives nil.
+// loadRecord reads the record; a missing file gives nil, a record in a
+// format newer than RecordFormat a *install.FormatError.
 func loadRecord(path string) (*Record, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -175,11 +185,15 @@ func loadRecord(path string) (*Record, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("read node record %s: %w", path, err)
 	}
+	if r.Format > RecordFormat {
+		return nil, &install.FormatError{What: "node record", Path: path, Format: r.Format, Newest: RecordFormat}
+	}
 	return &r, nil
 }
 
-// save writes the record atomically.
+// save writes the record atomically, in RecordFormat.
 func (r *Record) save(path string) error {
+	r.Format = RecordFormat
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write node record: %w", err)

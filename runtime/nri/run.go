@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -39,6 +41,29 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Getenv reads the environment (nil: os.Getenv).
 	Getenv func(string) string
+	// Registered, when set, is told whenever a long-running plugin
+	// registers (true) or is not registered (false: an attempt failed, or
+	// the runtime closed the connection), with why not: its readiness.
+	Registered func(ok bool, why string)
+	// Unavailable, when set, is told once per outage that a long-running
+	// plugin has not been registered for UnavailableAfter (15 s if zero):
+	// msg says why and what to do (UnavailableMessage).
+	Unavailable      func(msg string)
+	UnavailableAfter time.Duration
+}
+
+// UnavailableMessage says that the plugin has not registered with the
+// runtime at socket for the duration, why (err), and, when nothing
+// listens there, what that means and what to do instead.
+func UnavailableMessage(socket string, d time.Duration, err error) string {
+	msg := fmt.Sprintf("gpurun's NRI plugin has not registered with the runtime's NRI socket %s for %s: %v", socket, d.Round(time.Second), err)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+		msg += ". The runtime on this node does not serve NRI there: containerd 1.6 has no NRI, containerd 1.7 has it off unless its config turns it on, k3s and RKE2 turn it off in a user namespace. " +
+			"Use the runtime-class or default-runtime mode on this node (docs/choosing.md); the plugin keeps trying"
+	} else {
+		msg += "; the plugin keeps trying"
+	}
+	return msg
 }
 
 // Launched reports whether the runtime started this process itself, as a
@@ -90,8 +115,17 @@ func Run(ctx context.Context, p *Plugin, o Options) error {
 	}
 
 	backoff := o.MinBackoff
+	down, warned := time.Now(), false // since when not registered; said so
 	for {
-		closed, err := serveOnce(ctx, p, opts, log)
+		closed, err := serveOnce(ctx, p, opts, log, func() {
+			down, warned = time.Time{}, false
+			if o.Registered != nil {
+				o.Registered(true, "")
+			}
+		})
+		if !launched && ctx.Err() == nil {
+			o.noteDown(&down, &warned, closed, err)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -121,6 +155,26 @@ func Run(ctx context.Context, p *Plugin, o Options) error {
 	}
 }
 
+// noteDown tells Registered that the plugin is not registered (the
+// connection closed, or err), and Unavailable once per outage when it has
+// lasted UnavailableAfter.
+func (o Options) noteDown(down *time.Time, warned *bool, closed bool, err error) {
+	why := "the runtime closed the connection"
+	if err != nil {
+		why = err.Error()
+	}
+	if down.IsZero() {
+		*down = time.Now()
+	}
+	if o.Registered != nil {
+		o.Registered(false, why)
+	}
+	if d := time.Since(*down); err != nil && !*warned && d >= o.UnavailableAfter && o.Unavailable != nil {
+		*warned = true
+		o.Unavailable(UnavailableMessage(o.Socket, d, err))
+	}
+}
+
 func (o Options) withDefaults() Options {
 	if o.Socket == "" {
 		o.Socket = DefaultSocket
@@ -146,6 +200,9 @@ func (o Options) withDefaults() Options {
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
 	}
+	if o.UnavailableAfter <= 0 {
+		o.UnavailableAfter = 15 * time.Second
+	}
 	return o
 }
 
@@ -156,9 +213,10 @@ const startTimeout = 2 * stub.DefaultRegistrationTimeout
 // errIdentity marks errors no retry can fix (a bad name or index).
 var errIdentity = errors.New("plugin identity")
 
-// serveOnce connects, registers and serves until the connection closes
-// (closed true, err nil) or ctx is done. An error means no registration.
-func serveOnce(ctx context.Context, p *Plugin, opts []stub.Option, log *slog.Logger) (closed bool, err error) {
+// serveOnce connects, registers (then calls registered) and serves until
+// the connection closes (closed true, err nil) or ctx is done. An error
+// means no registration.
+func serveOnce(ctx context.Context, p *Plugin, opts []stub.Option, log *slog.Logger, registered func()) (closed bool, err error) {
 	closedC := make(chan struct{})
 	var once sync.Once
 	onClose := stub.WithOnClose(func() { once.Do(func() { close(closedC) }) })
@@ -192,6 +250,7 @@ func serveOnce(ctx context.Context, p *Plugin, opts []stub.Option, log *slog.Log
 		return false, ctx.Err()
 	}
 	log.Info("registered with the runtime", "runtime_nri_version", st.RuntimeNRIVersion(), "request_timeout", st.RequestTimeout().String())
+	registered()
 	select {
 	case <-closedC:
 		st.Stop()

@@ -151,11 +151,33 @@ func TestRunReconnects(t *testing.T) {
 	p := New(Config{Policy: policy.Default(), Logger: log,
 		Facts: testFacts(testHostMemory, func(string) (int64, error) { return engineDefault, nil }),
 		Grow:  func(string, int64, remount.Scope) (remount.Result, error) { return remount.Result{}, nil }})
+	// What the plugin tells its readiness and its warnings, in order.
+	var (
+		mu     sync.Mutex
+		states []string // "up", or "down: why"
+		warned []string
+	)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, p, Options{Socket: socket, Logger: log, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-			Getenv: func(string) string { return "" }})
+			Getenv: func(string) string { return "" },
+			Registered: func(ok bool, why string) {
+				mu.Lock()
+				defer mu.Unlock()
+				if ok {
+					states = append(states, "up")
+				} else {
+					states = append(states, "down: "+why)
+				}
+			},
+			Unavailable: func(msg string) {
+				mu.Lock()
+				defer mu.Unlock()
+				warned = append(warned, msg)
+			},
+			UnavailableAfter: 200 * time.Millisecond,
+		})
 	}()
 	stopped := false
 	defer func() {
@@ -172,6 +194,28 @@ func TestRunReconnects(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// Not registered for UnavailableAfter: said once, with the socket and
+	// what its absence means.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := len(warned)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning after the plugin could not register:\n%s", logs.String())
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // more attempts fail meanwhile
+	mu.Lock()
+	if len(warned) != 1 || !strings.Contains(warned[0], socket) || !strings.Contains(warned[0], "does not serve NRI there") {
+		t.Errorf("warnings before any runtime: %q, want one naming %s and what it means", warned, socket)
+	}
+	if len(states) == 0 || strings.Contains(strings.Join(states, "\n"), "up") {
+		t.Errorf("states before any runtime: %q, want only downs", states)
+	}
+	mu.Unlock()
 	first := startRuntime(t, socket)
 	resp := waitAdjusted(t, first, "first runtime")
 	// The runtime folds the plugin's removal and re-addition of /dev/shm
@@ -199,6 +243,18 @@ func TestRunReconnects(t *testing.T) {
 	}
 	if n := strings.Count(out, "registered with the runtime"); n != 2 {
 		t.Errorf("registered %d times, want 2:\n%s", n, out)
+	}
+	// Readiness: up twice, down in between (the first runtime gone).
+	mu.Lock()
+	defer mu.Unlock()
+	var ups []int
+	for i, st := range states {
+		if st == "up" {
+			ups = append(ups, i)
+		}
+	}
+	if len(ups) != 2 || ups[1] == ups[0]+1 || states[ups[0]+1] != "down: the runtime closed the connection" {
+		t.Errorf("readiness went %q, want down, up, down (the runtime closed the connection), up", states)
 	}
 }
 

@@ -42,6 +42,9 @@ type Beside struct {
 	// Run runs the plugin (fn) beside it until ctx ends; nil: the plugin
 	// alone.
 	Run func(ctx context.Context, fn func(context.Context) error) error
+	// Registered and Unavailable are Options'.
+	Registered  func(ok bool, why string)
+	Unavailable func(msg string)
 }
 
 // Serve is gpurun nri: it runs the plugin (New, Run), with the metrics
@@ -91,7 +94,8 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	p := New(Config{Policy: pol, Logger: log, Observe: beside.Observe, OnConfigure: func(pol *policy.Policy) { sink.Settle(pol.LogFile) }})
 	run := func(ctx context.Context) error {
-		return Run(ctx, p, Options{Socket: o.Socket, Name: o.Name, Index: o.Index, Logger: log, Getenv: o.Getenv})
+		return Run(ctx, p, Options{Socket: o.Socket, Name: o.Name, Index: o.Index, Logger: log, Getenv: o.Getenv,
+			Registered: beside.Registered, Unavailable: beside.Unavailable})
 	}
 	var err error
 	if beside.Run != nil {

@@ -2,6 +2,7 @@ package fullcli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/gpurun/gpurun/cmd/internal/cli"
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/exitcode"
+	"github.com/gpurun/gpurun/observe/events"
 	"github.com/gpurun/gpurun/observe/exporter"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
@@ -146,8 +148,14 @@ func newNodeRunCmd(g *cli.Globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// An install that fails (settings that cannot work on this
+			// node, say) ends the agent, and its pod is not ready: said as
+			// a Warning Event on the node too, with events on.
+			failed := func(err error) {
+				warnNode(exp, a.Log, events.ReasonAgentFailed, fmt.Sprintf("gpurun's node agent cannot set gpurun up on this node: %v. Its pod restarts, not ready, until that is fixed (the agent's settings: ConfigMap gpurun-node)", err))
+			}
 			return exporter.RunBeside(ctx, exp, a.Log, func(ctx context.Context) error {
-				return a.Run(ctx, nodeagent.RunOptions{Interval: interval, UninstallOnExit: onExit})
+				return a.Run(ctx, nodeagent.RunOptions{Interval: interval, UninstallOnExit: onExit, Failed: failed})
 			})
 		}),
 	}

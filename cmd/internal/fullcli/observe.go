@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/observe/events"
 	"github.com/gpurun/gpurun/observe/exporter"
 	"github.com/gpurun/gpurun/observe/metrics"
 	"github.com/gpurun/gpurun/observe/shmstats"
@@ -50,9 +51,32 @@ func (f *observeFlags) nriBeside() func(*policy.Policy, *slog.Logger) (nri.Besid
 		b := nri.Beside{Run: func(ctx context.Context, fn func(context.Context) error) error {
 			return exporter.RunBeside(ctx, exp, log, fn)
 		}}
+		// Not registered for a while: said in the log and, with events on,
+		// as a Warning Event on the node.
+		b.Unavailable = func(msg string) {
+			log.Warn(msg)
+			warnNode(exp, log, events.ReasonNRIUnavailable, msg)
+		}
 		if exp != nil {
 			b.Observe = exp.ObserveFor(nri.Component)
+			// /readyz (the DaemonSet's readiness probe): registered with
+			// the runtime.
+			exp.SetReady(false, "not registered with the runtime yet")
+			b.Registered = exp.SetReady
 		}
 		return b, nil
+	}
+}
+
+// warnNode posts a Warning Event on the node through exp (when events are
+// on), logging what cannot be posted.
+func warnNode(exp *exporter.Exporter, log *slog.Logger, reason, msg string) {
+	if exp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := exp.WarnNode(ctx, reason, msg); err != nil {
+		log.Warn("cannot post a Kubernetes event", "err", err.Error())
 	}
 }
