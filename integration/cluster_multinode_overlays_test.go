@@ -11,8 +11,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,32 +29,12 @@ import (
 // else changes.
 func multiOverlay(t *testing.T, c *harness.Cluster, mode, extra string) string {
 	t.Helper()
-	shipped, err := filepath.Abs(filepath.Join("..", "deploy", "kubernetes", "overlays", mode))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := c.WriteManifestDir(nil)
-	if shipped, err = filepath.Rel(dir, shipped); err != nil {
-		t.Fatal(err)
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-images:
-  - name: ghcr.io/gpurun/gpurun
-    newName: %s
-    newTag: %s
-patches:
+	return overShipped(t, c, mode, fmt.Sprintf(`patches:
   - target: {kind: DaemonSet}
     patch: |-
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: %q}}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
-%s`, shipped, agentImageName, agentImageTag, c.APIServerIP, extra)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+%s`, c.APIServerIP, extra))
 }
 
 // nodeWarning returns the message of the Warning Event gpurun posted on

@@ -290,12 +290,7 @@ func waitNRIRegistered(t *testing.T, c *harness.Cluster) {
 func (e *nvClusterEnv) testNRIModes(t *testing.T) {
 	c := e.c.For(t)
 	overlay := e.agentOverlay(t, "nri")
-	t.Cleanup(func() {
-		if out, err := c.Kubectl("delete", "-k", overlay, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
-			t.Errorf("kubectl delete -k: %v\n%s", err, out)
-		}
-	})
-	c.ApplyKustomize(overlay)
+	applyOverlay(t, c, overlay)
 	waitNRIRegistered(t, c)
 	t.Run("native-cdi", e.testNativeCDI)
 	t.Run("legacy", e.testLegacyNRI)
@@ -555,11 +550,17 @@ func (e *nvClusterEnv) testOperatorAfterGpurun(t *testing.T) {
 	e.waitLoaded(t, "both uninstalled", func(l loaded) bool { return sameLoaded(l, original) })
 }
 
-// agentLogAll is the node agent's whole log.
+// agentLogAll is the node agent's whole log. The agent may have done its
+// work (containerd shows it) before the kubelet reports its container
+// started, and until then its log cannot be read: it waits for that.
 func (e *nvClusterEnv) agentLogAll(t *testing.T) string {
 	t.Helper()
-	out, err := e.c.Kubectl("logs", "-n", "gpurun-system", "daemonset/gpurun-node")
-	if err != nil {
+	var out string
+	if err := waitUntil(agentTimeout, func() (bool, string) {
+		var err error
+		out, err = e.c.Kubectl("logs", "-n", "gpurun-system", "daemonset/gpurun-node")
+		return err == nil, fmt.Sprintf("%v: %s", err, out)
+	}); err != nil {
 		t.Fatalf("the agent's log: %v", err)
 	}
 	return out

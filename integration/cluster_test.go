@@ -268,30 +268,13 @@ func (e *clusterEnv) agentOverlay(t *testing.T, mode string) string {
 func (e *clusterEnv) agentOverlayWith(t *testing.T, mode string, literals, args []string) string {
 	t.Helper()
 	c := e.c
-	shipped, err := filepath.Abs(filepath.Join("..", "deploy", "kubernetes", "overlays", mode))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := c.WriteManifestDir(nil)
-	// kustomize takes a relative path only.
-	if shipped, err = filepath.Rel(dir, shipped); err != nil {
-		t.Fatal(err)
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-images:
-  - name: ghcr.io/gpurun/gpurun
-    newName: %s
-    newTag: %s
-`, shipped, agentImageName, agentImageTag)
+	var k string
 	switch mode {
 	case "webhook":
 		// The cluster runs no kube-proxy: the webhook reaches the API
 		// server at the node's address (the kubelet's service variables
 		// name the ClusterIP).
-		k += fmt.Sprintf(`patches:
+		k = fmt.Sprintf(`patches:
   - target: {kind: Deployment, name: gpurun-webhook}
     patch: |-
       - {op: add, path: /spec/template/spec/containers/0/env, value: [{name: KUBERNETES_SERVICE_HOST, value: %q}, {name: KUBERNETES_SERVICE_PORT, value: "6443"}]}
@@ -301,7 +284,7 @@ images:
 		// pods' /dev/shm tmpfs are (mounted at the same path, as the
 		// shipped overlay does with /run/containerd).
 		state := c.Containerd.StateDir
-		k += fmt.Sprintf(`patches:
+		k = fmt.Sprintf(`patches:
   - target: {kind: DaemonSet, name: gpurun-nri}
     patch: |-
       - {op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: %q}
@@ -325,7 +308,7 @@ images:
 		for _, a := range args {
 			fmt.Fprintf(&ops, "      - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", a)
 		}
-		k += fmt.Sprintf(`configMapGenerator:
+		k = fmt.Sprintf(`configMapGenerator:
   - name: gpurun-node
     behavior: merge
     literals:
@@ -344,6 +327,45 @@ images:
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
 %s`, c.BinDir, c.Containerd.ConfigPath, dropIn, more.String(), c.PolicyPath, c.AgentState, c.InstallState, c.AgentState, c.Containerd.StateDir, harness.ClusterNodeIP, ops.String())
 	}
+	return overShipped(t, c, mode, k)
+}
+
+// applyOverlay applies the kustomization in dir (kubectl apply -k) and
+// deletes it again when t ends.
+func applyOverlay(t *testing.T, c *harness.Cluster, dir string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if out, err := c.Kubectl("delete", "-k", dir, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
+			t.Errorf("kubectl delete -k: %v\n%s", err, out)
+		}
+	})
+	c.ApplyKustomize(dir)
+}
+
+// overShipped writes, in a new manifest directory of c, a kustomization
+// over the shipped overlay mode that sets the image to the test's and
+// adds rest (more kustomization fields, "" for none), and returns the
+// directory (for kubectl apply -k).
+func overShipped(t *testing.T, c *harness.Cluster, mode, rest string) string {
+	t.Helper()
+	shipped, err := filepath.Abs(filepath.Join("..", "deploy", "kubernetes", "overlays", mode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := c.WriteManifestDir(nil)
+	// kustomize takes a relative path only.
+	if shipped, err = filepath.Rel(dir, shipped); err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+images:
+  - name: ghcr.io/gpurun/gpurun
+    newName: %s
+    newTag: %s
+%s`, shipped, agentImageName, agentImageTag, rest)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -703,12 +725,7 @@ func containersRunning(t *testing.T, c *harness.Cluster, ns, pod string) string 
 func (e *clusterEnv) testNRI(t *testing.T) {
 	c := e.c.For(t)
 	overlay := e.agentOverlay(t, "nri")
-	t.Cleanup(func() {
-		if out, err := c.Kubectl("delete", "-k", overlay, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
-			t.Errorf("kubectl delete -k: %v\n%s", err, out)
-		}
-	})
-	c.ApplyKustomize(overlay)
+	applyOverlay(t, c, overlay)
 	waitNRIRegistered(t, c)
 	ns := testNamespace(t, c)
 	e.runShmCases(t, ns, []shmCase{

@@ -17,7 +17,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -62,31 +61,11 @@ const (
 // ClusterIP answers nowhere). Nothing else changes.
 func webhookOverlay(t *testing.T, c *harness.Cluster) string {
 	t.Helper()
-	shipped, err := filepath.Abs(filepath.Join("..", "deploy", "kubernetes", "overlays", "webhook"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := c.WriteManifestDir(nil)
-	if shipped, err = filepath.Rel(dir, shipped); err != nil {
-		t.Fatal(err)
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-images:
-  - name: ghcr.io/gpurun/gpurun
-    newName: %s
-    newTag: %s
-patches:
+	return overShipped(t, c, "webhook", fmt.Sprintf(`patches:
   - target: {kind: Deployment, name: gpurun-webhook}
     patch: |-
       - {op: add, path: /spec/template/spec/containers/0/env, value: [{name: KUBERNETES_SERVICE_HOST, value: %q}, {name: KUBERNETES_SERVICE_PORT, value: "6443"}]}
-`, shipped, agentImageName, agentImageTag, c.APIServerIP)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+`, c.APIServerIP))
 }
 
 // webhookPod is one replica as the endpoints and the pod list show it.
@@ -133,12 +112,7 @@ func (e *multiEnv) installWebhookMulti(t *testing.T) time.Duration {
 	c := e.c.For(t)
 	start := time.Now()
 	overlay := webhookOverlay(t, c)
-	t.Cleanup(func() {
-		if out, err := c.Kubectl("delete", "-k", overlay, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
-			t.Errorf("kubectl delete -k: %v\n%s", err, out)
-		}
-	})
-	c.ApplyKustomize(overlay)
+	applyOverlay(t, c, overlay)
 	waitDeployment(t, c)
 	if err := waitUntil(agentTimeout, func() (bool, string) {
 		out, err := c.Kubectl("get", "mutatingwebhookconfiguration", "gpurun", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")

@@ -21,12 +21,7 @@ func (e *clusterEnv) installWebhook(t *testing.T) string {
 	c := e.c.For(t)
 	start := time.Now()
 	overlay := e.agentOverlay(t, "webhook")
-	t.Cleanup(func() {
-		if out, err := c.Kubectl("delete", "-k", overlay, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
-			t.Errorf("kubectl delete -k: %v\n%s", err, out)
-		}
-	})
-	c.ApplyKustomize(overlay)
+	applyOverlay(t, c, overlay)
 	waitDeployment(t, c)
 	if err := waitUntil(agentTimeout, func() (bool, string) {
 		out, err := c.Kubectl("get", "mutatingwebhookconfiguration", "gpurun", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")

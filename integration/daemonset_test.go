@@ -5,7 +5,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,34 +63,7 @@ func (n fakeNode) path(p string) string { return filepath.Join(n.root, p) }
 // the links the test makes (proc, run) are left out.
 func (n fakeNode) snapshot(t *testing.T) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(n.root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(n.root, p)
-		if rel == "proc" || rel == "run" {
-			return fs.SkipDir
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		v := fi.Mode().String()
-		if d.Type().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			v += " " + string(data)
-		}
-		out[rel] = v
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return snapshotRoot(t, n.root, "proc", "run")
 }
 
 // registeredHandler reads a containerd config's gpurun handler: its

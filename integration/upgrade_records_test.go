@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -164,9 +165,10 @@ func recordsImage(t *testing.T) (image, source string) {
 	return image, source
 }
 
-// snapshotRoot maps each node path below root (but /proc) to its mode
-// and, for a file, its content.
-func snapshotRoot(t *testing.T, root string) map[string]string {
+// snapshotRoot maps each node path below root to its mode and, for a
+// file, its content; the directories skip (relative to root) are left
+// out, and so is proc.
+func snapshotRoot(t *testing.T, root string, skip ...string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -174,7 +176,7 @@ func snapshotRoot(t *testing.T, root string) map[string]string {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		if rel == "proc" {
+		if rel == "proc" || slices.Contains(skip, rel) {
 			return filepath.SkipDir
 		}
 		fi, err := d.Info()
