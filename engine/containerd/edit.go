@@ -152,18 +152,13 @@ func Install(data []byte, o Handler) ([]byte, Change, error) {
 // plugin. A runtime that existed before the install keeps the BinaryName the
 // install set. install followed by uninstall returns the original bytes.
 func Uninstall(data []byte, o Handler, c Change) ([]byte, bool, error) {
-	if err := validName(o.Name); err != nil {
-		return nil, false, err
-	}
-	d, err := parse(data)
+	d, handlers, rt, err := forRemoval(data, o)
 	if err != nil {
 		return nil, false, err
 	}
-	if d.empty {
+	if d == nil {
 		return data, false, nil
 	}
-	handlers := []string{"plugins", RuntimePluginID(d.version), "containerd"}
-	rt := cfgtree.Join(handlers, "runtimes", o.Name)
 	runc := cfgtree.Join(handlers, "runtimes", "runc")
 	ours := func(path []string) bool {
 		return slices.Equal(path, handlers) || slices.Equal(path, rt) || slices.Equal(path, cfgtree.Join(rt, "options")) || slices.Equal(path, runc)
@@ -191,16 +186,11 @@ func Uninstall(data []byte, o Handler, c Change) ([]byte, bool, error) {
 		// Without a record of the install (c zero, or that of a second
 		// install), a default naming the removed runtime goes too.
 		if kv.Value.Kind == unstable.String && kv.Value.Str == o.Name && (c.SetDefault || removedRuntime && !c.Changed) {
-			switch {
-			case c.HadDefaultKey:
-				old := string(d.Data[kv.Value.Start:kv.Value.End])
-				edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, c.PreviousDefault)})
-			case kv.Nested:
-				return nil, false, fmt.Errorf("containerd config line %d: default_runtime_name is inside an inline table; remove it by hand", d.Line(kv.Start))
-			default:
-				from, to := d.LineRemoval(kv.Expr)
-				edits = append(edits, tomledit.Edit{Start: from, End: to})
+			e, err := d.restoreDefault(kv, c.HadDefaultKey, c.PreviousDefault)
+			if err != nil {
+				return nil, false, err
 			}
+			edits = append(edits, e)
 		}
 	}
 	if len(edits) == 0 {
@@ -371,18 +361,13 @@ func UninstallDropIn(main []byte, dropInPath string, c Change) (newMain []byte, 
 // c.PreviousDefault when c.HadDefaultKey, else it is removed. Every other
 // byte is kept; changed is false when the file does not hold the handler.
 func RemoveRuntime(data []byte, o Handler, c Change) (out []byte, changed bool, err error) {
-	if err := validName(o.Name); err != nil {
-		return nil, false, err
-	}
-	d, err := parse(data)
+	d, handlers, rt, err := forRemoval(data, o)
 	if err != nil {
 		return nil, false, err
 	}
-	if d.empty {
+	if d == nil {
 		return data, false, nil
 	}
-	handlers := []string{"plugins", RuntimePluginID(d.version), "containerd"}
-	rt := cfgtree.Join(handlers, "runtimes", o.Name)
 	under := func(parts []tomledit.Part) bool {
 		return len(parts) >= len(rt) && tomledit.NamesEqual(parts[:len(rt)], rt)
 	}
@@ -417,17 +402,11 @@ func RemoveRuntime(data []byte, o Handler, c Change) (out []byte, changed bool, 
 	}
 	defPath := cfgtree.Join(handlers, "default_runtime_name")
 	if i := d.FindKV(defPath); i >= 0 && d.KVs[i].Value.Kind == unstable.String && d.KVs[i].Value.Str == o.Name {
-		kv := d.KVs[i]
-		switch {
-		case c.HadDefaultKey && c.PreviousDefault != o.Name:
-			old := string(d.Data[kv.Value.Start:kv.Value.End])
-			edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, c.PreviousDefault)})
-		case kv.Nested:
-			return nil, false, fmt.Errorf("containerd config line %d: default_runtime_name is inside an inline table; remove it by hand", d.Line(kv.Start))
-		default:
-			from, to := d.LineRemoval(kv.Expr)
-			edits = append(edits, tomledit.Edit{Start: from, End: to})
+		e, err := d.restoreDefault(d.KVs[i], c.HadDefaultKey && c.PreviousDefault != o.Name, c.PreviousDefault)
+		if err != nil {
+			return nil, false, err
 		}
+		edits = append(edits, e)
 	}
 	if len(edits) == 0 {
 		return data, false, nil
@@ -439,6 +418,41 @@ func RemoveRuntime(data []byte, o Handler, c Change) (out []byte, changed bool, 
 		return nil, false, err
 	}
 	return out, !bytes.Equal(out, data), nil
+}
+
+// forRemoval parses data for taking handler o out of it, and returns the
+// document, the path of the CRI plugin's containerd table and that of o's
+// runtime table; a nil document (and no error) is a config with nothing in
+// it, left as it is.
+func forRemoval(data []byte, o Handler) (d *doc, handlers, rt []string, err error) {
+	if err := validName(o.Name); err != nil {
+		return nil, nil, nil, err
+	}
+	if d, err = parse(data); err != nil {
+		return nil, nil, nil, err
+	}
+	if d.empty {
+		return nil, nil, nil, nil
+	}
+	handlers = []string{"plugins", RuntimePluginID(d.version), "containerd"}
+	return d, handlers, cfgtree.Join(handlers, "runtimes", o.Name), nil
+}
+
+// restoreDefault is the edit that takes default_runtime_name (kv, which
+// names a handler being removed) back to what it was before the install:
+// previous where restore says the install recorded one worth restoring,
+// else the key's removal (it cannot be removed from an inline table).
+func (d *doc) restoreDefault(kv tomledit.KeyValue, restore bool, previous string) (tomledit.Edit, error) {
+	switch {
+	case restore:
+		old := string(d.Data[kv.Value.Start:kv.Value.End])
+		return tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, previous)}, nil
+	case kv.Nested:
+		return tomledit.Edit{}, fmt.Errorf("containerd config line %d: default_runtime_name is inside an inline table; remove it by hand", d.Line(kv.Start))
+	default:
+		from, to := d.LineRemoval(kv.Expr)
+		return tomledit.Edit{Start: from, End: to}, nil
+	}
 }
 
 // validate checks the options an install needs.
