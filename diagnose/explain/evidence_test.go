@@ -69,6 +69,27 @@ func TestEvidenceKinds(t *testing.T) {
 			"", "", "", ""},
 		{"dockerd's mount slots: nothing", "error mounting \"/dev/shm\" to rootfs: no space left on device\n",
 			"", "", "", ""},
+		// The words "shared memory" or "shm" and a failure, when nothing
+		// names the filesystem: possible, and only when nothing else in
+		// the log explains it.
+		{"shared memory run out", "stager[2]: ran out of shared memory for batch 12, giving up\n", "shared-memory-error", Possible, "mention", ""},
+		{"grow the shm", "ipc ring: shm too small for 4 producers; increase it\n", "shared-memory-error", Possible, "mention", ""},
+		{"a shared-memory failure", "[svc] failed to map shared-memory arena #3\n", "shared-memory-error", Possible, "mention", ""},
+		{"the GPU's shared memory per block: nothing", "kernel fused_attn needs 96 KiB of shared memory per block; cannot launch\n", "", "", "", ""},
+		{"System V by name: nothing", "sysv shared memory attach failed (key 0x51)\n", "", "", "", ""},
+		{"another reason named: nothing", "could not attach shared memory pool: connection refused\n", "", "", "", ""},
+		{"shared memory in passing: nothing", "using shared memory transport for 8 local ranks\n", "", "", "", ""},
+		{"shared memory words yield to a finding", "ipc: shm exhausted\nshm 64M 64M 0 100% /dev/shm\n", "shm-df-full", Likely, "mention", ""},
+
+		// An error of space that names no file system, among programs
+		// that keep their shared memory in /dev/shm: possible.
+		{"a bare ENOSPC under a DataLoader", "  File \"/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py\", line 1, in __next__\n" +
+			"RuntimeError: batch transfer failed: No space left on device\n", "space-in-context", Possible, "context", ""},
+		{"a bare ENOSPC in an MPI job", "mpirun -np 8 ./solve\nrank 3: ENOSPC while staging halo buffers\n", "space-in-context", Possible, "context", ""},
+		{"a bare ENOSPC, no shared-memory user near: nothing", "step 1\nwrite failed: No space left on device\n", "", "", "", ""},
+		{"ENOSPC naming a disk: nothing", "  File \"/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py\", line 1, in __next__\n" +
+			"RuntimeError: shard spill to local disk failed: No space left on device\n", "", "", "", ""},
+		{"ENOSPC naming a path: nothing", "mpirun -np 8 ./solve\nrank 3: write /scratch/halo.bin: No space left on device\n", "", "", "", ""},
 
 		// sigbus: its spellings, alone and in context.
 		{"a supervisor's SIGBUS", "supervisor: child 3 terminated by SIGBUS\n", "sigbus", Possible, "sigbus", ""},
@@ -87,7 +108,11 @@ func TestEvidenceKinds(t *testing.T) {
 		{"vLLM's worker monitor", "ERROR 01-02 03:04:05 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 77 died, exit code: -7\n",
 			"sigbus-in-context", Likely, "context", ""},
 		{"torch elastic's record", "failures: {0: ProcessFailure(local_rank=0, pid=9, exitcode=-7, error_file='<N/A>')}\n", "sigbus-in-context", Likely, "context", ""},
+		{"a supervisor's signal number", "supervisor: child 4411 died (sig=7)\n", "sigbus", Possible, "sigbus", ""},
+		{"a scheduler's rc", "step 3 of job 88 finished, rc=135\n", "sigbus", Possible, "sigbus", ""},
+		{"a runtime's signal (7)", "\nsignal (7): unexpected trap\n", "sigbus", Possible, "sigbus", ""},
 		{"another exit code: nothing", "worker-3 exited with code 137\nprocess exited with code -70\n", "", "", "", ""},
+		{"another signal number: nothing", "child 4411 died (sig=17)\nrc=13\n", "", "", "", ""},
 		{"signal 7 with NCCL frames after it", "[w:1] Caught signal 7 (Bus error)\n  3 0x0 ncclSend()  ???:0\n",
 			"sigbus-in-context", Likely, "context", ""},
 		{"SIGBUS after an MPI launch", "mpiexec -n 4 ./solver\nsolver: SIGBUS while copying halo\n",

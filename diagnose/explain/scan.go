@@ -40,16 +40,16 @@ const (
 )
 
 // kwWords is how many 64-bit words a set of keywords takes.
-const kwWords = 4
+const kwWords = 5
 
 // kwset is a set of keywords, by index.
 type kwset [kwWords]uint64
 
 func (a kwset) meets(b kwset) bool {
-	return a[0]&b[0]|a[1]&b[1]|a[2]&b[2]|a[3]&b[3] != 0
+	return a[0]&b[0]|a[1]&b[1]|a[2]&b[2]|a[3]&b[3]|a[4]&b[4] != 0
 }
 
-func (a kwset) empty() bool { return a[0]|a[1]|a[2]|a[3] == 0 }
+func (a kwset) empty() bool { return a[0]|a[1]|a[2]|a[3]|a[4] == 0 }
 
 // candidate is a match of a Near signature waiting for an anchor.
 type candidate struct {
@@ -805,7 +805,7 @@ func (s *scanner) record(sig int, refs []LineRef, sz matchSizes) {
 }
 
 // findings returns what was found, in table order, without the findings
-// that a surer one found in the log makes redundant (YieldsTo). A possible
+// that a surer one found in the log makes redundant (YieldsTo, Fallback). A possible
 // finding that another kind of evidence agrees with (a /dev/shm finding
 // that rests on none of its own kinds) is raised to likely, and says so.
 func (s *scanner) findings() []Finding {
@@ -815,9 +815,13 @@ func (s *scanner) findings() []Finding {
 			present[s.sigs[i].ID] = true
 		}
 	}
+	others := false
+	for i, f := range s.found {
+		others = others || f != nil && !s.sigs[i].Fallback
+	}
 	var out []Finding
 	for i, f := range s.found {
-		if f == nil || slices.ContainsFunc(s.sigs[i].YieldsTo, func(id string) bool { return present[id] }) {
+		if f == nil || slices.ContainsFunc(s.sigs[i].YieldsTo, func(id string) bool { return present[id] }) || s.sigs[i].Fallback && others {
 			continue
 		}
 		out = append(out, s.finding(i))

@@ -76,6 +76,9 @@ type Signature struct {
 	// this one's finding redundant: it is left out of the report (a
 	// stream has already shown it, as the first sign).
 	YieldsTo []string
+	// Fallback signatures rest on the weakest evidence: any other
+	// finding in the log, a look-alike's too, makes theirs redundant.
+	Fallback bool
 }
 
 // Signatures returns the table every scan uses, in the order it is tried.
@@ -125,7 +128,8 @@ var table = sync.OnceValue(func() []Signature {
 // names, and the words that introduce an exit status.
 func sigbusKeywords() []string {
 	return []string{"sigbus", "bus error", "bus_", "signal 7", "signal: 7", "exit code", "exit_code", "exitcode", "exit status",
-		"exit_status", "exited with", "return code", "return_code", "returncode", "error 135"}
+		"exit_status", "exited with", "return code", "return_code", "returncode", "error 135", "sig=", "sig(", "signal=", "signal(", "signal (",
+		"signum", "signo", "rc=", "rc:", "rc ="}
 }
 
 // sigbusPatterns are SIGBUS's spellings: Python's and a shell's "Bus
@@ -142,7 +146,8 @@ func sigbusPatterns() []*regexp.Regexp {
 		re(`(?i)\bSIGBUS\b`),
 		re(`(?i)\bBus error\b`),
 		re(`\bBUS_(?:ADRERR|ADRALN|OBJERR)\b`),
-		re(`(?i)\bsignal:? 7\b`),
+		re(`(?i)\bsignal:? 7\b|\bsig(?:nal|num|no)?\s*[=(]\s*7\b`),
+		re(`(?i)\brc\s*[:=]\s*(?:-7|135)\b`),
 		re(`(?i)` + status + `-7\b`),
 		re(`(?i)` + status + `135\b|\*\*\* \[[^\]]*\] Error 135\b`),
 	}
@@ -159,6 +164,28 @@ func crossProcess() *regexp.Regexp {
 // crossProcessKeywords are crossProcess's keywords.
 func crossProcessKeywords() []string {
 	return []string{"vm_readv", "vm_writev", "-1, expected", "/proc/"}
+}
+
+// shmFailure is a failure word that shared-memory-error wants next to
+// "shared memory": a shortage, a failed creation, advice to grow it.
+const shmFailure = `\b(?:out of|run out|ran out|runs out|exhausted|not enough|insufficient|increase|too small|is full|no space|exceed\w*|` +
+	`fail\w*|unable|cannot|can't|could not|couldn't)\b`
+
+// otherSharedMemory names the memories called shared that are not
+// /dev/shm: the GPU's on-chip shared memory and launch limits, System V
+// segments, PostgreSQL's lock table, X11's MIT-SHM.
+const otherSharedMemory = `out of resource|per[- ]block|hardware limit|\bsmem\b|ptxas|\bregisters?\b|num_stages|outofresources|launch_bounds|` +
+	`__shared__|on-chip|threadgroup|groupshared|\bshm(?:get|at|ctl|max|all|mni)\b|\bipcs\b|system v|\bsysv\b|semget|ipcmemorycreate|` +
+	`max_locks_per_transaction|lock table|cuda failure|cuda error|\bmount|` +
+	// Another reason named.
+	`connection|timed out|timeout|invalid argument`
+
+// otherSharedMemoryKeywords are otherSharedMemory's keywords: each of
+// its words holds one.
+func otherSharedMemoryKeywords() []string {
+	return []string{"resource", "block", "limit", "smem", "ptxas", "register", "stages", "launch_bounds", "_shared_", "on-chip", "threadgroup",
+		"groupshared", "shm", "ipcs", "system v", "sysv", "semget", "ipcmemorycreate", "lock", "cuda", "mount",
+		"connection", "timed out", "timeout", "invalid argument"}
 }
 
 // signatures builds the table.
@@ -502,7 +529,7 @@ func signatures() []Signature {
 		},
 		{
 			ID:         "chromium-shm-crash",
-			Title:      "Chromium (Chrome, Electron, Puppeteer, Playwright, Selenium) crashed in a container",
+			Title:      "A browser (Chrome, Electron, Puppeteer, Playwright, Selenium, Firefox) crashed in a container",
 			Confidence: Possible,
 			Kind:       KindSize,
 			Evidence:   []Evidence{EvidenceMessage},
@@ -513,10 +540,15 @@ func signatures() []Signature {
 				"A page can also crash for its own reasons (memory of the whole container, a GPU driver).",
 			Fix:      "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
 			NoSize:   "the message does not say how much; Chromium's own advice is 1-2 GiB",
-			Keywords: []string{"memory.cc", "page crash", "tab crashed", "renderer process", "unexpected number of handles"},
+			Keywords: []string{"memory.cc", "page crash", "tab crashed", "renderer process", "unexpected number of handles", "target crashed",
+				"not reachable", "has disconnected", "marionette", "devtoolsactiveport", "aw, snap", "process gone", "process-gone"},
 			Patterns: []*regexp.Regexp{
 				re(`FATAL:memory\.cc\(\d+\)\] Out of memory\. size=`),
 				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|Renderer process (?:just )?crashed`),
+				// The browser process itself died, as its driver reports it:
+				// Chrome's DevTools, chromedriver, Puppeteer, geckodriver.
+				re(`(?i)\bTarget crashed\b|chrome not reachable|browser has disconnected|Failed to decode response from marionette|` +
+					`DevToolsActivePort file doesn't exist|\bAw, Snap\b|render(?:er)?[- ]process[- ]gone`),
 				// Mojo's broker (broker_posix.cc) got no handle for the
 				// shared-memory region it asked the browser for; Windows'
 				// broker says "... in broker message", and has no /dev/shm.
@@ -679,6 +711,54 @@ func signatures() []Signature {
 			YieldsTo: []string{"sigbus-in-context", "torch-dataloader-bus-error"},
 		},
 
+		{
+			ID:         "shared-memory-error",
+			Title:      "An error about shared memory, in words no other signature names",
+			Confidence: Possible,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMention},
+			Cause: "A line speaks of shared memory (\"shared memory\", \"shm\") and of a failure: run out of, not enough, could not allocate, " +
+				"increase its size. On Linux a library's shared memory between processes is a file in /dev/shm (POSIX shm), and in a container " +
+				"that tmpfs is 64 MiB unless told otherwise. The words also fit other memories called shared — the GPU's on-chip shared memory, " +
+				"System V segments, a database's own shared memory — which the look-alikes below name when their words are there; hence *possible*.",
+			Fix:      "Run gpurun doctor in the container: it measures /dev/shm and what fills it. If /dev/shm is small or full, give it room (see Fix).",
+			NoSize:   "the line does not say how much",
+			Keywords: []string{"shared memory", "shared-memory", "sharedmemory", "shm"},
+			Patterns: []*regexp.Regexp{re(`(?i)(?:\bshared[- ]?mem(?:ory)?\b|\bshm\b).*?` + shmFailure + `|` + shmFailure + `.*?(?:\bshared[- ]?mem(?:ory)?\b|\bshm\b)`)},
+			Generic:  true,
+			Fallback: true,
+			// The GPU's on-chip shared memory, System V segments and a
+			// database's lock table use the same words; so do NCCL's
+			// segments that CUDA refused, and dockerd's shm mount.
+			Unless:         re(`(?i)` + otherSharedMemory),
+			UnlessKeywords: otherSharedMemoryKeywords(),
+			UnlessWithin:   3,
+		},
+		{
+			ID:         "space-in-context",
+			Title:      "No space left on a file system the log does not name, among shared-memory users",
+			Confidence: Possible,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceContext},
+			Cause: "An error of space (ENOSPC, [Errno 28]) names no path, and the lines around it show a program that keeps its shared memory in /dev/shm: " +
+				"a PyTorch DataLoader or torchrun, NCCL, MPI, UCX, Ray, joblib, Python multiprocessing. The full file system may be /dev/shm " +
+				"or a disk; the message does not say which.",
+			Fix:      "df -h /dev/shm in the container (or gpurun doctor) says whether it is /dev/shm; if it is small or full, give it room (see Fix).",
+			NoSize:   "the message does not say how much",
+			Keywords: []string{"no space left", "enospc", "errno 28", "error code 28"},
+			// The error names no path, before it or after it: one that does
+			// is about that file.
+			Patterns: []*regexp.Regexp{re(`(?i)^[^/\\]*(?:(?:\[Errno 28\] |\b)No space left on device|\bENOSPC\b|error code 28\b)[^/\\:]*$`)},
+			Generic:  true,
+			Fallback: true,
+			Near:     20,
+			NearMark: MarkContext,
+			// A disk, a cache or a checkpoint on the line (a path on it is
+			// kept out by the pattern).
+			Unless:         re(`(?i)\b(?:disk|quota|inode|overlay|checkpoint|cache|pip|apt|conda|mount\w*)\b`),
+			UnlessKeywords: []string{"disk", "quota", "inode", "overlay", "checkpoint", "cache", "pip", "apt", "conda", "mount"},
+		},
+
 		// Look-alikes: failures read as /dev/shm ones, which they are not.
 		// They are reported apart, as what they are.
 		{
@@ -821,7 +901,7 @@ func signatures() []Signature {
 			Fix:      "Raise max_locks_per_transaction (the HINT says so), or take fewer locks per transaction.",
 			NoSize:   notShm,
 			Keywords: []string{"out of shared memory"},
-			Patterns: []*regexp.Regexp{re(`(?i)\bERROR:\s+out of shared memory\s*$`)},
+			Patterns: []*regexp.Regexp{re(`(?i)\b(?:ERROR|WARNING|FATAL):\s+out of shared memory\s*$`)},
 		},
 	}
 }
