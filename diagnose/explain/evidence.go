@@ -63,6 +63,12 @@ const (
 	// multiprocessing's SemLock and its synchronize.py and shared_memory.py
 	// frames (billiard's and loky's copies too), joblib's semaphore check.
 	MarkPosixIPC = "posix-ipc"
+	// MarkShmWords: the words "shared memory" or "shm", whatever memory
+	// they name.
+	MarkShmWords = "shm-words"
+	// MarkFailure: a word of failure or shortage: out of, not enough,
+	// failed, unable, could not, increase.
+	MarkFailure = "failure"
 )
 
 // Ecosystems returns the ecosystems explain recognises from a log's
@@ -143,11 +149,33 @@ var vocabulary = sync.OnceValue(func() []markDef {
 			Keywords: []string{"sem_open", "named semaphore", "named_semaphore", "semlock", "synchronize.py", "shared_memory.py",
 				"_multiprocessing_helpers"},
 		},
+		// The words shared memory and shm, and the words of a failure:
+		// shared-memory-error wants both on one line.
+		{
+			Marks:    []string{MarkShmWords},
+			Keywords: []string{"shared mem", "shared-mem", "sharedmem"},
+		},
+		{
+			Marks:    []string{MarkShmWords},
+			Keywords: []string{"shm"},
+			Pattern:  re(`\bshm\b`),
+		},
+		{
+			Marks: []string{MarkFailure},
+			Keywords: []string{"out of", "run out", "ran out", "runs out", "exhausted", "not enough", "insufficient", "increase", "too small",
+				"is full", "no space", "exceed", "fail", "unable", "cannot", "can't", "could not", "couldn't"},
+		},
 		// An error of space: the tmpfs is full or too small.
 		{
 			Marks: []string{MarkSpace},
 			Keywords: []string{"no space left", "enospc", "[errno 28]", "error code 28", "(28)", "out of space", "ran out of space",
 				"ran out of memory", "insufficient", "exceed", "filling up", "cannot allocate memory", "enomem", "out of memory", "too small"},
+		},
+		// A size requirement not met: "needs to be at least 1G".
+		{
+			Marks:    []string{MarkSpace},
+			Keywords: []string{"at least"},
+			Pattern:  re(`\b(?:needs?|must|has|have|should) (?:to )?be at least\b|\brequires? at least\b|\bat least \S+ (?:is |are )?(?:required|needed)\b`),
 		},
 		{
 			Marks:    []string{MarkSpace},

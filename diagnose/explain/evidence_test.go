@@ -81,16 +81,6 @@ func TestEvidenceKinds(t *testing.T) {
 		{"shared memory in passing: nothing", "using shared memory transport for 8 local ranks\n", "", "", "", ""},
 		{"shared memory words yield to a finding", "ipc: shm exhausted\nshm 64M 64M 0 100% /dev/shm\n", "shm-df-full", Likely, "mention", ""},
 
-		// An error of space that names no file system, among programs
-		// that keep their shared memory in /dev/shm: possible.
-		{"a bare ENOSPC under a DataLoader", "  File \"/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py\", line 1, in __next__\n" +
-			"RuntimeError: batch transfer failed: No space left on device\n", "space-in-context", Possible, "context", ""},
-		{"a bare ENOSPC in an MPI job", "mpirun -np 8 ./solve\nrank 3: ENOSPC while staging halo buffers\n", "space-in-context", Possible, "context", ""},
-		{"a bare ENOSPC, no shared-memory user near: nothing", "step 1\nwrite failed: No space left on device\n", "", "", "", ""},
-		{"ENOSPC naming a disk: nothing", "  File \"/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py\", line 1, in __next__\n" +
-			"RuntimeError: shard spill to local disk failed: No space left on device\n", "", "", "", ""},
-		{"ENOSPC naming a path: nothing", "mpirun -np 8 ./solve\nrank 3: write /scratch/halo.bin: No space left on device\n", "", "", "", ""},
-
 		// sigbus: its spellings, alone and in context.
 		{"a supervisor's SIGBUS", "supervisor: child 3 terminated by SIGBUS\n", "sigbus", Possible, "sigbus", ""},
 		{"a debugger's stop", "Thread 7 \"loader\" received signal SIGBUS, Bus error.\n", "sigbus", Possible, "sigbus", ""},

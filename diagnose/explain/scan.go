@@ -799,7 +799,7 @@ func (s *scanner) record(sig int, refs []LineRef, sz matchSizes) {
 		f.seen[r.N] = true
 		f.lines = append(f.lines, r)
 	}
-	if first && s.onFinding != nil {
+	if first && s.onFinding != nil && !s.sigs[sig].Fallback {
 		s.onFinding(s.finding(sig))
 	}
 }

@@ -77,7 +77,9 @@ type Signature struct {
 	// stream has already shown it, as the first sign).
 	YieldsTo []string
 	// Fallback signatures rest on the weakest evidence: any other
-	// finding in the log, a look-alike's too, makes theirs redundant.
+	// finding in the log, a look-alike's too, makes theirs redundant, so
+	// theirs is known only at the end: a stream does not tell it as it
+	// arrives, the report holds it.
 	Fallback bool
 }
 
@@ -166,26 +168,22 @@ func crossProcessKeywords() []string {
 	return []string{"vm_readv", "vm_writev", "-1, expected", "/proc/"}
 }
 
-// shmFailure is a failure word that shared-memory-error wants next to
-// "shared memory": a shortage, a failed creation, advice to grow it.
-const shmFailure = `\b(?:out of|run out|ran out|runs out|exhausted|not enough|insufficient|increase|too small|is full|no space|exceed\w*|` +
-	`fail\w*|unable|cannot|can't|could not|couldn't)\b`
-
 // otherSharedMemory names the memories called shared that are not
 // /dev/shm: the GPU's on-chip shared memory and launch limits, System V
-// segments, PostgreSQL's lock table, X11's MIT-SHM.
-const otherSharedMemory = `out of resource|per[- ]block|hardware limit|\bsmem\b|ptxas|\bregisters?\b|num_stages|outofresources|launch_bounds|` +
+// segments, PostgreSQL's lock table; and the other reasons a line may
+// name for a failure of shared memory: CUDA's, a mount's, the network's,
+// an invalid argument.
+const otherSharedMemory = `out of resource|per[- ]block|hardware limit|\bsmem\b|ptxas|\bregisters\b|num_stages|outofresources|launch_bounds|` +
 	`__shared__|on-chip|threadgroup|groupshared|\bshm(?:get|at|ctl|max|all|mni)\b|\bipcs\b|system v|\bsysv\b|semget|ipcmemorycreate|` +
-	`max_locks_per_transaction|lock table|cuda failure|cuda error|\bmount|` +
-	// Another reason named.
-	`connection|timed out|timeout|invalid argument`
+	`max_locks_per_transaction|lock table|cuda failure|cuda error|\bmount|connection|timed out|timeout|invalid argument`
 
 // otherSharedMemoryKeywords are otherSharedMemory's keywords: each of
 // its words holds one.
 func otherSharedMemoryKeywords() []string {
-	return []string{"resource", "block", "limit", "smem", "ptxas", "register", "stages", "launch_bounds", "_shared_", "on-chip", "threadgroup",
-		"groupshared", "shm", "ipcs", "system v", "sysv", "semget", "ipcmemorycreate", "lock", "cuda", "mount",
-		"connection", "timed out", "timeout", "invalid argument"}
+	return []string{"out of resource", "per block", "per-block", "hardware limit", "smem", "ptxas", "registers", "num_stages", "outofresources",
+		"launch_bounds", "__shared__", "on-chip", "threadgroup", "groupshared", "shmget", "shmat", "shmctl", "shmmax", "shmall", "shmmni",
+		"ipcs", "system v", "sysv", "semget", "ipcmemorycreate", "max_locks_per_transaction", "lock table", "cuda failure", "cuda error",
+		"mount", "connection", "timed out", "timeout", "invalid argument"}
 }
 
 // signatures builds the table.
@@ -510,6 +508,20 @@ func signatures() []Signature {
 			},
 		},
 		{
+			ID:         "oracle-memory-target",
+			Title:      "Oracle Database: MEMORY_TARGET does not fit in /dev/shm (ORA-00845)",
+			Confidence: Likely,
+			Kind:       KindSize,
+			Evidence:   []Evidence{EvidenceMessage},
+			Cause: "With Automatic Memory Management (MEMORY_TARGET, MEMORY_MAX_TARGET) Oracle Database on Linux keeps the SGA in files in /dev/shm, " +
+				"and refuses to start (ORA-00845) when /dev/shm is smaller than MEMORY_TARGET or not mounted: a container's 64 MiB is far below any " +
+				"database's; Oracle XE's images ask for at least 1 GiB.",
+			Fix:      "Give the database container a /dev/shm larger than MEMORY_TARGET (see Fix), or lower MEMORY_TARGET." + fixNotGPU,
+			NoSize:   "the message does not say how much: /dev/shm must exceed MEMORY_TARGET",
+			Keywords: []string{"ora-00845", "memory_target not supported"},
+			Patterns: []*regexp.Regexp{re(`(?i)ORA-00845|MEMORY_TARGET not supported on this system`)},
+		},
+		{
 			ID:         "triton-shm-region",
 			Title:      "Triton's Python backend could not set up its shared-memory region",
 			Confidence: Likely,
@@ -538,13 +550,13 @@ func signatures() []Signature {
 				"a large page fills it: the allocation fails (FATAL:memory.cc \"Out of memory\"; a renderer whose broker could not hand it a " +
 				"shared-memory region logs \"Received unexpected number of handles\"), the tab or page crashes, and a driver reports a crashed page. " +
 				"A page can also crash for its own reasons (memory of the whole container, a GPU driver).",
-			Fix:      "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
-			NoSize:   "the message does not say how much; Chromium's own advice is 1-2 GiB",
-			Keywords: []string{"memory.cc", "page crash", "tab crashed", "renderer process", "unexpected number of handles", "target crashed",
+			Fix:    "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
+			NoSize: "the message does not say how much; Chromium's own advice is 1-2 GiB",
+			Keywords: []string{"memory.cc", "page crash", "tab crashed", "render", "unexpected number of handles", "target crashed",
 				"not reachable", "has disconnected", "marionette", "devtoolsactiveport", "aw, snap", "process gone", "process-gone"},
 			Patterns: []*regexp.Regexp{
 				re(`FATAL:memory\.cc\(\d+\)\] Out of memory\. size=`),
-				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|Renderer process (?:just )?crashed`),
+				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|\brender(?:er)?(?: process)? (?:has |had |just )?(?:crashed|died|gone away)\b`),
 				// The browser process itself died, as its driver reports it:
 				// Chrome's DevTools, chromedriver, Puppeteer, geckodriver.
 				re(`(?i)\bTarget crashed\b|chrome not reachable|browser has disconnected|Failed to decode response from marionette|` +
@@ -721,42 +733,17 @@ func signatures() []Signature {
 				"increase its size. On Linux a library's shared memory between processes is a file in /dev/shm (POSIX shm), and in a container " +
 				"that tmpfs is 64 MiB unless told otherwise. The words also fit other memories called shared — the GPU's on-chip shared memory, " +
 				"System V segments, a database's own shared memory — which the look-alikes below name when their words are there; hence *possible*.",
-			Fix:      "Run gpurun doctor in the container: it measures /dev/shm and what fills it. If /dev/shm is small or full, give it room (see Fix).",
-			NoSize:   "the line does not say how much",
-			Keywords: []string{"shared memory", "shared-memory", "sharedmemory", "shm"},
-			Patterns: []*regexp.Regexp{re(`(?i)(?:\bshared[- ]?mem(?:ory)?\b|\bshm\b).*?` + shmFailure + `|` + shmFailure + `.*?(?:\bshared[- ]?mem(?:ory)?\b|\bshm\b)`)},
-			Generic:  true,
-			Fallback: true,
+			Fix:        "Run gpurun doctor in the container: it measures /dev/shm and what fills it. If /dev/shm is small or full, give it room (see Fix).",
+			NoSize:     "the line does not say how much",
+			Both:       [2]string{MarkShmWords, MarkFailure},
+			BothWithin: 0,
+			Fallback:   true,
 			// The GPU's on-chip shared memory, System V segments and a
 			// database's lock table use the same words; so do NCCL's
 			// segments that CUDA refused, and dockerd's shm mount.
-			Unless:         re(`(?i)` + otherSharedMemory),
+			Unless:         re(`(?i)(?:` + otherSharedMemory + `)`),
 			UnlessKeywords: otherSharedMemoryKeywords(),
 			UnlessWithin:   3,
-		},
-		{
-			ID:         "space-in-context",
-			Title:      "No space left on a file system the log does not name, among shared-memory users",
-			Confidence: Possible,
-			Kind:       KindSize,
-			Evidence:   []Evidence{EvidenceContext},
-			Cause: "An error of space (ENOSPC, [Errno 28]) names no path, and the lines around it show a program that keeps its shared memory in /dev/shm: " +
-				"a PyTorch DataLoader or torchrun, NCCL, MPI, UCX, Ray, joblib, Python multiprocessing. The full file system may be /dev/shm " +
-				"or a disk; the message does not say which.",
-			Fix:      "df -h /dev/shm in the container (or gpurun doctor) says whether it is /dev/shm; if it is small or full, give it room (see Fix).",
-			NoSize:   "the message does not say how much",
-			Keywords: []string{"no space left", "enospc", "errno 28", "error code 28"},
-			// The error names no path, before it or after it: one that does
-			// is about that file.
-			Patterns: []*regexp.Regexp{re(`(?i)^[^/\\]*(?:(?:\[Errno 28\] |\b)No space left on device|\bENOSPC\b|error code 28\b)[^/\\:]*$`)},
-			Generic:  true,
-			Fallback: true,
-			Near:     20,
-			NearMark: MarkContext,
-			// A disk, a cache or a checkpoint on the line (a path on it is
-			// kept out by the pattern).
-			Unless:         re(`(?i)\b(?:disk|quota|inode|overlay|checkpoint|cache|pip|apt|conda|mount\w*)\b`),
-			UnlessKeywords: []string{"disk", "quota", "inode", "overlay", "checkpoint", "cache", "pip", "apt", "conda", "mount"},
 		},
 
 		// Look-alikes: failures read as /dev/shm ones, which they are not.
@@ -802,7 +789,7 @@ func signatures() []Signature {
 				"/dev/shm's pages count against the container's memory limit, but a full /dev/shm itself gives SIGBUS or ENOSPC, not SIGKILL.",
 			Fix:      "dmesg (or kubectl describe pod: OOMKilled) confirms it; lower num_workers, the batch size or cached data, or raise the memory limit.",
 			NoSize:   notShm,
-			Keywords: []string{"killed"},
+			Keywords: []string{"killed", "kill process"},
 			Patterns: []*regexp.Regexp{re(`(?i)is killed by signal: Killed|\bOOMKilled\b|Out of memory: Kill(?:ed)? process`)},
 		},
 		{
