@@ -210,16 +210,23 @@ func TestNRIPluginContainerd2(t *testing.T) {
 				t.Errorf("host /dev/shm %d -> %d KiB", before, after)
 			}
 		})
+		var whileDown string
 		t.Run("plugin killed: pods still start, with the default", func(t *testing.T) {
 			plugin.kill()
-			_, ctr := gpuPod(t, c, "while-down")
-			if got, _ := shmOf(t, c, ctr); got != engineDefaultKiB {
+			_, whileDown = gpuPod(t, c, "while-down")
+			if got, _ := shmOf(t, c, whileDown); got != engineDefaultKiB {
 				t.Errorf("/dev/shm %d KiB with no plugin, want %d", got, engineDefaultKiB)
 			}
 		})
-		t.Run("plugin restarted: GPU containers get the size again", func(t *testing.T) {
+		t.Run("plugin restarted: GPU containers get the size again, the one created meanwhile too", func(t *testing.T) {
 			plugin = startNRIPlugin(et, text, c2.NRISocket)
 			plugin.waitLog(t, "registered with the runtime", 1)
+			// Synchronize comes with the registration: the pod created while
+			// the plugin was down is grown live.
+			plugin.waitLog(t, "synchronized with the runtime", 1)
+			if got, _ := shmOf(t, c, whileDown); got != want {
+				t.Errorf("the container created while the plugin was down: /dev/shm %d KiB after the restart, want %d\nplugin log:\n%s", got, want, readFile(plugin.log))
+			}
 			_, ctr := gpuPod(t, c, "after-restart")
 			if got, _ := shmOf(t, c, ctr); got != want {
 				t.Errorf("/dev/shm %d KiB, want %d\nplugin log:\n%s", got, want, readFile(plugin.log))

@@ -1,5 +1,6 @@
 // Package nri is gpurun's NRI plugin (Node Resource Interface: containerd
-// 2.x, 1.7 when enabled, CRI-O). On every CreateContainer it turns what NRI
+// 2.x, 1.7 when enabled, CRI-O). On every CreateContainer (and for every
+// running container when it registers: Synchronize) it turns what NRI
 // says about the container into a runtime-spec Spec (ToSpec) and hands it
 // to the enforcer (runtime/enforce) that gpurun-runtime and the hook use,
 // which plans with the shared planner and carries the plan out where NRI
@@ -106,6 +107,12 @@ func (p *Plugin) enforcer(pol *policy.Policy) *enforce.Enforcer {
 	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, Observe: p.observe, QuietNone: true})
 }
 
+// revisitor returns the enforcer Synchronize uses for pol: the same, but
+// it observes nothing itself (Synchronize reports only what it changed).
+func (p *Plugin) revisitor(pol *policy.Policy) *enforce.Enforcer {
+	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, QuietNone: true})
+}
+
 // Policy returns the policy in force.
 func (p *Plugin) Policy() *policy.Policy {
 	p.mu.RLock()
@@ -156,6 +163,50 @@ func (p *Plugin) Shutdown(context.Context) {
 	p.log.Info("the runtime is shutting down")
 }
 
+// Synchronize is NRI's list of the runtime's pods and containers, sent at
+// each registration: after the plugin starts, and after it reconnects to
+// a runtime that restarted. A container created meanwhile was created
+// without the plugin, with the runtime's default /dev/shm. For each
+// running container the plugin plans again; where the plan grows the pod's
+// host tmpfs, it grows it now, live, as the container's creation would
+// have (every container of the pod sees the new size at once). A tmpfs is
+// never made smaller, so a container sized at its creation is left as it
+// is; a container with a /dev/shm of its own cannot be changed while it
+// runs and is only logged. Nothing here fails the registration: errors are
+// logged, fail_closed or not.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	byID := make(map[string]*api.PodSandbox, len(pods))
+	for _, pod := range pods {
+		byID[pod.GetId()] = pod
+	}
+	e := p.revisitor(p.Policy())
+	var running, grown, failed int
+	for _, ctr := range ctrs {
+		if ctr.GetState() != api.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		running++
+		pod := byID[ctr.GetPodSandboxId()]
+		if pod == nil {
+			pod = &api.PodSandbox{Id: ctr.GetPodSandboxId()}
+		}
+		out, err, _ := p.run(e, pod, ctr, true)
+		switch {
+		case err != nil:
+			failed++
+		case out.Grown != nil && out.Grown.Changed:
+			grown++
+			p.log.Info("grew the /dev/shm of a container created while the plugin was not connected",
+				"container", ctr.GetId(), "name", ctr.GetName(), "pod", podName(pod), "before_bytes", out.Grown.Before, "after_bytes", out.Grown.After)
+			if p.observe != nil {
+				p.observe(subject(pod, ctr), enforce.Result{Plan: out.Plan, Grown: out.Grown})
+			}
+		}
+	}
+	p.log.Info("synchronized with the runtime", "running_containers", running, "grown", grown, "failed", failed)
+	return nil, nil
+}
+
 // Outcome is what the plugin did for one container.
 type Outcome struct {
 	// Plan is the planner's decision.
@@ -192,12 +243,25 @@ func (p *Plugin) Handle(pod *api.PodSandbox, ctr *api.Container) (Outcome, error
 // handle returns the outcome, what went wrong, and the error that fails the
 // container's creation (fail_closed).
 func (p *Plugin) handle(pod *api.PodSandbox, ctr *api.Container) (out Outcome, failure, failClosed error) {
-	e, runtime := p.state()
+	e, _ := p.state()
+	return p.run(e, pod, ctr, false)
+}
+
+// subject names a container in records, metrics and Events.
+func subject(pod *api.PodSandbox, ctr *api.Container) enforce.Subject {
 	podID := pod.GetId()
 	if podID == "" {
 		podID = ctr.GetPodSandboxId()
 	}
-	s := enforce.Subject{ID: ctr.GetId(), Name: ctr.GetName(), Pod: podName(pod), PodID: podID}
+	return enforce.Subject{ID: ctr.GetId(), Name: ctr.GetName(), Pod: podName(pod), PodID: podID}
+}
+
+// run plans one container with e and carries the plan out: a container
+// being created (running false) may get an adjustment of its own
+// /dev/shm; a running one (Synchronize) cannot.
+func (p *Plugin) run(e *enforce.Enforcer, pod *api.PodSandbox, ctr *api.Container, running bool) (out Outcome, failure, failClosed error) {
+	_, runtime := p.state()
+	s := subject(pod, ctr)
 	res, err := e.Run(s, nil, func() (enforce.Request, error) {
 		if ctr == nil {
 			return enforce.Request{}, errors.New("the request has no container")
@@ -205,10 +269,13 @@ func (p *Plugin) handle(pod *api.PodSandbox, ctr *api.Container) (out Outcome, f
 		spec := ToSpec(runtime, pod, ctr)
 		return enforce.Request{
 			Container: oci.FromSpec(spec),
-			Dirs:      dirs.ForPod(podID, pod.GetPid(), e.Policy().EngineRoots),
+			Dirs:      dirs.ForPod(s.PodID, pod.GetPid(), e.Policy().EngineRoots),
 			Carry: func(pl oci.Plan) (enforce.Done, error) {
 				if pl.Action != oci.ActionSetSize {
 					return enforce.Done{Skipped: fmt.Sprintf("the NRI plugin does not carry out %q plans: NRI cannot change a pod's IPC namespace, and it adds no /dev/shm to a CRI container", pl.Action)}, nil
+				}
+				if running {
+					return enforce.Done{Skipped: fmt.Sprintf("the container runs with a /dev/shm of its own, which NRI cannot change: gpurun resize --cri %s %s grows it", ctr.GetId(), policy.FormatSize(pl.Size))}, nil
 				}
 				adj, err := Adjustment(spec, pl)
 				if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 const (
@@ -424,6 +425,65 @@ func TestEngineNamesThePodsTmpfs(t *testing.T) {
 			}
 			if !strings.Contains(r.log.String(), `"refused":true`) || !strings.Contains(r.log.String(), `"pod_id":"`+testPod+`"`) {
 				t.Errorf("log %s: want the refusal with the pod", r.log.String())
+			}
+		})
+	}
+}
+
+// TestSynchronize: at registration the plugin grows the pod tmpfs of each
+// running GPU container created without it, reports only what it grew,
+// and never fails the registration.
+func TestSynchronize(t *testing.T) {
+	bindSandbox := &api.Mount{Destination: "/dev/shm", Type: "bind", Source: sandboxShm, Options: []string{"rbind", "rprivate", "rw"}}
+	ownTmpfs := &api.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "mode=1777", "size=65536k"}}
+	ctr := func(id string, state api.ContainerState, env string, m *api.Mount) *api.Container {
+		c := gpuContainer(m)
+		c.Id, c.State, c.Env = id, state, []string{"PATH=/bin", env}
+		return c
+	}
+	gpu, plain := "NVIDIA_VISIBLE_DEVICES=all", "HOME=/root"
+	pods := []*api.PodSandbox{{Id: testPod, Name: "trainer-0", Namespace: "ml"}}
+	tests := []struct {
+		name     string
+		ctrs     []*api.Container
+		growErr  error
+		grows    int    // remounts tried
+		observed int    // containers reported grown
+		log      string // a record the log must hold
+	}{
+		{name: "a running GPU container is grown", ctrs: []*api.Container{ctr("c1", api.ContainerState_CONTAINER_RUNNING, gpu, bindSandbox)},
+			grows: 1, observed: 1, log: "created while the plugin was not connected"},
+		{name: "a plain one is left", ctrs: []*api.Container{ctr("c1", api.ContainerState_CONTAINER_RUNNING, plain, bindSandbox)},
+			log: `"grown":0`},
+		{name: "a stopped GPU container is left", ctrs: []*api.Container{ctr("c1", api.ContainerState_CONTAINER_STOPPED, gpu, bindSandbox)},
+			log: `"running_containers":0`},
+		{name: "a running one with its own tmpfs is only logged", ctrs: []*api.Container{ctr("c1", api.ContainerState_CONTAINER_RUNNING, gpu, ownTmpfs)},
+			log: "gpurun resize --cri c1"},
+		{name: "a failed remount does not fail the registration", ctrs: []*api.Container{ctr("c1", api.ContainerState_CONTAINER_RUNNING, gpu, bindSandbox)},
+			growErr: errors.New("remount refused"), grows: 1, log: `"failed":1`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, failClosed := range []bool{false, true} {
+				r := &recorder{growErr: tt.growErr}
+				pol := policy.Default()
+				pol.FailClosed = failClosed
+				p := r.plugin(pol)
+				var observed []string
+				p.observe = func(s enforce.Subject, res enforce.Result) { observed = append(observed, s.ID) }
+				upd, err := p.Synchronize(context.Background(), pods, tt.ctrs)
+				if err != nil || upd != nil {
+					t.Fatalf("fail_closed %v: Synchronize = %v, %v; want no updates and no error", failClosed, upd, err)
+				}
+				if len(r.grows) != tt.grows || len(observed) != tt.observed {
+					t.Errorf("fail_closed %v: %d remounts, %d observed; want %d, %d", failClosed, len(r.grows), len(observed), tt.grows, tt.observed)
+				}
+				if tt.grows > 0 && r.grows[0].path != sandboxShm {
+					t.Errorf("remounted %s, want the pod's %s", r.grows[0].path, sandboxShm)
+				}
+				if !strings.Contains(r.log.String(), tt.log) {
+					t.Errorf("fail_closed %v: log has no %q:\n%s", failClosed, tt.log, r.log.String())
+				}
 			}
 		})
 	}
