@@ -48,7 +48,7 @@ type corpusLog struct {
 // signatures (want) and the look-alike notes (others), exactly. From
 // issue28DevFrom on are issue #28's development set (issue28Dev), from
 // freshFrom on its fresh set (fresh), then the threads of round 2, of
-// fresh2 and of fresh3. The seeds are the field
+// fresh2, fresh3 and fresh4. The seeds are the field
 // reports this project started from (../shared/seeds); the others are
 // excerpts of the logs quoted in public issue threads, copied as posted
 // (testdata/README.md says which were trimmed).
@@ -222,7 +222,7 @@ var corpus = []corpusLog{
 	{"logs/pynetlogo-53.log", lookAlike, "host OOM", "https://github.com/quaquel/pyNetLogo/issues/53 (the VM ran out of memory: the OOM killer)", nil, nil},
 	{"logs/pytorch-biggraph-243.log", lookAlike, "PyTorch", "https://github.com/facebookresearch/PyTorch-BigGraph/issues/243 (EMFILE: the open-files limit)", nil, []string{"too-many-open-files"}},
 	{"logs/qaconv-19.log", lookAlike, "host OOM", "https://github.com/ShengcaiLiao/QAConv/issues/19 (host RAM exhausted: a global OOM kill)", nil, []string{"worker-killed"}},
-	{"logs/ray-1315.log", lookAlike, "huge pages", "https://github.com/ray-project/ray/issues/1315 (hugetlbfs for the Plasma store: nr_hugepages, not /dev/shm)", nil, nil},
+	{"logs/ray-1315.log", lookAlike, "huge pages", "https://github.com/ray-project/ray/issues/1315 (hugetlbfs for the Plasma store: nr_hugepages, not /dev/shm)", nil, []string{"mmap-enomem"}},
 	{"logs/rtx-1680.log", lookAlike, "host OOM", "https://github.com/RTXteam/RTX/issues/1680 (the memory cgroup's OOM killer)", nil, nil},
 	{"logs/snabb-366.log", lookAlike, "System V shm", "https://github.com/snabbco/snabb/issues/366 (shmget EINVAL: kernel.shmmax below a 1 GB huge page)", nil, nil},
 	{"logs/ucx-3023.log", lookAlike, "System V shm", "https://github.com/openucx/ucx/issues/3023 (SysV shmget with SHM_HUGETLB refused: a UCX regression)", nil, []string{"sysv-shm-limit"}},
@@ -367,6 +367,73 @@ var corpus = []corpusLog{
 	{"fresh3c/dokku-postgres-150.log", lookAlike, "PostgreSQL in dokku (Docker)", "https://github.com/dokku/dokku-postgres/issues/150", nil, nil},
 	{"fresh3c/docker-onlyoffice-nextcloud-28.log", lookAlike, "PostgreSQL inside the ONLYOFFICE Docker image", "https://github.com/ONLYOFFICE/docker-onlyoffice-nextcloud/issues/28", nil, nil},
 	{"fresh3c/armbian-build-10014.log", lookAlike, "Python multiprocessing in a Docker build (armbian info-gatherer)", "https://github.com/armbian/build/pull/10014", nil, []string{"too-many-open-files"}},
+
+	// fresh4 (issue #28): 65 threads collected blind by three collectors,
+	// measured with the builds before round 3 and after round 4 (23 and 26
+	// of 32 /dev/shm logs found), development since (round 5); fresh4From
+	// is the index of the first.
+	{"fresh4a/ace-330.log", shmLog, "Beaker (AI2) PyTorch training/inference", "https://github.com/ai2cm/ace/issues/330", []string{"torch-dataloader-bus-error"}, nil},
+	{"fresh4a/flownet2-pytorch-43.log", shmLog, "PyTorch multiprocessing in nvidia-docker", "https://github.com/NVIDIA/flownet2-pytorch/issues/43", []string{"torch-shm-file"}, nil},
+	{"fresh4a/jetbot-302.log", shmLog, "PyTorch DataLoader in the JetBot Jupyter docker container on Jetson Nano", "https://github.com/NVIDIA-AI-IOT/jetbot/issues/302", []string{"torch-dataloader-bus-error"}, nil},
+	{"fresh4a/colabtools-329.log", shmLog, "PyTorch 1.0 preview + fastai v1 on Google Colab", "https://github.com/googlecolab/colabtools/issues/329", []string{"torch-dataloader-bus-error"}, nil},
+	{"fresh4a/tutorials-5.log", shmLog, "PyTorch tutorials gallery build on Jenkins (CI docker)", "https://github.com/goodlux/tutorials/pull/5", []string{"torch-dataloader-bus-error"}, nil},
+	{"fresh4a/kubeflow-2522.log", shmLog, "PyTorch + fastai in a Kubeflow Jupyter notebook pod", "https://github.com/kubeflow/kubeflow/issues/2522", []string{"torch-shm-file"}, nil},
+	{"fresh4a/codalab-worksheets-3742.log", shmLog, "multi-GPU, multi-worker PyTorch DataLoader in CodaLab Worksheets (docker)", "https://github.com/codalab/codalab-worksheets/issues/3742", []string{"torch-dataloader-bus-error"}, nil},
+	{"fresh4a/megatron-llm-70.log", shmLog, "epfLLM Megatron-LLM weight sharding (\"Getting started\"), 8x A100 in docker", "https://github.com/epfLLM/Megatron-LLM/issues/70", []string{"sigbus"}, nil},
+	{"fresh4a/fengshenbang-lm-129.log", shmLog, "IDEA-CCNL Fengshenbang-LM classification fine-tuning in a container (thread in Chinese)", "https://github.com/IDEA-CCNL/Fengshenbang-LM/issues/129", []string{"sigbus"}, nil},
+	{"fresh4a/gongjiyun-fluxmusic-shm.log", shmLog, "FluxMusic (PyTorch) training on 共绩云 (Gongji cloud) GPU hosts — vendor troubleshooting page built on a beta user's report (Chinese)", "https://www.gongjiyun.com/docs/server/t3uzwbfzxiv3wvkckkdccnw7nob/ijubw8vdoigr40k9b4lcjx9cnce", []string{"torch-dataloader-bus-error"}, nil},
+	{"fresh4a/cortex-2115.log", shmLog, "PyTorch DataLoader workers in a Cortex TaskAPI job (Kubernetes)", "https://github.com/cortexlabs/cortex/issues/2115", []string{"torch-dataloader-bus-error"}, nil},
+	{"fresh4a/cloudml-samples-451.log", shmLog, "PyTorch custom container on Google AI Platform Training (gcloud)", "https://github.com/GoogleCloudPlatform/cloudml-samples/issues/451", []string{"torch-dataloader-bus-error"}, nil},
+	{"fresh4a/sd-scripts-1790.log", lookAlike, "kohya-ss sd-scripts (Stable Diffusion LoRA training), DataLoader workers", "https://github.com/kohya-ss/sd-scripts/issues/1790", nil, []string{"mmap-enomem"}},
+	{"fresh4a/vllm-49778.log", lookAlike, "vLLM serving gpt-oss-120b, ROCm 7.14 / Triton 3.7.1 on AMD gfx950", "https://github.com/vllm-project/vllm/issues/49778", nil, []string{"gpu-shared-memory"}},
+	{"fresh4a/intel-xpu-backend-for-triton-890.log", lookAlike, "Triton (Intel XPU backend) unit tests on an Arc A770 dGPU", "https://github.com/intel/intel-xpu-backend-for-triton/issues/890", nil, []string{"gpu-shared-memory"}},
+	{"fresh4a/pyllama-40.log", lookAlike, "pyllama 8-bit quantization of LLaMA-7B (loading HF checkpoint shards) under WSL", "https://github.com/henrywoo/pyllama/issues/40", nil, nil},
+	{"fresh4a/textgen-440.log", lookAlike, "text-generation-webui loading a GPT-J/pygmalion model (comment from an Amazon Linux host)", "https://github.com/oobabooga/textgen/issues/440", nil, []string{"worker-killed"}},
+	{"fresh4a/llm-c-106.log", lookAlike, "karpathy/llm.c GPT-2 training (train_gpt2.cu) on an RTX A5500", "https://github.com/karpathy/llm.c/issues/106", nil, []string{"gpu-shared-memory"}},
+	{"fresh4a/cunn-271.log", lookAlike, "Torch7 (Lua) cunn/cutorch running openface on a Jetson TK1", "https://github.com/torch/cunn/issues/271", nil, []string{"gpu-shared-memory"}},
+	{"fresh4b/oracle-docker-images-1302.log", shmLog, "Oracle Database in Docker", "https://github.com/oracle/docker-images/issues/1302", []string{"oracle-shm-noexec"}, nil},
+	{"fresh4b/oracle-docker-images-2198.log", shmLog, "Oracle Database container under lima/nerdctl on macOS", "https://github.com/oracle/docker-images/issues/2198", []string{"shm-mention-denied"}, nil},
+	{"fresh4b/oracle-docker-images-223.log", shmLog, "Oracle 12c EE (internal JVM) in Docker", "https://github.com/oracle/docker-images/issues/223", []string{"shared-memory-error"}, nil},
+	{"fresh4b/docker-wine-steam-12.log", shmLog, "Wine/Steam with PulseAudio in Docker", "https://github.com/webanck/docker-wine-steam/issues/12", []string{"shm-mention-missing"}, nil},
+	{"fresh4b/sourcegraph-24146.log", shmLog, "PostgreSQL (code insights DB) on Kubernetes", "https://github.com/sourcegraph/sourcegraph-public-snapshot/issues/24146", []string{"postgres-dsm-resize"}, nil},
+	{"fresh4b/govuk-knowledge-graph-gcp-257.log", shmLog, "PostgreSQL in a GCP VM container (batch pipeline)", "https://github.com/alphagov/govuk-knowledge-graph-gcp/pull/257", []string{"postgres-dsm-resize"}, nil},
+	{"fresh4b/inflexa-391.log", shmLog, "Puppeteer/Chromium full-page capture in a podman container", "https://github.com/inflexa-ai/inflexa/issues/391", []string{"chromium-shm-crash"}, nil},
+	{"fresh4b/adagram-jl-28.log", shmLog, "Julia (AdaGram.jl) in a Docker container", "https://github.com/sbos/AdaGram.jl/issues/28", []string{"sigbus"}, nil},
+	{"fresh4b/docker-seleniarm-71.log", shmLog, "Selenium Grid (seleniarm node-chromium) as GitLab CI services, WebdriverIO", "https://github.com/seleniumhq-community/docker-seleniarm/issues/71", []string{"chromium-shm-crash"}, nil},
+	{"fresh4b/alo7-rebirth-6.log", shmLog, "Chrome 81 screen recording service (rebirth) in Docker", "https://github.com/alo7/rebirth/issues/6", []string{"chromium-shm-crash"}, nil},
+	{"fresh4b/envoy-4235.log", shmLog, "Envoy proxy (hot-restart shared memory) in the Istio CI test suite", "https://github.com/envoyproxy/envoy/issues/4235", []string{"sigbus"}, nil},
+	{"fresh4b/matrix-docker-ansible-deploy-1362.log", shmLog, "PostgreSQL container (systemd unit) of a Matrix server deployment, manual VACUUM", "https://github.com/spantaleev/matrix-docker-ansible-deploy/issues/1362", []string{"shared-memory-error"}, nil},
+	{"fresh4b/docker-mtgo-1.log", lookAlike, "Wine/X11 MIT-SHM in Docker", "https://github.com/pauleve/docker-mtgo/issues/1", []string{"shared-memory-error"}, nil},
+	{"fresh4b/bambustudio-1638.log", lookAlike, "X11 MIT-SHM GUI app in Docker", "https://github.com/bambulab/BambuStudio/pull/1638", nil, nil},
+	{"fresh4b/osrf-docker-images-21.log", lookAlike, "ROS/Qt GUI (rqt) X11 in Docker", "https://github.com/osrf/docker_images/issues/21", nil, nil},
+	{"fresh4b/jessfraz-dockerfiles-359.log", lookAlike, "X11 GUI apps in Docker (gimp)", "https://github.com/jessfraz/dockerfiles/issues/359", []string{"shared-memory-error"}, nil},
+	{"fresh4b/chronicle-queue-1282.log", lookAlike, "Java Chronicle Queue benchmark in CI", "https://github.com/OpenHFT/Chronicle-Queue/issues/1282", nil, nil},
+	{"fresh4b/chronicle-queue-605.log", lookAlike, "Java Chronicle Queue (MappedByteBuffer) in Docker", "https://github.com/OpenHFT/Chronicle-Queue/issues/605", []string{"sigbus"}, nil},
+	{"fresh4b/oracle-docker-images-2224.log", lookAlike, "Oracle Database 12.2 in Docker (creating PDBs)", "https://github.com/oracle/docker-images/issues/2224", []string{"shared-memory-error"}, nil},
+	{"fresh4b/docker-firefox-77.log", lookAlike, "Firefox in Docker (jlesage/firefox)", "https://github.com/jlesage/docker-firefox/issues/77", nil, nil},
+	{"fresh4b/pgbackrest-auto-11.log", lookAlike, "PostgreSQL pg_dump in a backup-validation job", "https://github.com/vitabaks/pgbackrest_auto/issues/11", nil, []string{"postgres-lock-table"}},
+	{"fresh4b/runner-images-527.log", lookAlike, "PostgreSQL in GitHub Actions (Rails tests)", "https://github.com/actions/runner-images/issues/527", nil, []string{"postgres-lock-table"}},
+	{"fresh4b/uyuni-8098.log", lookAlike, "PostgreSQL in the Uyuni server container", "https://github.com/uyuni-project/uyuni/pull/8098", []string{"shm-mention-missing"}, nil},
+	{"fresh4b/cloudfoundry-postgres-release-73.log", lookAlike, "PostgreSQL BOSH release on Jammy stemcells (Cloud Foundry CI)", "https://github.com/cloudfoundry/postgres-release/issues/73", []string{"shm-mention-missing"}, nil},
+	{"fresh4b/daml-6530.log", lookAlike, "PostgreSQL under Bazel on macOS CI nodes", "https://github.com/digital-asset/daml/pull/6530", nil, []string{"sysv-shm-limit"}},
+	{"fresh4b/linuxdeploy-41.log", lookAlike, "PostgreSQL in a Linux Deploy chroot on Android", "https://github.com/meefik/linuxdeploy/issues/41", nil, []string{"sysv-shm-limit"}},
+	{"fresh4b/stimela-classic-737.log", lookAlike, "Stimela radio-astronomy pipeline running wsclean in Docker", "https://github.com/ratt-ru/Stimela-classic/issues/737", nil, nil},
+	{"fresh4b/jailed-30.log", lookAlike, "Selenium + headless Chrome on Travis CI (Maven build)", "https://github.com/asvd/jailed/issues/30", []string{"chromium-shm-crash"}, nil},
+	{"fresh4c/cudf-spark-6572.log", shmLog, "Spark RAPIDS shuffle / UCX (jucx) on Kubernetes", "https://github.com/NVIDIA/cudf-spark/issues/6572", []string{"ucx-no-resources"}, nil},
+	{"fresh4c/v6d-574.log", shmLog, "vineyard (v6d) shared-memory object store as Airflow XCom in docker-compose", "https://github.com/v6d-io/v6d/issues/574", []string{"sigbus"}, nil},
+	{"fresh4c/ray-14616.log", shmLog, "Ray (object store) in a Docker/Airflow container", "https://github.com/ray-project/ray/issues/14616", []string{"ray-object-store-shm"}, nil},
+	{"fresh4c/kuberay-201.log", shmLog, "KubeRay (Ray on Kubernetes)", "https://github.com/ray-project/kuberay/issues/201", []string{"ray-object-store-shm"}, nil},
+	{"fresh4c/triton-server-2296.log", shmLog, "Triton Inference Server client SDK container (system shared memory)", "https://github.com/triton-inference-server/server/issues/2296", []string{"shared-memory-error"}, nil},
+	{"fresh4c/horovod-300.log", lookAlike, "Horovod + Open MPI (vader CMA) in Docker", "https://github.com/horovod/horovod/issues/300", nil, []string{"cross-process-memory"}},
+	{"fresh4c/insightface-1284.log", lookAlike, "Horovod (horovodrun) + Open MPI in Docker", "https://github.com/deepinsight/insightface/issues/1284", nil, []string{"cross-process-memory"}},
+	{"fresh4c/shmem4py-28.log", lookAlike, "MPICH + libfabric/PSM3 (OpenSHMEM via oshmpi) in a Fedora container", "https://github.com/mpi4py/shmem4py/pull/28", nil, nil},
+	{"fresh4c/grid-438.log", lookAlike, "Grid (lattice QCD, MPI) `Benchmark_ITT`", "https://github.com/paboyle/Grid/issues/438", []string{"shared-memory-error"}, nil},
+	{"fresh4c/cudf-spark-7632.log", lookAlike, "Spark RAPIDS UCX shuffle (RDMA) in containers", "https://github.com/NVIDIA/cudf-spark/pull/7632", nil, nil},
+	{"fresh4c/ompi-7308.log", lookAlike, "Open MPI 3.1 vader BTL", "https://github.com/open-mpi/ompi/issues/7308", []string{"shared-memory-error"}, nil},
+	{"fresh4c/athenapk-14.log", lookAlike, "Open MPI 4.1 on macOS (AthenaPK run)", "https://github.com/parthenon-hpc-lab/athenapk/issues/14", []string{"shm-mention-missing"}, nil},
+	{"fresh4c/rcps-buildscripts-337.log", lookAlike, "Open MPI 3.1 on a Slurm/SGE HPC cluster (UCL)", "https://github.com/UCL-ARC/rcps-buildscripts/issues/337", []string{"shared-memory-error"}, nil},
+	{"fresh4c/homer-939.log", lookAlike, "DuckDB embedded in the homer11 Docker container", "https://github.com/sipcapture/homer/issues/939", nil, nil},
+	{"fresh4c/kedro-plugins-1170.log", lookAlike, "PySpark `toPandas()` via Apache Arrow inside Docker (kedro-docker CI)", "https://github.com/kedro-org/kedro-plugins/issues/1170", nil, nil},
 }
 
 // Minimum recall on the /dev/shm logs, and most false findings allowed on
@@ -470,7 +537,7 @@ func TestCorpusListed(t *testing.T) {
 	for _, o := range outsideCorpus {
 		listed[o.file] = true
 	}
-	for _, dir := range []string{"seeds", "logs", "fresh2", "fresh3a", "fresh3b", "fresh3c"} {
+	for _, dir := range []string{"seeds", "logs", "fresh2", "fresh3a", "fresh3b", "fresh3c", "fresh4a", "fresh4b", "fresh4c"} {
 		ents, err := os.ReadDir(filepath.Join("testdata", dir))
 		if err != nil {
 			t.Fatal(err)

@@ -228,8 +228,14 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "mpi",
-			Keywords: []string{"mpirun", "mpiexec", "mpi_", "libmpi", "openmpi", "open mpi", "ompi", "mpich", "intel mpi", "mca_", "vader", "hydra_", "bad termination", "libfabric",
+			Keywords: []string{"mpirun", "mpiexec", "mpi_", "libmpi", "openmpi", "open mpi", "mpich", "intel mpi", "mca_", "vader", "hydra_", "bad termination", "libfabric",
 				"shmem: mmap", "shmem: posix", "mpl_shm", "mpidu_", "mpiu_shmw", "psm2"},
+		},
+		// Open MPI's own prefix, not the "ompi" in "compiled".
+		{
+			Marks: []string{MarkContext}, Ecosystem: "mpi",
+			Keywords: []string{"ompi"},
+			Pattern:  re(`(?:^|[^a-z])ompi(?:[^a-z]|$)`),
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "ucx",
@@ -252,7 +258,7 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "chromium",
-			Keywords: []string{"chrom", "selenium", "puppeteer", "playwright", "electron", "cypress", "webdriver", "tab crashed", "page crash"},
+			Keywords: []string{"chrome", "chromium", "selenium", "puppeteer", "playwright", "electron", "cypress", "webdriver", "tab crashed", "page crash"},
 		},
 		{
 			Marks: []string{MarkContext}, Ecosystem: "triton",

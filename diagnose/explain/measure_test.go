@@ -35,10 +35,11 @@ func fresh() []thread { return threads(corpus[freshFrom:round2From]) }
 // set's misses: the entries of corpus from round2From to fresh2From.
 func round2() []thread { return threads(corpus[round2From:fresh2From]) }
 
-// fresh2Set and fresh3Set are the blind sets fresh2 and fresh3, whole:
+// fresh2Set, fresh3Set and fresh4Set are the blind sets, whole:
 // their entries in corpus and their logs outside it (outsideCorpus).
 func fresh2Set() []thread { return blindSet(corpus[fresh2From:fresh3From], "fresh2/") }
-func fresh3Set() []thread { return blindSet(corpus[fresh3From:], "fresh3") }
+func fresh3Set() []thread { return blindSet(corpus[fresh3From:fresh4From], "fresh3") }
+func fresh4Set() []thread { return blindSet(corpus[fresh4From:], "fresh4") }
 
 // blindSet is entries and the logs of outsideCorpus whose file starts
 // with prefix.
@@ -68,6 +69,12 @@ var outsideCorpus = []struct {
 		"PyTorch's own \"killed by signal: Bus error ... out of shared memory\" (certain by its signature); the label rests on a maintainer's guess of host RAM with no follow-up (weak), and a full tmpfs, not RAM, is what gives SIGBUS"},
 	{thread{"fresh3b/siomiz-chrome-15.log", shmLog, "Chrome (desktop) in Docker", "https://github.com/siomiz/chrome/issues/15"},
 		"the excerpt stops before the crash: only Chrome's D-Bus errors at start-up are in it"},
+	{thread{"fresh4a/gluon-cv-504.log", shmLog, "MXNet/GluonCV SSD training, gluon DataLoader num_workers=6, in docker", "https://github.com/dmlc/gluon-cv/issues/504"},
+		"the posted output is a hang: the reporter's own debug prints, no error at all"},
+	{thread{"fresh4a/xpk-965.log", shmLog, "TorchTitan on GKE launched with XPK (torchrun / torchelastic)", "https://github.com/AI-Hypercomputer/xpk/pull/965"},
+		"the excerpt is torch elastic's summary of an exit code 1; the No space left on device it reported is not in the part stored"},
+	{thread{"fresh4b/d2-docker-97.log", shmLog, "DHIS2 (Java) with its PostgreSQL container in docker-compose", "https://github.com/EyeSeeTea/d2-docker/pull/97"},
+		"a Java RuntimeException of the application above the database; nothing names the database's error"},
 }
 
 // The indexes in corpus of the first entry of issue #28's development
@@ -79,6 +86,7 @@ const (
 	round2From     = 153
 	fresh2From     = 164
 	fresh3From     = 196
+	fresh4From     = 273
 )
 
 // threads are corpus entries as labelled threads.
@@ -101,6 +109,7 @@ func TestCorpusSets(t *testing.T) {
 		{round2From, "logs/liboauth2-18.log"},
 		{fresh2From, "fresh2/protenix-2.log"},
 		{fresh3From, "fresh3a/llm-d-352.log"},
+		{fresh4From, "fresh4a/ace-330.log"},
 	} {
 		if s.at >= len(corpus) || corpus[s.at].file != s.file {
 			t.Errorf("corpus[%d] is not %s", s.at, s.file)
@@ -205,6 +214,7 @@ func TestMeasureNewThreads(t *testing.T) {
 		{"threads found for round 2's rules", round2(), 11},
 		{"fresh2 (measured blind: 14 of 17 found; development since)", fresh2Set(), 33},
 		{"fresh3 (measured blind: 37 of 42 found before and after round 3; development since)", fresh3Set(), 80},
+		{"fresh4 (measured blind: 23 of 32 found before round 3, 26 after round 4; development since)", fresh4Set(), 65},
 		{"held-out threads", heldOut, 20},
 	} {
 		if len(set.threads) < set.min {

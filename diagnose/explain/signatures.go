@@ -168,6 +168,10 @@ func crossProcessKeywords() []string {
 	return []string{"vm_readv", "vm_writev", "-1, expected", "/proc/"}
 }
 
+// mmapENOMEM is an mmap(2) that failed with ENOMEM: a mapping refused
+// (vm.max_map_count, the address space), not a full tmpfs.
+const mmapENOMEM = `\bunable to mmap\b.*(?:Cannot allocate memory|ENOMEM)|\bmmap\w*(?:\(\))?:? (?:failed|error)\b.*(?:Cannot allocate memory|ENOMEM)`
+
 // otherSharedMemory names the memories called shared that are not
 // /dev/shm: the GPU's on-chip shared memory and launch limits, System V
 // segments, PostgreSQL's lock table; and the other reasons a line may
@@ -522,6 +526,20 @@ func signatures() []Signature {
 			Patterns: []*regexp.Regexp{re(`(?i)ORA-00845|MEMORY_TARGET not supported on this system`)},
 		},
 		{
+			ID:         "oracle-shm-noexec",
+			Title:      "Oracle Database may not map native code from /dev/shm (noexec)",
+			Confidence: Likely,
+			Kind:       KindPermission,
+			Evidence:   []Evidence{EvidenceMessage},
+			Cause: "Oracle maps natively compiled PL/SQL and parts of its SGA from files in /dev/shm with execute rights; engines mount a container's " +
+				"/dev/shm noexec, so the mmap fails with errno 1 (Operation not permitted): ORA-00600 [pesldl03_MMap], ORA-04030 or ORA-07445 around it.",
+			Fix: "Mount /dev/shm without noexec for the database container (docker run --mount type=tmpfs,destination=/dev/shm,tmpfs-mode=1777,tmpfs-size=SIZE " +
+				"is exec by default; Kubernetes' Memory emptyDir is too), or set plsql_code_type=INTERPRETED." + fixNotGPU,
+			NoSize:   "not a size problem",
+			Keywords: []string{"pesldl03_mmap"},
+			Patterns: []*regexp.Regexp{re(`(?i)pesldl03_MMap: errno 1\b`)},
+		},
+		{
 			ID:         "triton-shm-region",
 			Title:      "Triton's Python backend could not set up its shared-memory region",
 			Confidence: Likely,
@@ -553,14 +571,16 @@ func signatures() []Signature {
 			Fix:    "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
 			NoSize: "the message does not say how much; Chromium's own advice is 1-2 GiB",
 			Keywords: []string{"memory.cc", "page crash", "tab crashed", "render", "unexpected number of handles", "target crashed",
-				"not reachable", "has disconnected", "marionette", "devtoolsactiveport", "aw, snap", "process gone", "process-gone"},
+				"not reachable", "has disconnected", "marionette", "devtoolsactiveport", "aw, snap", "process gone", "process-gone", "capture screenshot"},
 			Patterns: []*regexp.Regexp{
 				re(`FATAL:memory\.cc\(\d+\)\] Out of memory\. size=`),
 				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|\brender(?:er)?(?: process)? (?:has |had |just )?(?:crashed|died|gone away)\b`),
 				// The browser process itself died, as its driver reports it:
 				// Chrome's DevTools, chromedriver, Puppeteer, geckodriver.
 				re(`(?i)\bTarget crashed\b|chrome not reachable|browser has disconnected|Failed to decode response from marionette|` +
-					`DevToolsActivePort file doesn't exist|\bAw, Snap\b|render(?:er)?[- ]process[- ]gone`),
+					`DevToolsActivePort file doesn't exist|\bAw, Snap\b|render(?:er)?[- ]process[- ]gone|` +
+					// A frame the compositor could not produce.
+					`Unable to capture screenshot`),
 				// Mojo's broker (broker_posix.cc) got no handle for the
 				// shared-memory region it asked the browser for; Windows'
 				// broker says "... in broker message", and has no /dev/shm.
@@ -594,7 +614,9 @@ func signatures() []Signature {
 			Fix:      "Give the container room in /dev/shm (see Fix), or see the ucx step; ucx_info -d lists the transports UCX sees.",
 			NoSize:   "the message does not say how much",
 			Keywords: []string{"no resources are available to initiate"},
-			Patterns: []*regexp.Regexp{re(`(?i)\bucx\b.*No resources are available to initiate the operation|No resources are available to initiate the operation.*\bucx\b`)},
+			// UCX's name anywhere on the line: its own records, JUCX's
+			// UcxException, a ucx_ frame.
+			Patterns: []*regexp.Regexp{re(`(?i)ucx.*No resources are available to initiate the operation|No resources are available to initiate the operation.*ucx`)},
 		},
 		{
 			ID:         "shm-df-full",
@@ -622,9 +644,10 @@ func signatures() []Signature {
 			NoSize:     "the lines do not say how much",
 			Both:       [2]string{MarkShm, MarkSpace},
 			BothWithin: 3,
-			// dockerd out of mount slots, and the GPU's own memory.
-			Unless:         re(`(?i)\bmounting\b|CUDA out of memory|CUDA error: out of memory`),
-			UnlessKeywords: []string{"mounting", "out of memory"},
+			// dockerd out of mount slots, the GPU's own memory, and an mmap
+			// refused for want of mappings (mmap-enomem).
+			Unless:         re(`(?i)\bmounting\b|CUDA out of memory|CUDA error: out of memory|` + mmapENOMEM),
+			UnlessKeywords: []string{"mounting", "out of memory", "mmap"},
 		},
 		{
 			ID:         "shm-mention-denied",
@@ -837,6 +860,19 @@ func signatures() []Signature {
 			NoSize:   notShm,
 			Keywords: []string{"shared memory broadcast block"},
 			Patterns: []*regexp.Regexp{re(`(?i)No available shared memory broadcast block found in \d+ seconds?`)},
+		},
+		{
+			ID:    "mmap-enomem",
+			Title: "mmap refused with ENOMEM: the process's mappings or address space, not /dev/shm's room",
+			Kind:  KindOther,
+			Cause: "mmap(2) itself failed with Cannot allocate memory (ENOMEM): the process reached vm.max_map_count (each shared tensor, " +
+				"each memory-mapped file is one mapping) or its address-space limit (ulimit -v), or overcommit refused it. A full /dev/shm does not fail " +
+				"mmap: it fails the write that fills a page (SIGBUS) or the allocation of the file (No space left on device).",
+			Fix: "sysctl vm.max_map_count (a few times its 65530 default; kubelet's allowed sysctls or a privileged init container in Kubernetes), " +
+				"ulimit -v unlimited, or keep fewer tensors shared at once.",
+			NoSize:   notShm,
+			Keywords: []string{"mmap"},
+			Patterns: []*regexp.Regexp{re(`(?i)` + mmapENOMEM)},
 		},
 		{
 			ID:    "gpu-shared-memory",
