@@ -128,7 +128,7 @@ var vocabulary = sync.OnceValue(func() []markDef {
 		{
 			Marks: []string{MarkShm, MarkContext, MarkSegment},
 			Keywords: []string{"shm_open", "shm_unlink", "posix shm", "posix shared memory", "nccl-shm", "triton_python_backend_shm",
-				"mm_posix", "md posix", "posix/memory", "ucx_shm_posix", "intel_mpi_", "vader_segment", "sm_segment", "shmem: mmap",
+				"mm_posix", "md posix", "posix/memory", "ucx_shm_posix", "mm_iface", "uct_mm_", "intel_mpi_", "vader_segment", "sm_segment", "shmem: mmap",
 				"shmem: posix", "shmem_mmap", "shmem_posix", "mpl_shm", "mpidu_shm", "mpidu_init_shm", "mpiu_shmw", "mpidi_ch3i_seg", "psm2_shm"},
 		},
 		{
@@ -206,6 +206,13 @@ var vocabulary = sync.OnceValue(func() []markDef {
 			Marks: []string{MarkDenied},
 			Keywords: []string{"permission denied", "eacces", "operation not permitted", "eperm", "read-only file system", "erofs",
 				"[errno 13]", "[errno 30]", "lack of access"},
+		},
+		// A security module's refusal: AppArmor's and SELinux's audit
+		// records.
+		{
+			Marks:    []string{MarkDenied},
+			Keywords: []string{"apparmor=", "avc:"},
+			Pattern:  re(`apparmor="denied"|\bavc:\s+denied\b`),
 		},
 		{
 			Marks:    []string{MarkDenied},

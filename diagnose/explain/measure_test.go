@@ -35,11 +35,12 @@ func fresh() []thread { return threads(corpus[freshFrom:round2From]) }
 // set's misses: the entries of corpus from round2From to fresh2From.
 func round2() []thread { return threads(corpus[round2From:fresh2From]) }
 
-// fresh2Set, fresh3Set and fresh4Set are the blind sets, whole:
+// fresh2Set to fresh5Set are the blind sets, whole:
 // their entries in corpus and their logs outside it (outsideCorpus).
 func fresh2Set() []thread { return blindSet(corpus[fresh2From:fresh3From], "fresh2/") }
 func fresh3Set() []thread { return blindSet(corpus[fresh3From:fresh4From], "fresh3") }
-func fresh4Set() []thread { return blindSet(corpus[fresh4From:], "fresh4") }
+func fresh4Set() []thread { return blindSet(corpus[fresh4From:fresh5From], "fresh4") }
+func fresh5Set() []thread { return blindSet(corpus[fresh5From:], "fresh5") }
 
 // blindSet is entries and the logs of outsideCorpus whose file starts
 // with prefix.
@@ -75,6 +76,12 @@ var outsideCorpus = []struct {
 		"the excerpt is torch elastic's summary of an exit code 1; the No space left on device it reported is not in the part stored"},
 	{thread{"fresh4b/d2-docker-97.log", shmLog, "DHIS2 (Java) with its PostgreSQL container in docker-compose", "https://github.com/EyeSeeTea/d2-docker/pull/97"},
 		"a Java RuntimeException of the application above the database; nothing names the database's error"},
+	{thread{"fresh5a/deepspeed-4000.log", shmLog, "DeepSpeed launcher (ChatGLM2-6B fine-tune), Docker", "https://github.com/deepspeedai/DeepSpeed/issues/4000"},
+		"the excerpt stops inside the launcher's argument list, before the exit code it reports"},
+	{thread{"fresh5b/frigate-528.log", shmLog, "NVR / ffmpeg video (Frigate) in Docker", "https://github.com/blakeblackshear/frigate/issues/528"},
+		"the tail of a Python faulthandler dump: the \"Fatal Python error: Bus error\" header above the frames is not in the excerpt"},
+	{thread{"fresh5c/ray-16342.log", shmLog, "Ray Core (plasma object store)", "https://github.com/ray-project/ray/issues/16342"},
+		"the raylet died of SIGSEGV in plasma's allocator; SIGSEGV is a look-alike's signal, and nothing else names /dev/shm"},
 }
 
 // The indexes in corpus of the first entry of issue #28's development
@@ -87,6 +94,7 @@ const (
 	fresh2From     = 164
 	fresh3From     = 196
 	fresh4From     = 273
+	fresh5From     = 335
 )
 
 // threads are corpus entries as labelled threads.
@@ -110,6 +118,7 @@ func TestCorpusSets(t *testing.T) {
 		{fresh2From, "fresh2/protenix-2.log"},
 		{fresh3From, "fresh3a/llm-d-352.log"},
 		{fresh4From, "fresh4a/ace-330.log"},
+		{fresh5From, "fresh5a/vllm-1393.log"},
 	} {
 		if s.at >= len(corpus) || corpus[s.at].file != s.file {
 			t.Errorf("corpus[%d] is not %s", s.at, s.file)
@@ -215,6 +224,7 @@ func TestMeasureNewThreads(t *testing.T) {
 		{"fresh2 (measured blind: 14 of 17 found; development since)", fresh2Set(), 33},
 		{"fresh3 (measured blind: 37 of 42 found before and after round 3; development since)", fresh3Set(), 80},
 		{"fresh4 (measured blind: 23 of 32 found before round 3, 26 after round 4; development since)", fresh4Set(), 65},
+		{"fresh5 (measured blind: 6 of 14 found before round 3, 8 after rounds 4 and 5; development since)", fresh5Set(), 37},
 		{"held-out threads", heldOut, 20},
 	} {
 		if len(set.threads) < set.min {

@@ -571,7 +571,7 @@ func signatures() []Signature {
 			Fix:    "Give the container 1-2 GiB of /dev/shm (see Fix), or launch Chromium with --disable-dev-shm-usage (see the chromium step for its cost).",
 			NoSize: "the message does not say how much; Chromium's own advice is 1-2 GiB",
 			Keywords: []string{"memory.cc", "page crash", "tab crashed", "render", "unexpected number of handles", "target crashed",
-				"not reachable", "has disconnected", "marionette", "devtoolsactiveport", "aw, snap", "process gone", "process-gone", "capture screenshot"},
+				"not reachable", "has disconnected", "marionette", "devtoolsactiveport", "aw, snap", "process gone", "process-gone", "capture screenshot", "err_insufficient_resources"},
 			Patterns: []*regexp.Regexp{
 				re(`FATAL:memory\.cc\(\d+\)\] Out of memory\. size=`),
 				re(`(?i)session deleted because of page crash|from tab crashed|Page crashed!|\brender(?:er)?(?: process)? (?:has |had |just )?(?:crashed|died|gone away)\b`),
@@ -579,8 +579,9 @@ func signatures() []Signature {
 				// Chrome's DevTools, chromedriver, Puppeteer, geckodriver.
 				re(`(?i)\bTarget crashed\b|chrome not reachable|browser has disconnected|Failed to decode response from marionette|` +
 					`DevToolsActivePort file doesn't exist|\bAw, Snap\b|render(?:er)?[- ]process[- ]gone|` +
-					// A frame the compositor could not produce.
-					`Unable to capture screenshot`),
+					// A frame the compositor could not produce; a resource the
+					// network service had no shared memory for.
+					`Unable to capture screenshot|net::ERR_INSUFFICIENT_RESOURCES`),
 				// Mojo's broker (broker_posix.cc) got no handle for the
 				// shared-memory region it asked the browser for; Windows'
 				// broker says "... in broker message", and has no /dev/shm.
