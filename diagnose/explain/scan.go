@@ -351,17 +351,15 @@ func lower(c byte) byte {
 func (s *scanner) keys(text []byte) (m kwset) {
 	l := slices.Grow(s.lower[:0], len(text))[:len(text)]
 	s.lower = l
+	for j, c := range text {
+		l[j] = lower(c)
+	}
 	if len(text) < 3 {
-		for j, c := range text {
-			l[j] = lower(c)
-		}
 		return m
 	}
-	l[0], l[1] = lower(text[0]), lower(text[1])
 	h := (uint(l[0])<<5 ^ uint(l[1])) & 0x7fff
-	for j := 2; j < len(text); j++ {
-		c := lower(text[j])
-		l[j] = c
+	for j := 2; j < len(l); j++ {
+		c := l[j]
 		h = (h<<5 ^ uint(c)) & 0x7fff
 		if s.triples[h/64]&(1<<(h%64)) == 0 {
 			continue
@@ -373,7 +371,7 @@ func (s *scanner) keys(text []byte) (m kwset) {
 			for cand != 0 {
 				k := bits.TrailingZeros64(cand)
 				cand &^= 1 << k
-				if hasLowerPrefix(text[i:], s.kw[w*64+k]) {
+				if bytes.HasPrefix(l[i:], s.kw[w*64+k]) {
 					m[w] |= 1 << k
 					s.kwPos[w*64+k] = i
 				}
@@ -395,18 +393,19 @@ func (s *scanner) having(keys kwset, of *[64 * kwWords]uint64) (set uint64) {
 	return set
 }
 
-// hasLowerPrefix reports whether text, in ASCII lower case, starts with
-// kw.
-func hasLowerPrefix(text, kw []byte) bool {
-	if len(kw) > len(text) {
-		return false
-	}
-	for i, c := range kw {
-		if lower(text[i]) != c {
-			return false
+// spans reports whether one of keys, where keys last found it, starts
+// before the byte at and ends after it: a keyword that only the two lines
+// joined there hold (one wholly on either side was seen on its own line).
+func (s *scanner) spans(keys kwset, at int) bool {
+	for w := range kwWords {
+		for b := keys[w]; b != 0; b &= b - 1 {
+			k := w*64 + bits.TrailingZeros64(b)
+			if p := s.kwPos[k]; p < at && p+len(s.kw[k]) > at {
+				return true
+			}
 		}
 	}
-	return true
+	return false
 }
 
 // run reads r to its end, a line at a time.
@@ -537,8 +536,9 @@ func (s *scanner) segment(n int, text []byte) {
 	if s.prevN == n-1 && wrapped(s.prevText) {
 		prev := s.prevText[max(0, len(s.prevText)-joinTail):]
 		cur := text[:min(len(text), joinTail)]
-		s.join = append(append(append(s.join[:0], prev[max(0, len(prev)-s.maxKw+1):]...), ' '), cur[:min(len(cur), s.maxKw-1)]...)
-		if (s.prevTried|tried)&^(s.prevHit|hit) != 0 || !s.keys(s.join).empty() {
+		tail := prev[max(0, len(prev)-s.maxKw+1):]
+		s.join = append(append(append(s.join[:0], tail...), ' '), cur[:min(len(cur), s.maxKw-1)]...)
+		if (s.prevTried|tried)&^(s.prevHit|hit) != 0 || s.spans(s.keys(s.join), len(tail)) {
 			cur = text[logPrefix(text):]
 			cur = cur[:min(len(cur), joinTail)]
 			s.join = append(append(append(s.join[:0], prev...), ' '), cur...)
