@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -452,8 +454,9 @@ func TestDockerDefaultReplacedTwice(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// A stand-in for dockerd: SIGHUP ends it.
-			daemon := exec.Command("sleep", "60")
+			// A stand-in for dockerd: SIGHUP ends it (standInDockerd).
+			daemon := exec.Command(os.Args[0])
+			daemon.Env = append(os.Environ(), standInEnv+"=1")
 			if err := daemon.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -489,5 +492,26 @@ func TestDockerDefaultReplacedTwice(t *testing.T) {
 				t.Errorf("the uninstall does not say dockerd must restart:\n%s", out.String())
 			}
 		})
+	}
+}
+
+// standInEnv makes the test binary a stand-in for dockerd (TestMain).
+const standInEnv = "GPURUN_TEST_STANDIN_DOCKERD"
+
+// TestMain runs the tests, or, with standInEnv set, stands in for dockerd:
+// it waits for SIGHUP and exits 0 (1 after a minute without one). It asks
+// for SIGHUP itself, so a SIGHUP ignored by whatever started the tests
+// (nohup) does not stay ignored, as it would in a sleep(1).
+func TestMain(m *testing.M) {
+	if os.Getenv(standInEnv) == "" {
+		os.Exit(m.Run())
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	select {
+	case <-hup:
+		os.Exit(0)
+	case <-time.After(time.Minute):
+		os.Exit(1)
 	}
 }
