@@ -248,6 +248,17 @@ release_build = -o $2/$1 ./cmd/$1
 $(NFPM):
 	GOBIN=$(@D) CGO_ENABLED=0 $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
+# What the integration tests and e2e build before they run, helm aside
+# (make lint builds it): the tools from the Go module proxy, bin/, nfpm for
+# TestDist, and the PyTorch image's root file system from Debian's
+# packages. .ci/run builds them in the background while make lint runs, so
+# that their downloads and single-threaded links overlap its compiles; each
+# is a no-op once cached.
+.PHONY: test-tools e2e-image
+test-tools: build $(CONTAINERD2_TOOLS) k8s-tools $(COMPOSE_V2) nvidia-toolkit prev-release $(NFPM) e2e-image
+e2e-image:
+	hack/build-torch-image.sh --tarball >/dev/null
+
 dist: $(NFPM)
 	rm -rf $(DIST)
 	set -e; for arch in $(DIST_ARCHES); do for b in $(RELEASE_BINARIES); do \
