@@ -49,8 +49,10 @@ const (
 	// loadPace is the creation rate while a replica is killed or rolled:
 	// slow enough that the pods last until the rollout is over.
 	loadPace = 15 // pods/s
-	// webhookName is the webhook's name in the MutatingWebhookConfiguration.
-	webhookName = "pods.gpurun.io"
+	// refusedFor is how long a client keeps creating a pod the API server
+	// refused because no webhook replica answered (gpu-pods.gpurun.io
+	// fails closed), as a controller would.
+	refusedFor = time.Minute
 	// unscheduled is the scheduler the pods name: none runs.
 	unscheduled = "gpurun-test-unscheduled"
 )
@@ -114,10 +116,7 @@ func (e *multiEnv) installWebhookMulti(t *testing.T) time.Duration {
 	overlay := webhookOverlay(t, c)
 	applyOverlay(t, c, overlay)
 	waitDeployment(t, c)
-	if err := waitUntil(agentTimeout, func() (bool, string) {
-		out, err := c.Kubectl("get", "mutatingwebhookconfiguration", "gpurun", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
-		return err == nil && len(out) > 100, out
-	}); err != nil {
+	if err := waitUntil(agentTimeout, caBundlesSet(c)); err != nil {
 		t.Fatalf("caBundle: %v\n%s", err, c.PodsDump("gpurun-system"))
 	}
 	took := time.Since(start)
@@ -149,6 +148,10 @@ type loadResult struct {
 	sent, done time.Time
 	status     int
 	err        string
+	// refused are the creates the API server refused before this one
+	// because the webhook call failed (failurePolicy Fail), each as when
+	// it was sent and the API server's message.
+	refused []refusal
 	// problem says what is wrong with the admitted pod ("" nothing): a
 	// GPU pod without its sized volume, a plain pod changed.
 	problem string
@@ -251,26 +254,45 @@ func (r *loadRun) remaining() int {
 	return len(r.pods) - r.next
 }
 
-// worker creates pods until none is left.
+// refusal is one create the API server refused because a webhook call
+// failed.
+type refusal struct {
+	sent    time.Time
+	message string
+}
+
+// worker creates pods until none is left. A create the API server refuses
+// because the webhook call failed is sent again, with a growing pause, for
+// up to refusedFor, as a Deployment's or Job's controller does.
 func (r *loadRun) worker(client *http.Client) {
 	for {
 		p, phase := r.take()
 		if p == nil {
 			return
 		}
-		res := loadResult{pod: p, phase: phase, sent: time.Now()}
-		resp, err := client.Post("https://127.0.0.1:6443/api/v1/namespaces/"+r.ns+"/pods", "application/json", bytes.NewReader(p.body))
-		if err != nil {
-			res.err = err.Error()
-		} else {
+		res := loadResult{pod: p, phase: phase}
+		pause, first := 50*time.Millisecond, time.Now()
+		for {
+			res.sent = time.Now()
+			resp, err := client.Post("https://127.0.0.1:6443/api/v1/namespaces/"+r.ns+"/pods", "application/json", bytes.NewReader(p.body))
+			if err != nil {
+				res.err = err.Error()
+				break
+			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			res.status = resp.StatusCode
-			if resp.StatusCode != http.StatusCreated {
-				res.err = strings.TrimSpace(string(body))
-			} else {
+			res.status, res.err = resp.StatusCode, ""
+			if resp.StatusCode == http.StatusCreated {
 				res.problem, res.unsized = r.check(p, body)
+				break
 			}
+			res.err = strings.TrimSpace(string(body))
+			if !strings.Contains(res.err, "failed calling webhook") || time.Since(first) > refusedFor {
+				break
+			}
+			res.refused = append(res.refused, refusal{sent: res.sent, message: res.err})
+			time.Sleep(pause)
+			pause = min(2*pause, 2*time.Second)
 		}
 		res.done = time.Now()
 		r.mu.Lock()
@@ -638,8 +660,21 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	match := map[string]string{"name": webhookName, "operation": "CREATE", "type": "admit"}
+	// The API server's histogram of each entry, and both together.
+	match := func(name string) map[string]string {
+		return map[string]string{"name": name, "operation": "CREATE", "type": "admit"}
+	}
 	const apiHist = "apiserver_admission_webhook_admission_duration_seconds"
+	apiHistOf := func(fams map[string]*dto.MetricFamily, names ...string) histogram {
+		h := histogram{}
+		for _, n := range names {
+			h.add(histogramOf(fams, apiHist, match(n)))
+		}
+		return h
+	}
+	failOpenOf := func(fams map[string]*dto.MetricFamily, name string) float64 {
+		return counterOf(fams, "apiserver_admission_webhook_fail_open_count", map[string]string{"name": name})
+	}
 
 	waitCreated := func(n int) {
 		for i := 0; i < n; i++ {
@@ -725,59 +760,75 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// What became of each pod. A GPU pod whose review was under way
-	// while the killed replica was dead or restarting may have been
-	// admitted without its volume: the reviews that replica was answering
-	// die with it, and the API server may still connect to it until the
-	// endpoints drop it; with failurePolicy Ignore it does not retry. No
-	// drain can help a process killed outright, so those are counted
-	// apart, and bounded; any other is a failure.
-	perPhase := map[string][2]int{} // created, unsized GPU pods
-	var unsized, killed, problems, failures []string
+	// What became of each pod. A GPU pod goes to gpu-pods.gpurun.io,
+	// which fails closed: a review lost with the killed replica (the
+	// reviews it was answering die with it, and the API server may still
+	// connect to it until the endpoints drop it) is a refused create,
+	// which the client sends again, never a pod admitted without its
+	// volume. So any GPU pod without it is a failure, and so is a refusal
+	// outside the kill (a rollout drains: it must lose no review) or of a
+	// plain pod (pods.gpurun.io fails open).
+	perPhase := map[string][3]int{} // created, unsized GPU pods, refusals
+	var unsized, problems, failures, refusedOutside, refusedInKill []string
 	killWindowEnd := killedAt.Add(backAfter)
 	for _, r := range run.results {
 		pp := perPhase[r.phase]
 		pp[0]++
+		pp[2] += len(r.refused)
+		for _, f := range r.refused {
+			note := fmt.Sprintf("%s (%s, sent %s after the kill, %d ready endpoints then): %s", r.pod.name, r.phase,
+				f.sent.Sub(killedAt).Round(time.Millisecond), tl.readyAt(f.sent), f.message)
+			if r.pod.gpu && !f.sent.Before(killedAt.Add(-time.Second)) && f.sent.Before(killWindowEnd) {
+				refusedInKill = append(refusedInKill, note)
+			} else {
+				refusedOutside = append(refusedOutside, note)
+			}
+		}
 		switch {
 		case r.err != "":
 			failures = append(failures, fmt.Sprintf("%s (%s): %d %s", r.pod.name, r.phase, r.status, r.err))
 		case r.unsized:
 			pp[1]++
-			note := fmt.Sprintf("%s (%s, sent %s after the kill, answered %s later, %d ready endpoints then)", r.pod.name, r.phase,
-				r.sent.Sub(killedAt).Round(time.Millisecond), r.done.Sub(r.sent).Round(time.Millisecond), tl.readyAt(r.sent))
-			if r.done.After(killedAt) && r.sent.Before(killWindowEnd) {
-				killed = append(killed, note)
-			} else {
-				unsized = append(unsized, note)
-			}
+			unsized = append(unsized, fmt.Sprintf("%s (%s, sent %s after the kill, answered %s later, %d ready endpoints then)", r.pod.name, r.phase,
+				r.sent.Sub(killedAt).Round(time.Millisecond), r.done.Sub(r.sent).Round(time.Millisecond), tl.readyAt(r.sent)))
 		case r.problem != "":
 			problems = append(problems, r.pod.name+": "+r.problem)
 		}
 		perPhase[r.phase] = pp
 	}
-	failOpen := counterOf(after, "apiserver_admission_webhook_fail_open_count", map[string]string{"name": webhookName}) -
-		counterOf(before, "apiserver_admission_webhook_fail_open_count", map[string]string{"name": webhookName})
-	steadyHist := histogramOf(steadyMetrics, apiHist, match).sub(histogramOf(before, apiHist, match))
-	allHist := histogramOf(after, apiHist, match).sub(histogramOf(before, apiHist, match))
+	failOpenGPU := failOpenOf(after, webhook.GPUWebhookName) - failOpenOf(before, webhook.GPUWebhookName)
+	failOpenPods := failOpenOf(after, webhook.PodsWebhookName) - failOpenOf(before, webhook.PodsWebhookName)
+	rejectedOf := func(fams map[string]*dto.MetricFamily) float64 {
+		return counterOf(fams, "apiserver_admission_webhook_rejection_count", map[string]string{"name": webhook.GPUWebhookName, "error_type": "calling_webhook_error"})
+	}
+	rejected := rejectedOf(after) - rejectedOf(before)
+	steadyHist := apiHistOf(steadyMetrics, webhook.GPUWebhookName, webhook.PodsWebhookName).sub(apiHistOf(before, webhook.GPUWebhookName, webhook.PodsWebhookName))
+	allHist := apiHistOf(after, webhook.GPUWebhookName, webhook.PodsWebhookName).sub(apiHistOf(before, webhook.GPUWebhookName, webhook.PodsWebhookName))
+	gpuHist := apiHistOf(after, webhook.GPUWebhookName).sub(apiHistOf(before, webhook.GPUWebhookName))
+	podsHist := apiHistOf(after, webhook.PodsWebhookName).sub(apiHistOf(before, webhook.PodsWebhookName))
 	own := scraper.histogram(webhook.MetricsPrefix + "admission_duration_seconds")
 	mutated := scraper.counter(webhook.MetricsPrefix+"reviews_total", map[string]string{"outcome": webhook.OutcomeMutated})
 	ms := func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) }
 
-	t.Logf("load: %d GPU + %d plain pods by %d clients; phases (created, GPU pods unsized): %v", loadGPUPods, loadPlainPods, loadClients, perPhase)
+	t.Logf("load: %d GPU + %d plain pods by %d clients; phases (created, GPU pods unsized, refusals sent again): %v", loadGPUPods, loadPlainPods, loadClients, perPhase)
 	t.Logf("pods/s at full speed: %.0f (first %d pods in %s), %.0f (last %d in %s)", float64(loadSteady)/steadyTook.Seconds(), loadSteady,
 		steadyTook.Round(time.Millisecond), float64(finalLeft)/finalTook.Seconds(), finalLeft, finalTook.Round(time.Millisecond))
 	t.Logf("killed replica %s on %s: ready again %s later; rollout restart: old replicas gone %s after it", victim.Name, victim.Node,
 		backAfter.Round(100*time.Millisecond), rollout.Round(100*time.Millisecond))
-	t.Logf("API server, webhook %s: p50 %s in %s, p99 %s in %s, %.1f%% within 5 ms over %v calls (no disruption: p50 %s, p99 %s in %s, %.1f%% within 5 ms); failed open: %v",
-		webhookName, ms(allHist.quantile(0.5)), allHist.bucketOf(0.5), ms(allHist.quantile(0.99)), allHist.bucketOf(0.99), 100*allHist.within(0.005), allHist.count(),
-		ms(steadyHist.quantile(0.5)), ms(steadyHist.quantile(0.99)), steadyHist.bucketOf(0.99), 100*steadyHist.within(0.005), failOpen)
+	t.Logf("API server, both entries: p50 %s in %s, p99 %s in %s, %.1f%% within 5 ms over %v calls (no disruption: p50 %s, p99 %s in %s, %.1f%% within 5 ms); %s: %v calls, p99 %s; %s: %v calls, p99 %s; failed open: %v (%s), %v (%s)",
+		ms(allHist.quantile(0.5)), allHist.bucketOf(0.5), ms(allHist.quantile(0.99)), allHist.bucketOf(0.99), 100*allHist.within(0.005), allHist.count(),
+		ms(steadyHist.quantile(0.5)), ms(steadyHist.quantile(0.99)), steadyHist.bucketOf(0.99), 100*steadyHist.within(0.005),
+		webhook.GPUWebhookName, gpuHist.count(), ms(gpuHist.quantile(0.99)), webhook.PodsWebhookName, podsHist.count(), ms(podsHist.quantile(0.99)),
+		failOpenGPU, webhook.GPUWebhookName, failOpenPods, webhook.PodsWebhookName)
+	t.Logf("API server: %v creates refused because the call to %s failed; the clients saw %d refusals (%d while the killed replica was dead or restarting)",
+		rejected, webhook.GPUWebhookName, len(refusedInKill)+len(refusedOutside), len(refusedInKill))
 	cpu := scraper.counter("process_cpu_seconds_total", nil)
 	rss := scraper.max("process_resident_memory_bytes")
 	t.Logf("the webhook's own histogram: p50 %s, p99 %s over %v reviews from %d processes (%v mutated); %.2f ms of CPU per review (start-up included), at most %.0f MiB resident",
 		ms(own.quantile(0.5)), ms(own.quantile(0.99)), own.count(), len(scraper.last), mutated, 1000*cpu/own.count(), rss/(1<<20))
 	t.Logf("the machine's load average at the end: %s (%d CPUs); latency is this machine's, shared with other work", loadAverage(), runtime.NumCPU())
-	fmt.Printf("bench: webhook-load gpu_pods=%d unsized=%d failed_open=%v pods_per_s=%.0f apiserver_p50_ms=%.2f apiserver_p99_ms=%.2f apiserver_within_5ms=%.3f webhook_p50_ms=%.3f webhook_p99_ms=%.3f rollout_s=%.1f\n",
-		loadGPUPods, len(unsized), failOpen, float64(loadSteady)/steadyTook.Seconds(), allHist.quantile(0.5)*1000, allHist.quantile(0.99)*1000,
+	fmt.Printf("bench: webhook-load gpu_pods=%d unsized=%d refused=%d failed_open=%v pods_per_s=%.0f apiserver_p50_ms=%.2f apiserver_p99_ms=%.2f apiserver_within_5ms=%.3f webhook_p50_ms=%.3f webhook_p99_ms=%.3f rollout_s=%.1f\n",
+		loadGPUPods, len(unsized), len(refusedInKill)+len(refusedOutside), failOpenGPU+failOpenPods, float64(loadSteady)/steadyTook.Seconds(), allHist.quantile(0.5)*1000, allHist.quantile(0.99)*1000,
 		allHist.within(0.005), own.quantile(0.5)*1000, own.quantile(0.99)*1000, rollout.Seconds())
 
 	if len(failures) > 0 {
@@ -790,26 +841,32 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 
 	low := tl.minReady(began, time.Now())
 	if len(unsized) > 0 {
-		t.Errorf("%d GPU pods admitted without their volume outside the kill (fewest ready endpoints seen: %d):\n%s",
+		t.Errorf("%d GPU pods admitted without their volume (fewest ready endpoints seen: %d):\n%s",
 			len(unsized), low, strings.Join(unsized, "\n"))
 	}
-	if len(killed) > 0 {
-		t.Logf("%d GPU pods admitted without their volume while the killed replica was dead or restarting (fewest ready endpoints seen: %d):\n%s",
-			len(killed), low, strings.Join(killed, "\n"))
+	if failOpenGPU > 0 {
+		t.Errorf("the API server counted %v calls to %s failed open: it fails closed", failOpenGPU, webhook.GPUWebhookName)
 	}
-	// At most one review in flight per client when the process died, and
-	// few connections attempted to it before the endpoints dropped it.
-	if len(killed) > loadClients {
-		t.Errorf("%d GPU pods lost to the kill of one replica: more than the %d clients could have had in flight", len(killed), loadClients)
+	if refusals := float64(len(refusedInKill) + len(refusedOutside)); rejected != refusals {
+		t.Errorf("the API server counted %v creates refused by a failed call to %s, the clients %v", rejected, webhook.GPUWebhookName, refusals)
+	}
+	if len(refusedInKill) > 0 {
+		t.Logf("%d creates of GPU pods refused while the killed replica was dead or restarting, each sent again and admitted with its volume (fewest ready endpoints seen: %d):\n%s",
+			len(refusedInKill), low, strings.Join(refusedInKill[:min(len(refusedInKill), 20)], "\n"))
+	}
+	if len(refusedOutside) > 0 {
+		t.Errorf("%d creates refused outside the kill (a rollout that lost reviews, or a plain pod refused):\n%s",
+			len(refusedOutside), strings.Join(refusedOutside[:min(len(refusedOutside), 20)], "\n"))
 	}
 	if low < 1 {
 		t.Errorf("at some point no webhook endpoint was ready: a rollout or a kill left none")
 	}
-	if failOpen < float64(len(unsized)+len(killed)) {
-		t.Errorf("the API server counted %v calls failed open, fewer than the %d GPU pods admitted without their volume", failOpen, len(unsized)+len(killed))
+	if gpuHist.count() < loadGPUPods || podsHist.count() < loadPlainPods {
+		t.Errorf("the API server's histogram counted %v calls to %s and %v to %s, want at least %d and %d: each pod goes to one entry",
+			gpuHist.count(), webhook.GPUWebhookName, podsHist.count(), webhook.PodsWebhookName, loadGPUPods, loadPlainPods)
 	}
-	if got := allHist.count(); got < float64(len(run.pods)) {
-		t.Errorf("the API server's histogram counted %v calls to %s, want at least %d", got, webhookName, len(run.pods))
+	if podsHist.count() > loadPlainPods+float64(len(refusedOutside)) {
+		t.Errorf("the API server sent %v calls to %s for %d plain pods: GPU pods reached the entry that fails open", podsHist.count(), webhook.PodsWebhookName, loadPlainPods)
 	}
 	// The last second of the killed process's counters is not scraped.
 	if own.count() < 0.9*float64(len(run.pods)) || mutated < 0.9*loadGPUPods {

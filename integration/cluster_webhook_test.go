@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/kube/webhook"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -23,15 +24,23 @@ func (e *clusterEnv) installWebhook(t *testing.T) string {
 	overlay := e.agentOverlay(t, "webhook")
 	applyOverlay(t, c, overlay)
 	waitDeployment(t, c)
-	if err := waitUntil(agentTimeout, func() (bool, string) {
-		out, err := c.Kubectl("get", "mutatingwebhookconfiguration", "gpurun", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}")
-		return err == nil && len(out) > 100, out
-	}); err != nil {
+	if err := waitUntil(agentTimeout, caBundlesSet(c)); err != nil {
 		logs, _ := c.Kubectl("logs", "-n", "gpurun-system", "deployment/gpurun-webhook")
 		t.Fatalf("caBundle: %v\n%s", err, logs)
 	}
 	t.Logf("webhook ready, caBundle set, after %s", time.Since(start).Round(100*time.Millisecond))
 	return overlay
+}
+
+// caBundlesSet is a waitUntil condition: both entries of the
+// MutatingWebhookConfiguration, gpu-pods.gpurun.io and pods.gpurun.io,
+// carry the webhook's CA.
+func caBundlesSet(c *harness.Cluster) func() (bool, string) {
+	return func() (bool, string) {
+		out, err := c.Kubectl("get", "mutatingwebhookconfiguration", "gpurun", "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}")
+		f := strings.Fields(out)
+		return err == nil && len(f) == 2 && len(f[0]) > 100 && len(f[1]) > 100, out
+	}
 }
 
 // podVolume is what the tests read of a pod's spec.
@@ -66,9 +75,11 @@ func getPod(t *testing.T, c *harness.Cluster, ns, name string) podVolume {
 // testWebhook: the webhook overlay as shipped; a GPU pod gets one Memory
 // emptyDir at /dev/shm, which every container sees with the sizeLimit as
 // its size (the kubelet mounts a Memory emptyDir as a tmpfs of size
-// sizeLimit) and one st_dev; a pod without GPUs is left as it is; with the
-// webhook down, pods are still admitted, unchanged, and gpurun doctor in
-// such a pod says what happened.
+// sizeLimit) and one st_dev, whether a GPU resource or only its
+// environment says it is one (the two go to different entries); a pod
+// without GPUs is left as it is; with the webhook down, a pod with a GPU
+// in its limits is refused, others are admitted unchanged, and gpurun
+// doctor in such a pod says what happened.
 func (e *clusterEnv) testWebhook(t *testing.T) {
 	c := e.c.For(t)
 	overlay := e.installWebhook(t)
@@ -78,6 +89,7 @@ func (e *clusterEnv) testWebhook(t *testing.T) {
 	want, _ := e.pol.Target(policy.Request{MemoryLimit: 9 * policy.GiB, GPUs: 1})
 	e.runShmCases(t, ns, []shmCase{
 		{gpuPod, func(*clusterEnv, *testing.T) int64 { return want }},
+		{podSpec{name: "gpu-by-env", containers: []containerSpec{{name: "trainer", env: []string{gpuEnv}, memoryLimit: "8Gi"}}}, wantTarget(8 * policy.GiB)},
 		{podSpec{name: "not-gpu", containers: []containerSpec{{name: "app", memoryLimit: "1Gi"}}}, wantEngine},
 	})
 	p := getPod(t, c, ns, "gpu")
@@ -98,8 +110,11 @@ func (e *clusterEnv) testWebhook(t *testing.T) {
 		}
 	}
 
-	// The webhook down: pods are admitted as they are (failurePolicy
-	// Ignore), and doctor inside says the webhook did not act.
+	// The webhook down: a pod with a GPU in its limits is refused, by
+	// gpu-pods.gpurun.io (failurePolicy Fail), for its controller to
+	// retry; one known only by its environment goes to pods.gpurun.io
+	// (Ignore) and is admitted as it is, and doctor inside such a pod
+	// says the webhook did not act.
 	c.MustKubectl("scale", "-n", "gpurun-system", "deployment/gpurun-webhook", "--replicas=0")
 	if err := waitUntil(agentTimeout, func() (bool, string) {
 		out, err := c.Kubectl("get", "pods", "-n", "gpurun-system", "-l", "app.kubernetes.io/name=gpurun-webhook", "-o", "name")
@@ -107,9 +122,16 @@ func (e *clusterEnv) testWebhook(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	refused := podSpec{name: "gpu-refused", containers: []containerSpec{{name: "trainer", gpus: 1, memoryLimit: "8Gi"}}}
 	start := time.Now()
-	e.runShmCases(t, ns, []shmCase{{podSpec{name: "gpu-unsized", containers: []containerSpec{{name: "trainer", gpus: 1, memoryLimit: "8Gi"}}}, wantEngine}})
-	t.Logf("a GPU pod admitted and ready with the webhook down in %s", time.Since(start).Round(100*time.Millisecond))
+	out, err := c.KubectlIn([]byte(podManifest(ns, refused)), "create", "-f", "-")
+	if err == nil || !strings.Contains(out, `failed calling webhook "`+webhook.GPUWebhookName+`"`) {
+		t.Errorf("a pod with nvidia.com/gpu in its limits, the webhook down: %v\n%s\nwant it refused by %s (failurePolicy Fail)", err, out, webhook.GPUWebhookName)
+	}
+	t.Logf("a GPU pod refused with the webhook down in %s: %s", time.Since(start).Round(100*time.Millisecond), strings.TrimSpace(out))
+	start = time.Now()
+	e.runShmCases(t, ns, []shmCase{{podSpec{name: "gpu-unsized", containers: []containerSpec{{name: "trainer", env: []string{gpuEnv}, memoryLimit: "8Gi"}}}, wantEngine}})
+	t.Logf("a GPU pod known by its environment only admitted and ready with the webhook down in %s", time.Since(start).Round(100*time.Millisecond))
 	// doctor, from gpurun's image, in a pod like it: its service account
 	// may read its own pod, so doctor can tell the webhook never saw it.
 	c.Apply(fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
@@ -149,9 +171,11 @@ spec:
 		t.Errorf("gpurun doctor in a pod the webhook did not see: %v\n%s", err, logs)
 	}
 
-	// Up again: re-admission of the same spec changes nothing twice.
+	// Up again: the refused pod, created again as its controller would,
+	// gets its size.
 	c.MustKubectl("scale", "-n", "gpurun-system", "deployment/gpurun-webhook", "--replicas=2")
 	waitDeployment(t, c)
+	e.runShmCases(t, ns, []shmCase{{refused, func(*clusterEnv, *testing.T) int64 { return want }}})
 	_ = overlay
 }
 

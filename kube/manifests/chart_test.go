@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +20,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpurun/gpurun/kube/webhook"
 )
 
 // The Helm chart (deploy/helm/gpurun) must render the objects the
@@ -462,6 +465,38 @@ func TestChartWebhookHA(t *testing.T) {
 				if tp := svc.Spec.Ports[0].TargetPort.String(); !slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == tp }) {
 					t.Errorf("Service gpurun-metrics targets port %q, which the webhook does not have", tp)
 				}
+			}
+		})
+	}
+}
+
+// TestChartWebhookGPUFailurePolicy: webhook.gpuFailurePolicy sets what the
+// API server does with a pod that has a GPU in its limits when no replica
+// answers, and only that: every other pod fails open either way.
+func TestChartWebhookGPUFailurePolicy(t *testing.T) {
+	helm := helmBinary(t)
+	for _, tc := range []struct {
+		name, values string
+		want         admissionregistrationv1.FailurePolicyType
+	}{
+		{"the default", `{}`, admissionregistrationv1.Fail},
+		{"Ignore", `{webhook: {gpuFailurePolicy: Ignore}}`, admissionregistrationv1.Ignore},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := helmTemplate(t, helm, chartCase{name: tc.name, mode: modeWebhook, dist: "auto", values: tc.values})
+			var got []string
+			for _, o := range objs {
+				mwc, ok := o.(*admissionregistrationv1.MutatingWebhookConfiguration)
+				if !ok {
+					continue
+				}
+				for _, w := range mwc.Webhooks {
+					got = append(got, fmt.Sprintf("%s=%s", w.Name, *w.FailurePolicy))
+				}
+			}
+			want := []string{fmt.Sprintf("%s=%s", webhook.GPUWebhookName, tc.want), webhook.PodsWebhookName + "=Ignore"}
+			if !slices.Equal(got, want) {
+				t.Errorf("failure policies %q, want %q", got, want)
 			}
 		})
 	}

@@ -37,6 +37,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/kube/webhook"
+	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
 )
@@ -743,7 +745,8 @@ func (r *rendered) checkNRI(t *testing.T) {
 
 // checkWebhook: the webhook mode is one Deployment of two unprivileged
 // replicas behind a Service that the MutatingWebhookConfiguration calls,
-// with failurePolicy Ignore, a timeout, a selector that skips kube-system
+// in two entries (pods with a GPU in their limits failing closed, every
+// other pod failing open), a timeout, a selector that skips kube-system
 // and gpurun's namespace, and RBAC for its own Secret and caBundle only.
 func (r *rendered) checkWebhook(t *testing.T, namespace string) {
 	t.Helper()
@@ -812,31 +815,50 @@ func (r *rendered) checkWebhook(t *testing.T, namespace string) {
 	if port := svc.Spec.Ports[0]; port.Port != 443 || port.TargetPort.String() != c.Ports[0].Name || ":"+strconv.Itoa(int(c.Ports[0].ContainerPort)) != listen {
 		t.Errorf("Service port %+v, container port %+v, --listen %q: they must meet", port, c.Ports[0], listen)
 	}
-	if mwc == nil || mwc.Name != mwcName || len(mwc.Webhooks) != 1 {
-		t.Fatalf("MutatingWebhookConfiguration %v: want one webhook, named %q (--webhook-config)", mwc, mwcName)
+	if mwc == nil || mwc.Name != mwcName || len(mwc.Webhooks) != 2 {
+		t.Fatalf("MutatingWebhookConfiguration %v: want two webhooks, in one configuration named %q (--webhook-config)", mwc, mwcName)
 	}
-	w := mwc.Webhooks[0]
-	ref := w.ClientConfig.Service
-	if ref == nil || ref.Name != svc.Name || ref.Namespace != namespace || ref.Path == nil || *ref.Path != "/mutate-pods" || len(w.ClientConfig.CABundle) != 0 {
-		t.Errorf("clientConfig %+v: want the Service, path /mutate-pods, no caBundle (the webhook sets it)", w.ClientConfig)
+	// Each pod goes to exactly one entry: a pod with a GPU in its limits
+	// to the one that fails closed, every other pod to the one that fails
+	// open; the conditions are the table's (webhook.GPURequestCondition).
+	gpuCond := webhook.GPURequestCondition(oci.EvidenceOf(nil))
+	want := []struct {
+		name, condName, cond string
+		policy               admissionregistrationv1.FailurePolicyType
+	}{
+		{webhook.GPUWebhookName, webhook.GPURequestConditionName, gpuCond, admissionregistrationv1.Fail},
+		{webhook.PodsWebhookName, webhook.NoGPURequestConditionName, webhook.NoGPURequestCondition(oci.EvidenceOf(nil)), admissionregistrationv1.Ignore},
 	}
-	if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore || w.TimeoutSeconds == nil || *w.TimeoutSeconds > 10 ||
-		w.SideEffects == nil || *w.SideEffects != admissionregistrationv1.SideEffectClassNone {
-		t.Errorf("webhook %s: failurePolicy %v, timeout %v, sideEffects %v: want Ignore, at most 10 s, None", w.Name, w.FailurePolicy, w.TimeoutSeconds, w.SideEffects)
-	}
-	if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) || !slices.Equal(w.Rules[0].Resources, []string{"pods"}) {
-		t.Errorf("rules %+v: want pods on CREATE", w.Rules)
-	}
-	skips := map[string]bool{}
-	for _, e := range w.NamespaceSelector.MatchExpressions {
-		if e.Key == "kubernetes.io/metadata.name" && e.Operator == metav1.LabelSelectorOpNotIn {
-			for _, v := range e.Values {
-				skips[v] = true
+	for j, w := range mwc.Webhooks {
+		wt := want[j]
+		if w.Name != wt.name {
+			t.Errorf("webhook %d is %q, want %q", j, w.Name, wt.name)
+		}
+		if len(w.MatchConditions) != 1 || w.MatchConditions[0].Name != wt.condName || strings.Join(strings.Fields(w.MatchConditions[0].Expression), " ") != wt.cond {
+			t.Errorf("webhook %s: matchConditions %+v, want one, %s: %s", w.Name, w.MatchConditions, wt.condName, wt.cond)
+		}
+		ref := w.ClientConfig.Service
+		if ref == nil || ref.Name != svc.Name || ref.Namespace != namespace || ref.Path == nil || *ref.Path != "/mutate-pods" || len(w.ClientConfig.CABundle) != 0 {
+			t.Errorf("webhook %s: clientConfig %+v: want the Service, path /mutate-pods, no caBundle (the webhook sets it)", w.Name, w.ClientConfig)
+		}
+		if w.FailurePolicy == nil || *w.FailurePolicy != wt.policy || w.TimeoutSeconds == nil || *w.TimeoutSeconds > 10 ||
+			w.SideEffects == nil || *w.SideEffects != admissionregistrationv1.SideEffectClassNone {
+			t.Errorf("webhook %s: failurePolicy %v, timeout %v, sideEffects %v: want %s, at most 10 s, None", w.Name, w.FailurePolicy, w.TimeoutSeconds, w.SideEffects, wt.policy)
+		}
+		if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) || !slices.Equal(w.Rules[0].Resources, []string{"pods"}) {
+			t.Errorf("webhook %s: rules %+v: want pods on CREATE", w.Name, w.Rules)
+		}
+		skips := map[string]bool{}
+		for _, e := range w.NamespaceSelector.MatchExpressions {
+			if e.Key == "kubernetes.io/metadata.name" && e.Operator == metav1.LabelSelectorOpNotIn {
+				for _, v := range e.Values {
+					skips[v] = true
+				}
 			}
 		}
-	}
-	if !skips["kube-system"] || !skips[namespace] {
-		t.Errorf("namespaceSelector %+v: want kube-system and %s skipped", w.NamespaceSelector, namespace)
+		if !skips["kube-system"] || !skips[namespace] {
+			t.Errorf("webhook %s: namespaceSelector %+v: want kube-system and %s skipped", w.Name, w.NamespaceSelector, namespace)
+		}
 	}
 	r.checkWebhookHA(t, d, args[i:])
 	if role == nil || crole == nil {

@@ -97,3 +97,18 @@ seconds, the schema says), the 10 s it waits for reviews in flight, and
 {{- define "gpurun.webhookGracePeriod" -}}
 {{- add (trimSuffix "s" (.Values.webhook.shutdownDelay | toString) | atoi) 25 -}}
 {{- end -}}
+
+{{/*
+The webhook's matchConditions expression: a container or init container
+with a GPU in its limits. Generated from gpurun's table of GPU evidence
+(kube/webhook.GPURequestCondition; a test keeps the two equal).
+*/}}
+{{- define "gpurun.gpuRequestCondition" -}}
+object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits)
+&& c.resources.limits.exists(r, r.startsWith("nvidia.com/") || r.startsWith("amd.com/")
+|| r.startsWith("gpu.intel.com/") || r.startsWith("habana.ai/")))
+|| (has(object.spec.initContainers) && object.spec.initContainers.exists(c,
+has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r,
+r.startsWith("nvidia.com/") || r.startsWith("amd.com/") || r.startsWith("gpu.intel.com/")
+|| r.startsWith("habana.ai/"))))
+{{- end }}
