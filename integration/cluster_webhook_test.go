@@ -175,6 +175,13 @@ spec:
 	// gets its size.
 	c.MustKubectl("scale", "-n", "gpurun-system", "deployment/gpurun-webhook", "--replicas=2")
 	waitDeployment(t, c)
+	// Until the API server sees the new endpoints it may refuse again.
+	if err := waitUntil(agentTimeout, func() (bool, string) {
+		out, err := c.KubectlIn([]byte(podManifest(ns, refused)), "create", "-f", "-")
+		return err == nil, out
+	}); err != nil {
+		t.Fatalf("the refused pod, created again with the webhook up: %v", err)
+	}
 	e.runShmCases(t, ns, []shmCase{{refused, func(*clusterEnv, *testing.T) int64 { return want }}})
 	_ = overlay
 }
