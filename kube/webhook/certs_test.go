@@ -99,7 +99,8 @@ func newSelf(srv *httptest.Server, now time.Time) *SelfTLS {
 func TestSelfTLS(t *testing.T) {
 	api := &fakeAPI{}
 	mwc := admissionregistrationv1.MutatingWebhookConfiguration{Webhooks: []admissionregistrationv1.MutatingWebhook{
-		{Name: "pods.gpurun.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "gpurun-system", Name: "gpurun-webhook"}}},
+		{Name: GPUWebhookName, ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "gpurun-system", Name: "gpurun-webhook"}}},
+		{Name: PodsWebhookName, ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "gpurun-system", Name: "gpurun-webhook"}}},
 		{Name: "other.example.com", ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "other", Name: "other"}}},
 	}}
 	api.mwc, _ = json.Marshal(mwc)
@@ -136,14 +137,14 @@ func TestSelfTLS(t *testing.T) {
 	caBundles := func() [][]byte {
 		var got admissionregistrationv1.MutatingWebhookConfiguration
 		_ = json.Unmarshal(api.mwc, &got)
-		return [][]byte{got.Webhooks[0].ClientConfig.CABundle, got.Webhooks[1].ClientConfig.CABundle}
+		return [][]byte{got.Webhooks[0].ClientConfig.CABundle, got.Webhooks[1].ClientConfig.CABundle, got.Webhooks[2].ClientConfig.CABundle}
 	}
 	for round := 0; round < 2; round++ {
 		if err := a.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if got := caBundles(); !bytes.Equal(got[0], ca) || got[1] != nil {
-			t.Fatalf("caBundles %q; want the CA on gpurun's webhook only", got)
+		if got := caBundles(); !bytes.Equal(got[0], ca) || !bytes.Equal(got[1], ca) || got[2] != nil {
+			t.Fatalf("caBundles %q; want the CA on gpurun's two entries only", got)
 		}
 		api.mwc, _ = json.Marshal(mwc) // kubectl apply empties it again
 	}
