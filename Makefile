@@ -137,9 +137,14 @@ prev-release:
 
 # Real engines (dockerd, containerd + CRI, runc, podman, a single-node
 # Kubernetes cluster), each on its own sockets, state dirs and network
-# namespace; needs root. The tests build bin/ themselves.
+# namespace; needs root. The tests build bin/ themselves. Verbose, so that
+# the log says what each test cost: the last lines list every top-level
+# test by time (hack/testtimes.sh).
 test-integration: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) $(COMPOSE_V2) nvidia-toolkit prev-release
-	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_NVIDIA_TOOLKIT=$(NVIDIA_TOOLKIT_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) GPURUN_TEST_PREV=$(PREV) $(GO) test -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/
+	@out=$$(mktemp); status=0; \
+	GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_NVIDIA_TOOLKIT=$(NVIDIA_TOOLKIT_BIN) GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_COMPOSE_V2=$(COMPOSE_V2) GPURUN_TEST_PREV=$(PREV) \
+		$(GO) test -v -count=1 -p 1 -timeout 40m -tags integration ./integration/ ./integration/harness/ ./integration/checkhost/ 2>&1 | tee $$out || status=1; \
+	grep -q '^FAIL' $$out && status=1; hack/testtimes.sh <$$out; rm -f $$out; exit $$status
 
 # The machine as the tests found it (integration/checkhost; root): host-snapshot
 # records docker0 and the other interfaces, the engines' configs and
