@@ -588,6 +588,33 @@ func (s *webhookScraper) scrape(ctx context.Context) {
 	}
 }
 
+// busiest returns, of two replicas, the one that answered the most reviews
+// in the last half second, and how many it and the other answered.
+func (s *webhookScraper) busiest(ctx context.Context, pods []webhookPod) (webhookPod, [2]float64) {
+	reviews := func() []float64 {
+		s.scrape(ctx)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := make([]float64, len(pods))
+		for i, p := range pods {
+			for key, fams := range s.last {
+				if strings.HasPrefix(key, p.Name+"@") {
+					n[i] = max(n[i], counterOf(fams, webhook.MetricsPrefix+"reviews_total", nil))
+				}
+			}
+		}
+		return n
+	}
+	before := reviews()
+	time.Sleep(500 * time.Millisecond)
+	after := reviews()
+	best := 0
+	if after[1]-before[1] > after[0]-before[0] {
+		best = 1
+	}
+	return pods[best], [2]float64{after[best] - before[best], after[1-best] - before[1-best]}
+}
+
 func (s *webhookScraper) run(ctx context.Context) {
 	for {
 		s.scrape(ctx)
@@ -700,17 +727,20 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// One replica killed outright: the one on the first node listed.
-	run.setPhase("kill", loadPace)
+	// One replica killed outright, at full speed: the one answering the
+	// API server (it keeps one HTTP/2 connection, to one replica), so
+	// that reviews are in flight on it when it dies.
 	pods, err := webhookPods(c)
 	if err != nil || len(pods) != 2 {
 		t.Fatalf("webhook pods %+v, %v", pods, err)
 	}
-	victim := pods[0]
+	victim, answered := scraper.busiest(ctx, pods)
 	killedAt := time.Now()
 	if err := c.KillContainer(c.Node(victim.Node), victim.Container, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	run.setPhase("kill", loadPace)
+	t.Logf("killing %s, which answered %v of the last reviews (the other: %v)", victim.Name, answered[0], answered[1])
 	if err := waitUntil(agentTimeout, func() (bool, string) {
 		now, err := webhookPods(c)
 		for _, p := range now {
