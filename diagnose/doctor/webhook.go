@@ -42,7 +42,7 @@ func webhookCheck(ctx context.Context, sys *System, sub subject, pl oci.Plan, lo
 	} else {
 		err = fmt.Errorf("no API access")
 	}
-	causes := "the webhook was down or too slow when the pod was created (a pod without a GPU in its limits, known by its environment, a CDI annotation or its RuntimeClass, goes to " + webhook.PodsWebhookName + ", which admits it unchanged then: the API server logs \"failed calling webhook\"; " + webhook.GPUWebhookName + " refuses a pod with one, unless the chart's webhook.gpuFailurePolicy is Ignore), the pod's namespace is excluded (kube-system, gpurun's own, or labelled gpurun.io/webhook=disabled), or the pod was created before the webhook was installed"
+	causes := "the webhook was down or too slow when the pod was created (" + webhook.PodsWebhookName + ", which gets pods without a GPU in their limits, admits them unchanged then and the API server logs \"failed calling webhook\"; a pod with one is refused instead unless webhook.gpuFailurePolicy is Ignore), the pod's namespace is excluded (kube-system, gpurun's own, or labelled gpurun.io/webhook=disabled), or the pod was created before the webhook was installed"
 	switch d, ok := ann[webhook.DecisionAnnotation]; {
 	case err != nil:
 		c.Detail = fmt.Sprintf("%s; the pod's annotations cannot be read from here (%v): if %s says nothing, %s", head, err, howTo, causes)

@@ -112,3 +112,35 @@ has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r,
 r.startsWith("nvidia.com/") || r.startsWith("amd.com/") || r.startsWith("gpu.intel.com/")
 || r.startsWith("habana.ai/"))))
 {{- end }}
+
+{{/*
+What the webhook's two entries share: the Service they call, its timeout,
+the pods (CREATE) and the namespaces they see.
+*/}}
+{{- define "gpurun.webhookEntry" -}}
+admissionReviewVersions: [v1]
+sideEffects: None
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+matchPolicy: Equivalent
+reinvocationPolicy: Never
+clientConfig:
+  service:
+    name: gpurun-webhook
+    namespace: {{ .Release.Namespace }}
+    path: /mutate-pods
+    port: 443
+rules:
+  - operations: [CREATE]
+    apiGroups: [""]
+    apiVersions: [v1]
+    resources: [pods]
+    scope: Namespaced
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: [kube-system, {{ .Release.Namespace }}]
+    - key: gpurun.io/webhook
+      operator: NotIn
+      values: [disabled]
+{{- end }}
