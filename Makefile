@@ -174,7 +174,8 @@ e2e: $(CONTAINERD2_TOOLS) k8s-tools
 # The webhook's load test (integration/cluster_webhook_load_test.go) on the
 # multi-node cluster prints its bench: line: the API server's admission
 # p50/p99 for gpurun's webhook, the webhook's own, pods/s and how long the
-# webhook's rollout took; the chart's upgrade from the previous release and
+# webhook's rollout took, and its floor's bench: line (the same load with
+# no webhook, with one that does nothing, with gpurun's); the chart's upgrade from the previous release and
 # back (integration/cluster_multinode_upgrade_test.go) prints how long the
 # node agent's rollouts took, the containerd restarts and the GPU pods
 # created meanwhile (about 5 minutes, cluster included).
@@ -183,7 +184,7 @@ bench: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) prev-release
 	GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_PREV=$(PREV) \
 		$(GO) test -count=1 -timeout 20m -tags integration \
 		-run '^TestClusterMultiNode$$/^cluster$$/^(webhook-load|chart_runtime-class)$$' -v ./integration/ >$$out 2>&1 || status=$$?; \
-	grep -E '^bench:|load_test.go|upgrade_test.go|^(---|ok|FAIL)' $$out; [ $$status = 0 ] || tail -50 $$out; rm -f $$out; exit $$status
+	grep -E '^bench:|load_test.go|load_floor_test.go|upgrade_test.go|^(---|ok|FAIL)' $$out; [ $$status = 0 ] || tail -50 $$out; rm -f $$out; exit $$status
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
 	$(GO) test -run '^$$' -bench . -skip '^BenchmarkRunOverhead$$' -benchtime 20x -tags integration ./integration/...
 	$(GO) test -run '^$$' -bench '^BenchmarkRunOverhead$$' -benchtime 60x -tags integration ./integration/

@@ -541,6 +541,16 @@ func labelsMatch(m *dto.Metric, match map[string]string) bool {
 	return true
 }
 
+// apiHistOf is the API server's histogram of its calls to the named
+// webhooks (admission of CREATEs), summed.
+func apiHistOf(fams map[string]*dto.MetricFamily, names ...string) histogram {
+	h := histogram{}
+	for _, n := range names {
+		h.add(histogramOf(fams, "apiserver_admission_webhook_admission_duration_seconds", map[string]string{"name": n, "operation": "CREATE", "type": "admit"}))
+	}
+	return h
+}
+
 // apiserverMetrics scrapes the API server's /metrics.
 func apiserverMetrics(c *harness.Cluster) (map[string]*dto.MetricFamily, error) {
 	resp, err := c.APIClient().Get("https://127.0.0.1:6443/metrics")
@@ -686,18 +696,6 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	before, err := apiserverMetrics(c)
 	if err != nil {
 		t.Fatal(err)
-	}
-	// The API server's histogram of each entry, and both together.
-	match := func(name string) map[string]string {
-		return map[string]string{"name": name, "operation": "CREATE", "type": "admit"}
-	}
-	const apiHist = "apiserver_admission_webhook_admission_duration_seconds"
-	apiHistOf := func(fams map[string]*dto.MetricFamily, names ...string) histogram {
-		h := histogram{}
-		for _, n := range names {
-			h.add(histogramOf(fams, apiHist, match(n)))
-		}
-		return h
 	}
 	failOpenOf := func(fams map[string]*dto.MetricFamily, name string) float64 {
 		return counterOf(fams, "apiserver_admission_webhook_fail_open_count", map[string]string{"name": name})
@@ -868,6 +866,7 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 		t.Errorf("%d pods admitted wrong:\n%s", len(problems), strings.Join(problems[:min(len(problems), 20)], "\n"))
 	}
 	t.Run("every GPU node", func(t *testing.T) { e.webhookOnEveryNode(t, want) })
+	t.Run("floor", func(t *testing.T) { e.testWebhookFloor(t, want) })
 
 	low := tl.minReady(began, time.Now())
 	if len(unsized) > 0 {

@@ -611,6 +611,24 @@ func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Co
 	return c.ns.DialContext(ctx, network, addr)
 }
 
+// ListenControlPlane listens on TCP at 127.0.0.1 (a port of the
+// kernel's choosing) in the control plane's network namespace, where the
+// API server reaches it: a webhook registered by url
+// (https://127.0.0.1:PORT/...) that runs in the test process. The caller
+// closes it.
+func (c *Cluster) ListenControlPlane() (net.Listener, error) {
+	var ln net.Listener
+	err := c.ns.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen in the control plane's namespace: %w", err)
+	}
+	return ln, nil
+}
+
 // APIClient returns a new HTTP client of the API server's, as the cluster
 // admin, with a transport (and so connections) of its own: a load test's
 // client, as client-go's would be (HTTP/2 where the server offers it). Its
