@@ -113,8 +113,9 @@ func (e *clusterEnv) target(limit int64) int64 {
 }
 
 // TestCluster runs gpurun's node modes on a real cluster, for containerd
-// 1.6 and 2.x, and checks that the cluster's cleanup leaves nothing
-// behind.
+// 1.6 and 2.x (a cluster each, in parallel: most of either's time is
+// spent waiting on pods and rollouts), and checks that each cluster's
+// cleanup leaves nothing behind.
 func TestCluster(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -124,6 +125,7 @@ func TestCluster(t *testing.T) {
 		{"containerd 2.x", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var c *harness.Cluster
 			t.Run("cluster", func(t *testing.T) {
 				c = harness.StartCluster(t, harness.ClusterOptions{Containerd2: tc.containerd2})
