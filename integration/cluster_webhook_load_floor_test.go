@@ -72,6 +72,8 @@ type floorRound struct {
 	// webhookCPU is the CPU time gpurun's webhook processes used
 	// meanwhile, in seconds.
 	webhookCPU float64
+	// webhookConns are the connections they accepted meanwhile.
+	webhookConns float64
 }
 
 // clientLatency is the q-quantile of the creates' latency as the clients
@@ -187,6 +189,7 @@ webhooks:
 		}
 		scraper.scrape(ctx)
 		cpu := scraper.counter("process_cpu_seconds_total", nil)
+		conns := scraper.counter(webhook.MetricsPrefix+"connections_total", nil)
 		run := &loadRun{c: c, ns: r.ns, want: want, pods: part, created: make(chan struct{}, len(part))}
 		run.setPhase(r.name, 0)
 		began := time.Now()
@@ -204,6 +207,7 @@ webhooks:
 		}
 		scraper.scrape(ctx)
 		r.webhookCPU += scraper.counter("process_cpu_seconds_total", nil) - cpu
+		r.webhookConns += scraper.counter(webhook.MetricsPrefix+"connections_total", nil) - conns
 		r.results = append(r.results, run.results...)
 		r.hist.add(apiHistOf(after, r.hooks...).sub(apiHistOf(before, r.hooks...)))
 	}
@@ -254,7 +258,7 @@ webhooks:
 				r.hist.bucketOf(0.99), 100*r.hist.within(0.005))
 		}
 		if r == rounds[2] && r.hist.count() > 0 {
-			line += fmt.Sprintf("; gpurun's webhook processes used %.2f ms of CPU per review", 1000*r.webhookCPU/r.hist.count())
+			line += fmt.Sprintf("; gpurun's webhook processes used %.2f ms of CPU per review and accepted %v connections", 1000*r.webhookCPU/r.hist.count(), r.webhookConns)
 		}
 		t.Log(line)
 	}

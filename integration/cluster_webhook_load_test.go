@@ -852,8 +852,9 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 		rejected, webhook.GPUWebhookName, len(refusedInKill)+len(refusedOutside), len(refusedInKill))
 	cpu := scraper.counter("process_cpu_seconds_total", nil)
 	rss := scraper.max("process_resident_memory_bytes")
-	t.Logf("the webhook's own histogram: p50 %s, p99 %s over %v reviews from %d processes (%v mutated); %.2f ms of CPU per review (start-up included), at most %.0f MiB resident",
-		ms(own.quantile(0.5)), ms(own.quantile(0.99)), own.count(), len(scraper.last), mutated, 1000*cpu/own.count(), rss/(1<<20))
+	conns := scraper.counter(webhook.MetricsPrefix+"connections_total", nil)
+	t.Logf("the webhook's own histogram: p50 %s, p99 %s over %v reviews from %d processes (%v mutated); %.2f ms of CPU per review (start-up included), at most %.0f MiB resident; %v connections accepted",
+		ms(own.quantile(0.5)), ms(own.quantile(0.99)), own.count(), len(scraper.last), mutated, 1000*cpu/own.count(), rss/(1<<20), conns)
 	t.Logf("the machine's load average at the end: %s (%d CPUs); latency is this machine's, shared with other work", loadAverage(), runtime.NumCPU())
 	fmt.Printf("bench: webhook-load gpu_pods=%d unsized=%d refused=%d failed_open=%v pods_per_s=%.0f apiserver_p50_ms=%.2f apiserver_p99_ms=%.2f apiserver_within_5ms=%.3f webhook_p50_ms=%.3f webhook_p99_ms=%.3f rollout_s=%.1f\n",
 		loadGPUPods, len(unsized), len(refusedInKill)+len(refusedOutside), failOpenGPU+failOpenPods, float64(loadSteady)/steadyTook.Seconds(), allHist.quantile(0.5)*1000, allHist.quantile(0.99)*1000,

@@ -3,6 +3,7 @@ package webhook
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"net/http"
 	"time"
 
@@ -66,6 +67,8 @@ type Metrics struct {
 	inFlight   prometheus.Gauge
 	ready      prometheus.Gauge
 	tlsReloads *prometheus.CounterVec
+	conns      prometheus.Counter
+	connsOpen  prometheus.Gauge
 }
 
 // NewMetrics makes the metrics and their registry. cert, when not nil,
@@ -94,8 +97,16 @@ func NewMetrics(cert func() *tls.Certificate) *Metrics {
 			Name: MetricsPrefix + "tls_reloads_total",
 			Help: "Serving certificate loads after the first, by result (success, failure: the previous pair stays in use).",
 		}, []string{"result"}),
+		conns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricsPrefix + "connections_total",
+			Help: "Connections accepted on the review port, a TLS handshake each. The API server keeps its connections open: a count that grows with the reviews means connections are not reused.",
+		}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: MetricsPrefix + "connections_open",
+			Help: "Connections open on the review port now.",
+		}),
 	}
-	m.Registry.MustRegister(m.duration, m.reviews, m.inFlight, m.ready, m.tlsReloads,
+	m.Registry.MustRegister(m.duration, m.reviews, m.inFlight, m.ready, m.tlsReloads, m.conns, m.connsOpen,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cert != nil {
 		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -174,6 +185,21 @@ func (m *Metrics) TLSReloaded(err error) {
 		r = "failure"
 	}
 	m.tlsReloads.WithLabelValues(r).Inc()
+}
+
+// ConnState counts the review port's connections: set it as the
+// http.Server's ConnState.
+func (m *Metrics) ConnState(_ net.Conn, state http.ConnState) {
+	if m == nil {
+		return
+	}
+	switch state {
+	case http.StateNew:
+		m.conns.Inc()
+		m.connsOpen.Inc()
+	case http.StateClosed, http.StateHijacked:
+		m.connsOpen.Dec()
+	}
 }
 
 // Handler serves the registry in Prometheus' text format.

@@ -123,6 +123,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ConnState:         metrics.ConnState,
 	}
 	errc := make(chan error, 2)
 	var msrv *http.Server

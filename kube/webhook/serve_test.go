@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -244,6 +245,13 @@ func TestServeSIGTERM(t *testing.T) {
 				}()
 			}
 			time.Sleep(500 * time.Millisecond)
+			// Before SIGTERM, the clients' kept-alive connections are all
+			// the review port has accepted: at least one, at most the
+			// transport's 25 (it may dial while another connection is
+			// being freed), far fewer than the reviews.
+			if n, err := scrapeCounter("http://"+p.metrics+"/metrics", MetricsPrefix+"connections_total"); err != nil || n < 1 || n > 25 {
+				t.Errorf("connections_total %v (%v) after %d reviews from 8 clients over kept-alive connections: want 1 to 25", n, err, sent.Load())
+			}
 			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -303,4 +311,24 @@ func TestServeSIGTERM(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scrapeCounter reads one unlabelled sample from a Prometheus text
+// endpoint.
+func scrapeCounter(url, name string) (float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", url, name)
 }

@@ -240,6 +240,8 @@ func TestMetricsAfterReviews(t *testing.T) {
 		MetricsPrefix + `reviews_total{decision="` + DecisionInvalid + `",outcome="` + OutcomeError + `"} 1`,
 		MetricsPrefix + `tls_reloads_total{result="success"} 0`,
 		MetricsPrefix + `reviews_in_flight 0`,
+		MetricsPrefix + `connections_total 0`,
+		MetricsPrefix + `connections_open 0`,
 		"go_goroutines", "process_resident_memory_bytes",
 	} {
 		if !strings.Contains(string(text), s) {
@@ -306,5 +308,46 @@ func TestTLSReloads(t *testing.T) {
 	}
 	if s, fl := counts(); s != 1 || fl != 1 {
 		t.Errorf("after a bad file: %v reloads, %v failures; want 1, 1", s, fl)
+	}
+}
+
+// TestConnectionMetrics: the review port's connections are counted as
+// they are accepted and while they are open, for connections kept alive
+// (one for many reviews, as the API server's HTTP/2 connection) and not.
+func TestConnectionMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		keepAlive bool
+		want      float64
+	}{
+		{"kept alive", true, 1},
+		{"one per request", false, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewMetrics(nil)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+			srv.Config.ConnState = m.ConnState
+			srv.Start()
+			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: !tc.keepAlive}}
+			for i := 0; i < 3; i++ {
+				resp, err := client.Get(srv.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			if got := testutil.ToFloat64(m.conns); got != tc.want {
+				t.Errorf("connections_total %v, want %v", got, tc.want)
+			}
+			if got := testutil.ToFloat64(m.connsOpen); tc.keepAlive && got != 1 {
+				t.Errorf("connections_open %v with one kept alive, want 1", got)
+			}
+			client.CloseIdleConnections()
+			srv.Close() // waits for every connection to close
+			if got := testutil.ToFloat64(m.connsOpen); got != 0 {
+				t.Errorf("connections_open %v after the server closed, want 0", got)
+			}
+		})
 	}
 }

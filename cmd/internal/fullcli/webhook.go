@@ -41,8 +41,9 @@ terminationGracePeriodSeconds above both together.
 Metrics (Prometheus, plain HTTP at --metrics-listen, /metrics):
 gpurun_webhook_admission_duration_seconds, gpurun_webhook_reviews_total by
 decision and outcome, gpurun_webhook_reviews_in_flight,
-gpurun_webhook_ready, gpurun_webhook_tls_reloads_total and the serving
-certificate's expiry.`
+gpurun_webhook_ready, gpurun_webhook_tls_reloads_total, the serving
+certificate's expiry, and gpurun_webhook_connections_total and
+gpurun_webhook_connections_open (the review port's connections).`
 
 func newWebhookCmd(g *cli.Globals) *cobra.Command {
 	var o webhook.ServeOptions
