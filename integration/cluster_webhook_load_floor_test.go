@@ -24,7 +24,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -193,13 +192,7 @@ webhooks:
 		run := &loadRun{c: c, ns: r.ns, want: want, pods: part, created: make(chan struct{}, len(part))}
 		run.setPhase(r.name, 0)
 		began := time.Now()
-		var workers sync.WaitGroup
-		for i := 0; i < loadClients; i++ {
-			workers.Add(1)
-			client := c.APIClient()
-			go func() { defer workers.Done(); run.worker(client) }()
-		}
-		workers.Wait()
+		run.start().Wait()
 		r.took += time.Since(began)
 		after, err := apiserverMetrics(c)
 		if err != nil {

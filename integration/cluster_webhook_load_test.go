@@ -261,6 +261,18 @@ type refusal struct {
 	message string
 }
 
+// start starts loadClients workers, each with a client (and so
+// connections) of its own; the WaitGroup is done when they are.
+func (r *loadRun) start() *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i := 0; i < loadClients; i++ {
+		wg.Add(1)
+		client := r.c.APIClient()
+		go func() { defer wg.Done(); r.worker(client) }()
+	}
+	return &wg
+}
+
 // worker creates pods until none is left. A create the API server refuses
 // because the webhook call failed is sent again, with a growing pause, for
 // up to refusedFor, as a Deployment's or Job's controller does.
@@ -712,12 +724,7 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	}
 	run.setPhase("steady", 0)
 	began := time.Now()
-	var workers sync.WaitGroup
-	for i := 0; i < loadClients; i++ {
-		workers.Add(1)
-		client := c.APIClient()
-		go func() { defer workers.Done(); run.worker(client) }()
-	}
+	workers := run.start()
 	waitCreated(loadSteady)
 	steadyTook := time.Since(began)
 	steadyMetrics, err := apiserverMetrics(c)
