@@ -257,11 +257,14 @@ $(NFPM):
 # What the integration tests and e2e build before they run, helm aside
 # (make lint builds it): the tools from the Go module proxy, bin/, nfpm for
 # TestDist, and the PyTorch image's root file system from Debian's
-# packages. .ci/run builds them in the background while make lint runs, so
-# that their downloads and single-threaded links overlap its compiles; each
-# is a no-op once cached.
+# packages. .ci/run builds them in the background while make lint runs,
+# three at a time (make -j3), so that their downloads and single-threaded
+# links overlap its compiles; each is a no-op once cached. The longest
+# first: on a new machine Kubernetes takes about 20 minutes beside lint
+# and the others, the PyTorch image 8 (mostly its download), everything
+# else together 15.
 .PHONY: test-tools e2e-image
-test-tools: build $(CONTAINERD2_TOOLS) k8s-tools $(COMPOSE_V2) nvidia-toolkit prev-release $(NFPM) e2e-image
+test-tools: k8s-tools e2e-image build $(CONTAINERD2_TOOLS) $(COMPOSE_V2) nvidia-toolkit prev-release $(NFPM)
 e2e-image:
 	hack/build-torch-image.sh --tarball >/dev/null
 
