@@ -160,7 +160,7 @@ check-host:
 	$(GO) run ./integration/checkhost compare $(HOST_SNAPSHOT)
 
 # The users' failure end to end on Debian's PyTorch (docs/e2e.md): a
-# DataLoader dies with Bus error at Docker's default /dev/shm and finishes
+# DataLoader dies of Docker's default /dev/shm (a Bus error) and finishes
 # under gpurun run and gpurun-runtime. Needs root and mmdebstrap; the PyTorch
 # image is built once (~1.5 min) and cached in /var/cache/gpurun-e2e.
 .PHONY: e2e

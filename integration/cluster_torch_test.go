@@ -3,7 +3,7 @@
 package integration
 
 // The users' failure as a Kubernetes Job (make e2e): the PyTorch DataLoader
-// of torch_test.go dies with Bus error at containerd's 64 MiB /dev/shm, and
+// of torch_test.go dies of containerd's 64 MiB /dev/shm (shmFailure), and
 // completes when the Job's pod runs under the runtime-class overlay's
 // RuntimeClass gpurun, on a real single-node cluster. There the node
 // agent's metrics report the Job's /dev/shm peak, and the size suggested
@@ -274,8 +274,8 @@ func TestClusterTorchJob(t *testing.T) {
 
 		t.Run("containerd's 64 MiB: Bus error", func(t *testing.T) {
 			end, logs, _ := runJob(t, c, ns, loaderJob{name: "dataloader-default"}, nil)
-			if end != "Failed" || !busError().MatchString(logs) {
-				t.Fatalf("Job %s, want Failed with %q:\n%s", end, busError(), logs)
+			if end != "Failed" || !shmFailure().MatchString(logs) {
+				t.Fatalf("Job %s, want Failed with %q:\n%s", end, shmFailure(), logs)
 			}
 			if want := "/dev/shm " + strconv.FormatInt(engineShm, 10) + " bytes"; !strings.Contains(logs, want) {
 				t.Errorf("log lacks %q:\n%s", want, logs)
@@ -340,8 +340,8 @@ func TestClusterTorchJob(t *testing.T) {
 				j := loaderJob{name: "dataloader-below", runtimeClass: "gpurun", hold: true,
 					annotations: map[string]string{key: policy.FormatQuantity(below)}}
 				end, logs, _ := runJob(t, c, ns, j, nil)
-				if end != "Failed" || !busError().MatchString(logs) {
-					t.Fatalf("Job %s, want Failed with %q:\n%s", end, busError(), logs)
+				if end != "Failed" || !shmFailure().MatchString(logs) {
+					t.Fatalf("Job %s, want Failed with %q:\n%s", end, shmFailure(), logs)
 				}
 				if want := "/dev/shm " + strconv.FormatInt(below, 10) + " bytes"; !strings.Contains(logs, want) {
 					t.Errorf("log lacks %q:\n%s", want, logs)
