@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,8 +104,9 @@ func floorNamespace(t *testing.T, c *harness.Cluster, ns string, labels map[stri
 	c.WaitServiceAccount(ns, "default", time.Minute)
 }
 
-// testWebhookFloor runs the three rounds, in that order, on the cluster
-// whose gpurun webhook testWebhookLoad installed, and reports them. It
+// testWebhookFloor runs the three rounds (each twice, half its pods each
+// time) on the cluster whose gpurun webhook testWebhookLoad installed, and
+// reports them. It
 // fails when a round's pods are not what its webhooks make of them (the
 // do-nothing webhook's annotation on every pod, gpurun's volume on every
 // GPU pod, neither where no webhook is called) or when the API server did
@@ -231,7 +233,7 @@ webhooks:
 			}
 		}
 		if len(wrong) > 0 {
-			t.Errorf("%s: %d pods wrong:\n%s", r.name, len(wrong), joinFirst(wrong, 20))
+			t.Errorf("%s: %d pods wrong:\n%s", r.name, len(wrong), strings.Join(wrong[:min(len(wrong), 20)], "\n"))
 		}
 		if r.hooks != nil && r.hist.count() < float64(len(pods)) {
 			t.Errorf("%s: the API server counted %v calls to %v, want at least %d", r.name, r.hist.count(), r.hooks, len(pods))
@@ -300,16 +302,4 @@ func floorPodsWrong(list string, called bool) []string {
 		}
 	}
 	return wrong
-}
-
-// joinFirst joins the first n lines of lines, and says how many more.
-func joinFirst(lines []string, n int) string {
-	out := ""
-	for i, l := range lines {
-		if i == n {
-			return out + fmt.Sprintf("… and %d more", len(lines)-n)
-		}
-		out += l + "\n"
-	}
-	return out
 }
