@@ -175,10 +175,11 @@ e2e: $(CONTAINERD2_TOOLS) k8s-tools
 # multi-node cluster prints its bench: line: the API server's admission
 # p50/p99 for gpurun's webhook, the webhook's own, pods/s and how long the
 # webhook's rollout took, and its floor's bench: line (the same load with
-# no webhook, with one that does nothing, with gpurun's); the chart's upgrade from the previous release and
-# back (integration/cluster_multinode_upgrade_test.go) prints how long the
-# node agent's rollouts took, the containerd restarts and the GPU pods
-# created meanwhile (about 5 minutes, cluster included).
+# no webhook, with one that does nothing, with gpurun's); the chart's
+# upgrade from the previous release and back
+# (integration/cluster_multinode_upgrade_test.go) prints how long the node
+# agent's rollouts took, the containerd restarts and the GPU pods created
+# meanwhile (about 5 minutes, cluster included).
 bench: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) prev-release
 	out=$$(mktemp); status=0; \
 	GPURUN_TEST_K8S_BIN=$(K8S_BIN) GPURUN_TEST_CONTAINERD2_BIN=$(CONTAINERD2_BIN) GPURUN_TEST_HELM=$(HELM) GPURUN_TEST_PREV=$(PREV) \
