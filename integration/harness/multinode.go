@@ -615,8 +615,12 @@ func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Co
 // kernel's choosing) in the control plane's network namespace, where the
 // API server reaches it: a webhook registered by url
 // (https://127.0.0.1:PORT/...) that runs in the test process. The caller
-// closes it.
+// closes it. Only a cluster of StartMultiNodeCluster has a control plane
+// namespace of its own; on another it is an error.
 func (c *Cluster) ListenControlPlane() (net.Listener, error) {
+	if c.ns == nil {
+		return nil, errors.New("listen in the control plane's namespace: this cluster's control plane has none of its own")
+	}
 	var ln net.Listener
 	err := c.ns.Do(func() error {
 		var err error
