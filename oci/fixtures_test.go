@@ -272,8 +272,21 @@ func FuzzDecide(f *testing.F) {
 			}
 		case ActionSetSize, ActionRemount, ActionInject:
 			_, requested := spec.Annotations["gpurun.io/shm-size"]
-			if (!requested && pl.Size < pol.Min) || (pol.Max > 0 && pl.Size > pol.Max) {
-				t.Fatalf("size %d outside [%d, %d]: %+v", pl.Size, pol.Min, pol.Max, pl)
+			// The policy's size is at least min, unless it must leave the
+			// processes memory_reserve of the memory they may use.
+			memory := MemoryLimit(&spec)
+			if memory <= 0 {
+				memory = hostMem
+			}
+			least := pol.Min
+			if ceiling, _ := pol.Ceiling(memory); memory > 0 && ceiling < least {
+				least = ceiling
+			}
+			if (!requested && pl.Size < least) || (pol.Max > 0 && pl.Size > pol.Max) {
+				t.Fatalf("size %d outside [%d, %d]: %+v", pl.Size, least, pol.Max, pl)
+			}
+			if ceiling, _ := pol.Ceiling(memory); !requested && memory > 0 && pl.Size > max(ceiling, pol.Min) {
+				t.Fatalf("size %d leaves the processes less than memory_reserve of %d: %+v", pl.Size, memory, pl)
 			}
 			if pl.Current > 0 && pl.Size <= pl.Current {
 				t.Fatalf("does not grow: %+v", pl)

@@ -52,6 +52,22 @@ const (
 	ModeMount Mode = "mount"
 )
 
+// Sweep says what the node doors do with a pod's /dev/shm when one of its
+// containers starts again.
+type Sweep string
+
+// The values of Sweep.
+const (
+	// SweepRestart removes, before a container of a pod starts again, the
+	// files its earlier instance left in the pod's /dev/shm that no live
+	// process holds (engine/shmsweep has the rules). The default: a
+	// restarted Docker container gets a fresh /dev/shm, and users expect
+	// the same of a pod's.
+	SweepRestart Sweep = "restart"
+	// SweepOff leaves the pod's /dev/shm as the earlier instance left it.
+	SweepOff Sweep = "off"
+)
+
 // File is the configuration file as written, before validation. Sizes are
 // strings in Docker's notation ("1g", "512m") or Kubernetes' binary one
 // ("1Gi"); size may also be a percentage ("50%").
@@ -70,6 +86,11 @@ type File struct {
 	PerGPU string `toml:"per_gpu" comment:"When set, the target is this size times the container's GPU count where it can be told."`
 	// Mode is "size", "ipc-host" or "mount".
 	Mode string `toml:"mode" comment:"How: \"size\" (size the engine's tmpfs), \"ipc-host\" (share the host's IPC and /dev/shm) or \"mount\" (only the container's own mounts: also adds a tmpfs where there is none; never remounts on the host)."`
+	// MemoryReserve is the part of the memory a container may use that
+	// /dev/shm never takes from its processes: a percentage or a size.
+	MemoryReserve string `toml:"memory_reserve" comment:"The part of the memory a container may use that gpurun's size never gives to /dev/shm, left to its processes (tmpfs pages count against the memory limit): a percentage (\"25%\") or a size (\"2g\"). Beats min; never below 64 MiB."`
+	// Sweep is "restart" or "off".
+	Sweep string `toml:"sweep" comment:"When a container of a Kubernetes pod starts again: \"restart\" removes the files its earlier instance left in the pod's /dev/shm that no live process holds; \"off\" leaves them."`
 	// EnforceMin raises even a user's explicit smaller choice to Min.
 	EnforceMin bool `toml:"enforce_min" comment:"Raise a user's explicit smaller /dev/shm to min too."`
 	// FailClosed makes the shim, the hook and the NRI plugin fail a
@@ -119,6 +140,8 @@ func DefaultFile() File {
 		Max:                "",
 		PerGPU:             "",
 		Mode:               string(ModeSize),
+		MemoryReserve:      "25%",
+		Sweep:              string(SweepRestart),
 		AllowedAnnotations: []string{"gpurun.io/shm-size"},
 		Runtime:            "runc",
 		LogFile:            "/var/log/gpurun.log",
@@ -142,7 +165,11 @@ type Policy struct {
 	Absolute int64
 	// Min, Max (0 = none) and PerGPU (0 = unset), in bytes.
 	Min, Max, PerGPU int64
-	Mode             Mode
+	// ReservePercent or ReserveBytes (the other 0) is memory_reserve.
+	ReservePercent float64
+	ReserveBytes   int64
+	Mode           Mode
+	Sweep          Sweep
 	EnforceMin       bool
 	FailClosed       bool
 	// AllowedAnnotations request a size, capped by AnnotationMax (0 = Max).
@@ -267,21 +294,18 @@ func (f File) Validate(name string) (*Policy, error) {
 	default:
 		return nil, bad("mode", fmt.Errorf("got %q, want \"size\", \"ipc-host\" or \"mount\"", f.Mode))
 	}
-	if pct, ok := strings.CutSuffix(strings.TrimSpace(f.Size), "%"); ok {
-		v, err := strconv.ParseFloat(pct, 64)
-		if err != nil || v <= 0 || v > 100 {
-			return nil, bad("size", fmt.Errorf("invalid percentage %q: want more than 0%% and at most 100%%", f.Size))
-		}
-		p.Percent = v
-	} else {
-		n, err := ParseSize(f.Size)
-		if err != nil {
-			return nil, bad("size", err)
-		}
-		if n == 0 {
-			return nil, bad("size", fmt.Errorf("size must be more than 0"))
-		}
-		p.Absolute = n
+	switch Sweep(f.Sweep) {
+	case SweepRestart, SweepOff:
+		p.Sweep = Sweep(f.Sweep)
+	default:
+		return nil, bad("sweep", fmt.Errorf("got %q, want \"restart\" or \"off\"", f.Sweep))
+	}
+	var err error
+	if p.Percent, p.Absolute, err = percentOrSize(f.Size, false); err != nil {
+		return nil, bad("size", err)
+	}
+	if p.ReservePercent, p.ReserveBytes, err = percentOrSize(f.MemoryReserve, true); err != nil {
+		return nil, bad("memory_reserve", err)
 	}
 	sizes := []struct {
 		key string
@@ -331,6 +355,30 @@ func (f File) Validate(name string) (*Policy, error) {
 		}
 	}
 	return p, nil
+}
+
+// percentOrSize parses a value that is a percentage ("50%") or a size
+// ("8g"). A size must be more than 0 and a percentage more than 0 and at
+// most 100, unless zeroOK, which allows 0 and wants a percentage below 100.
+func percentOrSize(v string, zeroOK bool) (float64, int64, error) {
+	if pct, ok := strings.CutSuffix(strings.TrimSpace(v), "%"); ok {
+		n, err := strconv.ParseFloat(pct, 64)
+		switch {
+		case zeroOK && (err != nil || n < 0 || n >= 100):
+			return 0, 0, fmt.Errorf("invalid percentage %q: want at least 0%% and less than 100%%", v)
+		case !zeroOK && (err != nil || n <= 0 || n > 100):
+			return 0, 0, fmt.Errorf("invalid percentage %q: want more than 0%% and at most 100%%", v)
+		}
+		return n, 0, nil
+	}
+	n, err := ParseSize(v)
+	if err != nil {
+		return 0, 0, err
+	}
+	if n == 0 && !zeroOK {
+		return 0, 0, fmt.Errorf("size must be more than 0")
+	}
+	return 0, n, nil
 }
 
 // checkResourceName checks an entry of gpu_resources: an extended resource

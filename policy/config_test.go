@@ -59,6 +59,21 @@ compose_default = "4gb"
 				}
 			},
 		},
+		{name: "sweep and reserve defaults", toml: "", check: func(t *testing.T, p *Policy) {
+			if p.Sweep != SweepRestart || p.ReservePercent != 25 || p.ReserveBytes != 0 {
+				t.Errorf("sweep %q, reserve %v%% %d bytes", p.Sweep, p.ReservePercent, p.ReserveBytes)
+			}
+		}},
+		{name: "sweep off, reserve a size", toml: "sweep = \"off\"\nmemory_reserve = \"4g\"\n", check: func(t *testing.T, p *Policy) {
+			if p.Sweep != SweepOff || p.ReserveBytes != 4*GiB || p.ReservePercent != 0 {
+				t.Errorf("sweep %q, reserve %v%% %d bytes", p.Sweep, p.ReservePercent, p.ReserveBytes)
+			}
+		}},
+		{name: "no reserve", toml: `memory_reserve = "0%"`, check: func(t *testing.T, p *Policy) {
+			if p.ReservePercent != 0 || p.ReserveBytes != 0 {
+				t.Errorf("reserve %v%% %d bytes", p.ReservePercent, p.ReserveBytes)
+			}
+		}},
 		{name: "percent with a fraction", toml: `size = "37.5%"`, check: func(t *testing.T, p *Policy) {
 			if p.Percent != 37.5 {
 				t.Errorf("percent = %v", p.Percent)
@@ -76,6 +91,9 @@ compose_default = "4gb"
 		{name: "wrong type", toml: `enforce_min = "yes"`, wantErr: `config test.toml:1:`},
 		{name: "relative engine root", toml: `engine_roots = ["var/lib/docker"]`, wantErr: `key "engine_roots"`},
 		{name: "empty runtime", toml: `runtime = ""`, wantErr: `key "runtime"`},
+		{name: "bad sweep", toml: `sweep = "always"`, wantErr: `config test.toml: key "sweep": got "always", want "restart" or "off"`},
+		{name: "reserve of everything", toml: `memory_reserve = "100%"`, wantErr: `key "memory_reserve": invalid percentage "100%": want at least 0% and less than 100%`},
+		{name: "bad reserve", toml: `memory_reserve = "some"`, wantErr: `key "memory_reserve": invalid size "some"`},
 		{name: "not toml", toml: "match = ", wantErr: "config test.toml:1:"},
 	}
 	for _, tt := range tests {
@@ -151,14 +169,18 @@ func TestTarget(t *testing.T) {
 		{"half the host", def, Request{HostMemory: 64 * GiB}, 32 * GiB, "50% of the 64GiB host's memory = 32GiB"},
 		{"half the limit", def, Request{MemoryLimit: 8 * GiB, HostMemory: 64 * GiB}, 4 * GiB, "50% of the 8GiB memory limit"},
 		{"limit 2g gives 1g", def, Request{MemoryLimit: 2 * GiB, HostMemory: 64 * GiB}, GiB, "= 1GiB"},
-		{"small limit raised to min", def, Request{MemoryLimit: 512 * MiB, HostMemory: 64 * GiB}, GiB, "raised to min 1GiB"},
+		{"small limit raised to min", def, Request{MemoryLimit: 2*GiB - 512*MiB, HostMemory: 64 * GiB}, GiB, "raised to min 1GiB"},
+		{"min gives way to the reserve", def, Request{MemoryLimit: 512 * MiB, HostMemory: 64 * GiB}, 384 * MiB, "raised to min 1GiB, capped at 384MiB to leave the processes 25% of the 512MiB memory limit"},
+		{"reserve as a size", mustParse(`size = "100%"`+"\nmemory_reserve = \"2g\""), Request{MemoryLimit: 16 * GiB}, 14 * GiB, "capped at 14GiB to leave the processes 2GiB of the 16GiB memory limit"},
+		{"reserve never below the engines' 64 MiB", mustParse(`memory_reserve = "2g"`), Request{MemoryLimit: GiB}, 64 * MiB, "capped at 64MiB"},
+		{"reserve of the host's memory", mustParse(`size = "100%"`), Request{HostMemory: 64 * GiB}, 48 * GiB, "of the 64GiB host's memory (memory_reserve)"},
 		{"memory unknown", def, Request{}, GiB, "memory unknown"},
 		{"max caps", mustParse(`max = "16g"`), Request{HostMemory: 1024 * GiB}, 16 * GiB, "capped at max 16GiB"},
 		{"absolute", mustParse(`size = "8g"`), Request{HostMemory: 64 * GiB}, 8 * GiB, "policy size 8GiB"},
-		{"absolute capped by limit", mustParse(`size = "8g"`), Request{MemoryLimit: 4 * GiB}, 4 * GiB, "capped at the 4GiB memory limit"},
+		{"absolute capped by limit", mustParse(`size = "8g"`), Request{MemoryLimit: 4 * GiB}, 3 * GiB, "capped at 3GiB to leave the processes 25% of the 4GiB memory limit"},
 		{"per gpu", mustParse(`per_gpu = "4g"`), Request{HostMemory: 256 * GiB, GPUs: 8}, 32 * GiB, "4GiB per GPU x 8 GPUs"},
 		{"per gpu, count unknown", mustParse(`per_gpu = "4g"`), Request{HostMemory: 16 * GiB}, 8 * GiB, "50% of"},
-		{"per gpu capped by limit", mustParse(`per_gpu = "4g"`), Request{MemoryLimit: 8 * GiB, GPUs: 8}, 8 * GiB, "capped at the 8GiB memory limit"},
+		{"per gpu capped by limit", mustParse(`per_gpu = "4g"`), Request{MemoryLimit: 8 * GiB, GPUs: 8}, 6 * GiB, "capped at 6GiB to leave the processes 25% of the 8GiB memory limit"},
 		{"odd host memory rounds down to MiB", def, Request{HostMemory: 3*GiB + 3*MiB}, 3*GiB/2 + MiB, "50% of"},
 	}
 	for _, tt := range tests {

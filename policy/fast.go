@@ -51,6 +51,10 @@ func parseFast(data []byte, f *File) bool {
 			out.PerGPU, ok = tomlString(v)
 		case "mode":
 			out.Mode, ok = tomlString(v)
+		case "memory_reserve":
+			out.MemoryReserve, ok = tomlString(v)
+		case "sweep":
+			out.Sweep, ok = tomlString(v)
 		case "annotation_max":
 			out.AnnotationMax, ok = tomlString(v)
 		case "runtime":

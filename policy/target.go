@@ -17,9 +17,11 @@ type Request struct {
 }
 
 // Target returns the /dev/shm size the policy gives a container and a
-// sentence saying how it was reached. The result is never below Min and,
-// where Max is set, never above Max; the memory the container may use caps
-// it, but not below Min.
+// sentence saying how it was reached. The result is never above Max where
+// Max is set, and never below Min — except that it always leaves the
+// container's processes the memory_reserve of the memory it may use
+// (Ceiling): tmpfs pages count against the memory limit, and a /dev/shm
+// that can take all of it turns a Bus error into an OOM kill, no better.
 func (p *Policy) Target(r Request) (int64, string) {
 	var size int64
 	var why string
@@ -48,10 +50,6 @@ func (p *Policy) Target(r Request) (int64, string) {
 		size = p.Min
 		why = "memory unknown, so the policy minimum"
 	}
-	if memory > 0 && size > memory {
-		size = memory
-		why += fmt.Sprintf(", capped at the %s %s", FormatSize(memory), memWhat)
-	}
 	if p.Max > 0 && size > p.Max {
 		size = p.Max
 		why += fmt.Sprintf(", capped at max %s", FormatSize(p.Max))
@@ -60,7 +58,29 @@ func (p *Policy) Target(r Request) (int64, string) {
 		size = p.Min
 		why += fmt.Sprintf(", raised to min %s", FormatSize(p.Min))
 	}
+	if ceiling, room := p.Ceiling(memory); memory > 0 && size > ceiling {
+		size = ceiling
+		why += fmt.Sprintf(", capped at %s to leave the processes %s of the %s %s (memory_reserve)", FormatSize(ceiling), room, FormatSize(memory), memWhat)
+	}
 	return size, why
+}
+
+// Ceiling returns the most /dev/shm the policy lets a container with
+// memory bytes to use have: memory less memory_reserve, in whole MiB and
+// never below the engines' 64 MiB; and the reserve in words ("25%",
+// "2GiB"). memory 0 (unknown) gives no ceiling (0).
+func (p *Policy) Ceiling(memory int64) (int64, string) {
+	if memory <= 0 {
+		return 0, ""
+	}
+	reserve, words := p.ReserveBytes, FormatSize(p.ReserveBytes)
+	if p.ReserveBytes == 0 {
+		reserve = int64(float64(memory) * p.ReservePercent / 100)
+		words = formatPercent(p.ReservePercent) + "%"
+	}
+	ceiling := memory - reserve
+	ceiling -= ceiling % MiB
+	return max(ceiling, EngineDefaultShm), words
 }
 
 // CapRequest caps a size asked for by an annotation at AnnotationMax (or Max

@@ -170,14 +170,16 @@ func TestConfigFileOrDir(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("min = \"3g\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := []string{"--dry-run", "run", "-e", "NVIDIA_VISIBLE_DEVICES=all", "--memory", "2g", "busybox"}
+	// 4 GiB: the default policy gives half (2 GiB), the file's min 3 GiB
+	// (which leaves the processes memory_reserve's 25 %).
+	run := []string{"--dry-run", "run", "-e", "NVIDIA_VISIBLE_DEVICES=all", "--memory", "4g", "busybox"}
 	tests := []struct {
 		opts       []string
 		dockerOpts string
 		size       string
 	}{
-		{[]string{"--config", dir}, "--config " + dir + " ", "--shm-size=1073741824"},
-		{[]string{"--config=" + dir}, "--config=" + dir + " ", "--shm-size=1073741824"},
+		{[]string{"--config", dir}, "--config " + dir + " ", "--shm-size=2147483648"},
+		{[]string{"--config=" + dir}, "--config=" + dir + " ", "--shm-size=2147483648"},
 		{[]string{"--config", pol}, "", "--shm-size=3221225472"},
 		{[]string{"--policy", pol}, "", "--shm-size=3221225472"},
 		{[]string{"--config", dir, "--policy=" + pol}, "--config " + dir + " ", "--shm-size=3221225472"},

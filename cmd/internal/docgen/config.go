@@ -208,11 +208,21 @@ are accepted too.
 ## The size rule
 
 For a container that ` + "`match`" + ` selects, the target is ` + "`per_gpu`" + ` x its GPU count
-when both are known, else ` + "`size`" + `; it is then capped at the memory the container
-may use and at ` + "`max`" + `, and finally raised to ` + "`min`" + ` if below it (` + "`min`" + ` wins).
+when both are known, else ` + "`size`" + `; it is then capped at ` + "`max`" + ` and raised to
+` + "`min`" + ` if below it. Last, it always leaves the container's processes
+` + "`memory_reserve`" + ` of the memory the container may use (its limit, else the host's
+memory): the target is never more than that memory less the reserve (in whole
+MiB, and never below the engines' 64 MiB), even where that is below ` + "`min`" + `.
+tmpfs pages count against the memory limit, so a ` + "`/dev/shm`" + ` that can take all of
+it turns a Bus error into an OOM kill (exit 137), no better: with the default
+25 %, a 16 GiB limit gives 8 GiB (50 %), a 1 GiB limit 768 MiB (not ` + "`min`" + `'s 1 GiB).
+The same rule holds at every front door.
 A user's own choice (` + "`--shm-size`" + `, ` + "`shm_size`" + `, ` + "`--ipc`" + `, a mount at /dev/shm, an
 allowed annotation up to ` + "`annotation_max`" + `) wins over the target, unless
-` + "`enforce_min`" + ` raises a smaller one to ` + "`min`" + `.
+` + "`enforce_min`" + ` raises a smaller one to ` + "`min`" + `; where it is below ` + "`min`" + `, or leaves the
+processes less than ` + "`memory_reserve`" + ` of the memory limit, every front door warns
+(` + "`gpurun run`" + ` and ` + "`compose migrate`" + ` on stderr, ` + "`gpurun plan`" + `, the admission
+webhook in kubectl's output, the node doors in their log).
 How gpurun decides, and why: [how-it-works.md](how-it-works.md).
 
 ## The default file
