@@ -14,6 +14,7 @@ import (
 	"slices"
 
 	"github.com/gpurun/gpurun/compose/yamledit"
+	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -113,6 +114,10 @@ type ServiceReport struct {
 	InheritsFrom []string `json:"inherits_from,omitempty"`
 	Reason       string   `json:"reason"`
 	Warnings     []string `json:"warnings,omitempty"`
+	// WarningKinds are the kinds of the decision's warnings among
+	// Warnings (oci.WarningKind), in their order; migrate's own (a service
+	// not understood, left alone) have none.
+	WarningKinds []oci.WarningKind `json:"warning_kinds,omitempty"`
 }
 
 // File is one compose file of the migrated projects.

@@ -30,7 +30,6 @@ type service struct {
 	shmRaw    string // its value as written (after interpolation)
 	shmUnread bool   // it is set but not a size (an unset variable, say)
 	ipc       string // the ipc mode as written
-	ncclOff   bool   // NCCL_SHM_DISABLE=1 in the environment
 }
 
 // translate turns a service's merged model into the one form through the
@@ -66,7 +65,6 @@ func (p *project) translate(svc map[string]any) (service, error) {
 	}
 
 	env := p.serviceEnv(svc)
-	s.ncclOff = strings.TrimSpace(env["NCCL_SHM_DISABLE"]) == "1"
 	kv := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		kv = append(kv, k+"="+env[k])

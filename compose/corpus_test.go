@@ -38,7 +38,7 @@ var corpusWant = map[string]struct {
 	"kohya-ss/docker-compose.yaml":                            {actions: map[string]Action{"kohya-ss-gui": ActionAdd, "tensorboard": ActionAdd}},
 	"label-studio-sam/docker-compose.yml":                     {actions: map[string]Action{"segment_anything_model": ActionNone}},
 	"langchain-chatchat/docker-compose.yaml":                  {actions: map[string]Action{"chatchat": ActionNone, "xinference": ActionAdd}},
-	"llama-factory-cuda/docker-compose.yml":                   {actions: map[string]Action{"llamafactory": ActionKeep}, warnings: map[string]string{"llamafactory": "ipc: host with shm_size"}},
+	"llama-factory-cuda/docker-compose.yml":                   {actions: map[string]Action{"llamafactory": ActionKeep}, warnings: map[string]string{"llamafactory": "has no effect with ipc: host"}},
 	"llama-factory-rocm/docker-compose.yml":                   {actions: map[string]Action{"llamafactory": ActionKeep}},
 	"merlin/docker-compose.yml":                               {actions: map[string]Action{"dev-cpu": ActionNone, "dev-gpu": ActionKeep, "requirements": ActionNone}},
 	"nvidia-fm-asr-nim-llm/docker-compose-nim-llm.yaml":       {actions: map[string]Action{"nim": ActionKeep}},

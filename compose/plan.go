@@ -25,7 +25,8 @@ type decision struct {
 	size     int64
 	reason   string
 	warnings []string
-	file     string // where the service is defined, or where the change goes
+	kinds    []oci.WarningKind // of the decision's warnings among warnings
+	file     string            // where the service is defined, or where the change goes
 	line     int
 
 	notGPU bool        // understood, and not a GPU service
@@ -73,6 +74,8 @@ func plan(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit
 			Reason:   d.reason,
 			Warnings: d.warnings,
 
+			WarningKinds: d.kinds,
+
 			SharedWith:   d.sharedWith,
 			InheritsFrom: d.inheritsFrom,
 		}
@@ -109,22 +112,24 @@ func decide(p *project, opts Options, pol *policy.Policy, name string, defs []de
 	d := &decision{name: name, defs: defs}
 	s, err := p.translate(p.services[name])
 	d.svc = s
-	if s.ipc == "host" && s.shmSet {
-		d.warnings = append(d.warnings, fmt.Sprintf("ipc: host with shm_size %s: Docker ignores shm_size when the container shares the host's IPC namespace, and Podman refuses the combination; keep one of them", s.shmRaw))
-	}
 	if err != nil {
 		d.action, d.reason = ActionNone, fmt.Sprintf("not understood (%v); docker would refuse it too", err)
 		d.warnings = append(d.warnings, fmt.Sprintf("%v: docker refuses this service as it is; migrate leaves it alone", err))
 		return d
 	}
-	pl := oci.Decide(oci.Input{Container: s.c, Policy: pol, Portable: true})
+	pl := oci.Decide(oci.Input{Container: s.c, Policy: pol, Portable: true, EnforceMinWords: "--enforce-min"})
 	d.gpu, d.evidence, d.shm = pl.GPU, pl.Evidence, pl.Shm.Kind
+	for _, w := range pl.Warnings {
+		// A shm_size that is not a size (an unset variable) was decided as
+		// the engines' default: its size says nothing of the user's.
+		if !s.shmUnread || w.Kind == oci.WarnSizeIgnored || w.Kind == oci.WarnNCCLShmDisabled {
+			d.warnings = append(d.warnings, w.Message)
+			d.kinds = append(d.kinds, w.Kind)
+		}
+	}
 	if !pl.Applies {
 		d.action, d.reason, d.notGPU = ActionNone, "not a GPU service", true
 		return d
-	}
-	if s.ncclOff {
-		d.warnings = append(d.warnings, "NCCL_SHM_DISABLE=1 is set: NCCL moves data over sockets instead of /dev/shm; with a /dev/shm this size it can be removed")
 	}
 	d.action, d.reason = ActionKeep, pl.Reason
 	switch {
@@ -133,7 +138,6 @@ func decide(p *project, opts Options, pol *policy.Policy, name string, defs []de
 	case pl.Action == oci.ActionSetSize && pl.Shm.Kind == oci.ShmUser:
 		d.action = ActionSkip
 		d.reason = fmt.Sprintf("its %s is %s, below the policy minimum %s (enforce_min); shm_size cannot raise it", s.c.UserShm, policy.FormatSize(pl.Shm.Size), policy.FormatSize(pol.Min))
-		d.warnings = append(d.warnings, fmt.Sprintf("%s is below the policy minimum %s; raise its size to at least %s by hand", s.c.UserShm, policy.FormatSize(pol.Min), policy.FormatCompose(pl.Size)))
 	case pl.Action == oci.ActionSetSize && s.shmSet:
 		d.action, d.size = ActionRaise, pl.Size
 		d.reason = fmt.Sprintf("shm_size %s is below the policy minimum %s: raised to it (--enforce-min)", s.shmRaw, policy.FormatSize(pol.Min))
@@ -153,8 +157,6 @@ func decide(p *project, opts Options, pol *policy.Policy, name string, defs []de
 	case pl.Action != oci.ActionNone:
 		// ipc-host and inject: the policy's mode is not migrate's.
 		d.reason = fmt.Sprintf("the plan is %s, which a compose file does not express: %s", pl.Action, pl.Reason)
-	case pl.Shm.Kind == oci.ShmPrivate && s.shmSet && pl.Shm.Size < pol.Min:
-		d.warnings = append(d.warnings, fmt.Sprintf("shm_size %s is below the policy minimum %s; --enforce-min raises it", s.shmRaw, policy.FormatSize(pol.Min)))
 	}
 	return d
 }

@@ -50,6 +50,10 @@ type Container struct {
 	// ("--tmpfs /dev/shm:size=1g"), "" when none or where only the spec
 	// tells (a bundle).
 	UserShm string
+	// HostIPC names the user's request for the host's IPC namespace in
+	// their words ("--ipc host", "ipc: host", "hostIPC: true"), "" when
+	// none or where only the spec tells.
+	HostIPC string
 	// JoinedIPC names, in the user's words ("--ipc container:trainer",
 	// "ipc: service:trainer"), the IPC namespace of another container that
 	// this one joins where the front door cannot tell where that
@@ -340,8 +344,9 @@ func WithJoinedIPC(words string) Opt {
 }
 
 // WithHostIPC puts the container in the host's IPC namespace, with the
-// host's /dev/shm (docker --ipc host, Kubernetes hostIPC).
-func WithHostIPC() Opt {
+// host's /dev/shm (docker --ipc host, Kubernetes hostIPC), asked for in
+// the user's words ("" where the front door has none).
+func WithHostIPC(words string) Opt {
 	return func(c *Container) error {
 		l := c.linux()
 		ns := l.Namespaces[:0:0]
@@ -352,6 +357,7 @@ func WithHostIPC() Opt {
 		}
 		l.Namespaces = ns
 		setShm(c, specs.Mount{Destination: ShmPath, Type: "bind", Source: ShmPath, Options: []string{"rbind"}})
+		c.HostIPC = words
 		return nil
 	}
 }
@@ -401,7 +407,7 @@ func setIPC(c *Container, ipc specs.LinuxNamespace) {
 // setShm drops every mount at /dev/shm and, unless m is the zero Mount,
 // adds m.
 func setShm(c *Container, m specs.Mount) {
-	c.UserShm, c.JoinedIPC = "", ""
+	c.UserShm, c.JoinedIPC, c.HostIPC = "", "", ""
 	ms := c.Spec.Mounts[:0:0]
 	for _, x := range c.Spec.Mounts {
 		if path.Clean(x.Destination) != ShmPath {

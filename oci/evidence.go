@@ -187,7 +187,7 @@ func (ev Evidence) DetectGPU(c *Container, hostGPUs int) GPUInfo {
 	}
 	if s.Process != nil {
 		for _, key := range ev.Env {
-			if v, ok := lookupEnv(s.Process.Env, key); ok {
+			if v, ok := LookupEnv(s.Process.Env, key); ok {
 				if use, n := VisibleDevices(v); use {
 					add("env:"+key, n, "env "+key+"="+v)
 				}

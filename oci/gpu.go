@@ -61,9 +61,9 @@ func VisibleDevices(v string) (bool, int) {
 	return n > 0, n
 }
 
-// lookupEnv returns the last value of key in an OCI env list, as execve's
-// consumers see it.
-func lookupEnv(env []string, key string) (string, bool) {
+// LookupEnv returns the last value of key in an OCI env list (KEY=VALUE
+// entries), as execve's consumers see it.
+func LookupEnv(env []string, key string) (string, bool) {
 	val, ok := "", false
 	for _, kv := range env {
 		if k, v, found := strings.Cut(kv, "="); found && k == key {

@@ -59,6 +59,9 @@ type Plan struct {
 	Evidence []string `json:"-"`
 	// Pod says where the container sits in a pod.
 	Pod Pod `json:"-"`
+	// Warnings are the notices of choices in the container that defeat
+	// its /dev/shm, for every front door to pass on (see Warning).
+	Warnings []Warning `json:"warnings,omitempty"`
 }
 
 // Facts are what the host says, as far as a front door can learn it. One
@@ -84,27 +87,90 @@ type Input struct {
 	// not known now (a compose file): without a memory limit, the policy's
 	// compose_default is the target.
 	Portable bool
+	// EnforceMinWords names how this front door's user turns enforce_min
+	// on ("--enforce-min"), for a warning of a size below the minimum; ""
+	// names the policy's key.
+	EnforceMinWords string
 }
 
 // Decide plans a container's /dev/shm. It never shrinks, never touches the
 // host's own /dev/shm, never overrides a user's explicit mount or size unless
 // the policy's enforce_min says so, and keeps an acting plan's size within
 // the policy's [min, max]. It is the only place gpurun decides: every front
-// door translates its input into a Container and asks it.
+// door translates its input into a Container and asks it. The plan's
+// Warnings say what in the container defeats its /dev/shm.
 func Decide(in Input) Plan {
-	p := in.Policy
-	if p == nil {
-		p = policy.Default()
+	if in.Container == nil {
+		in.Container = FromSpec(nil)
 	}
-	c := in.Container
-	if c == nil {
-		c = FromSpec(nil)
+	if in.Container.Spec == nil {
+		c := *in.Container
+		c.Spec = &specs.Spec{}
+		in.Container = &c
 	}
+	if in.Policy == nil {
+		in.Policy = policy.Default()
+	}
+	pl := decide(in)
+	pl.Warnings = warnings(in.Container, in.Policy, pl, in.EnforceMinWords)
+	return pl
+}
+
+// decide is Decide's plan, without the warnings: what the container is
+// (start), then what its /dev/shm calls for, by kind.
+func decide(in Input) Plan {
+	p, c := in.Policy, in.Container
+	d := start(in)
+	pl := d.pl
+	if pl.Pod.Sandbox {
+		return d.leave("pod sandbox: the pod's /dev/shm is grown when a GPU container of the pod is created")
+	}
+	if v := c.Spec.Annotations[policy.OptOutAnnotation]; strings.EqualFold(strings.TrimSpace(v), "true") {
+		return d.leave("annotation %s=%s: left alone", policy.OptOutAnnotation, v)
+	}
+	if pl.Shm.Kind == ShmHost {
+		d.pl.Current = 0
+		return d.leave("shares the host's /dev/shm (host IPC); the host's /dev/shm is never resized")
+	}
+	if !pl.Applies {
+		return d.leave("no GPU evidence (requests, env, devices, CDI, hooks); policy match is %q", p.Match)
+	}
+	switch pl.Shm.Kind {
+	case ShmUser:
+		return d.userMount(c, p)
+	case ShmPrivate:
+		return d.private(c, p)
+	case ShmEngine:
+		return d.engineTmpfs(c, p)
+	}
+	// ShmNone: Docker's --ipc none leaves /dev/shm out on purpose; only
+	// mode "mount", which is about giving containers their own mounts,
+	// adds one.
+	if p.Mode != policy.ModeMount {
+		return d.leave("%s; but the spec mounts nothing at /dev/shm (docker --ipc none does so on purpose); mode \"mount\" would add a tmpfs", pl.Why)
+	}
+	return act(pl, ActionInject, pl.Target, pl.Why+"; the spec mounts nothing at /dev/shm: add a tmpfs (mode \"mount\")")
+}
+
+// deciding is a plan being made: what the container is, and the target.
+type deciding struct {
+	pl Plan
+}
+
+// leave is a plan that leaves /dev/shm as it is, for the reason given.
+func (d *deciding) leave(format string, a ...any) Plan {
+	pl := d.pl
+	pl.Action, pl.Size = ActionNone, pl.Current
+	pl.Reason = fmt.Sprintf(format, a...)
+	return pl
+}
+
+// start classifies the container's /dev/shm, judges its GPU evidence and
+// works out the target: the size an allowed annotation asks for, else the
+// policy's.
+func start(in Input) *deciding {
+	p, c, facts := in.Policy, in.Container, in.Facts
 	s := c.Spec
-	if s == nil {
-		s = &specs.Spec{}
-	}
-	facts := in.Facts
 	sh := ClassifyShm(s, facts.HostMemory)
 	if c.JoinedIPC != "" {
 		// Another container's shared tmpfs, somewhere the front door
@@ -112,33 +178,19 @@ func Decide(in Input) Plan {
 		sh = Shm{Kind: ShmEngine, Index: -1}
 	}
 	gpu := EvidenceOf(p).DetectGPU(c, facts.HostGPUs)
-	pl := Plan{
-		Action:   ActionNone,
-		GPU:      gpu.GPU,
-		GPUs:     gpu.Count,
-		Shm:      sh,
-		Evidence: gpu.Evidence,
-		Pod:      CRIPod(s),
-	}
+	pl := Plan{Action: ActionNone, GPU: gpu.GPU, GPUs: gpu.Count, Shm: sh, Evidence: gpu.Evidence, Pod: CRIPod(s), Current: sh.Size}
 	if gpu.GPU && gpu.Count == 0 && facts.HostGPUs > 0 {
 		pl.GPUs = facts.HostGPUs
 	}
-	pl.Current = sh.Size
 	if sh.Kind == ShmEngine && facts.TmpfsSize != nil {
 		if n, err := facts.TmpfsSize(sh.Source); err == nil {
 			pl.Current = n
 		}
 	}
-	leave := func(format string, a ...any) Plan {
-		pl.Action, pl.Size = ActionNone, pl.Current
-		pl.Reason = fmt.Sprintf(format, a...)
-		return pl
-	}
-
 	// A size asked for by an allowed annotation is the user's own choice.
 	target, why, requested := requestedSize(s, p)
-	applies := requested || gpu.GPU || p.Match == policy.MatchAll
-	pl.Applies, pl.Requested = applies, requested
+	pl.Requested = requested
+	pl.Applies = requested || gpu.GPU || p.Match == policy.MatchAll
 	if !requested {
 		req := policy.Request{MemoryLimit: MemoryLimit(s), HostMemory: facts.HostMemory, GPUs: pl.GPUs, Portable: in.Portable}
 		if in.Portable {
@@ -148,94 +200,84 @@ func Decide(in Input) Plan {
 		switch {
 		case gpu.GPU:
 			why = "GPU container (" + strings.Join(gpu.Evidence, ", ") + "): " + why
-		case applies:
+		case pl.Applies:
 			why = "policy match \"all\": " + why
 		}
 	}
 	pl.Target, pl.Why = target, why
+	return &deciding{pl: pl}
+}
 
-	if pl.Pod.Sandbox {
-		return leave("pod sandbox: the pod's /dev/shm is grown when a GPU container of the pod is created")
+// userMount decides for the user's own mount at /dev/shm: left alone,
+// unless enforce_min raises a tmpfs of the spec's that is too small.
+func (d *deciding) userMount(c *Container, p *policy.Policy) Plan {
+	sh := d.pl.Shm
+	if !p.EnforceMin || d.pl.Requested {
+		return d.leave("the user mounts %s at /dev/shm; left alone", userMountWords(c, sh))
 	}
-	if v := s.Annotations[policy.OptOutAnnotation]; strings.EqualFold(strings.TrimSpace(v), "true") {
-		return leave("annotation %s=%s: left alone", policy.OptOutAnnotation, v)
+	if sh.Type != "tmpfs" || IsBind(c.Spec.Mounts[sh.Index]) {
+		return d.leave("the user mounts %s at /dev/shm; enforce_min cannot resize it from the spec", userMountWords(c, sh))
 	}
-	if sh.Kind == ShmHost {
-		pl.Current, pl.Size = 0, 0
-		return leave("shares the host's /dev/shm (host IPC); the host's /dev/shm is never resized")
+	if sh.Size >= p.Min {
+		return d.leave("the user's own tmpfs at /dev/shm is %s, at least the minimum %s", policy.FormatSize(sh.Size), policy.FormatSize(p.Min))
 	}
-	if !applies {
-		return leave("no GPU evidence (requests, env, devices, CDI, hooks); policy match is %q", p.Match)
-	}
+	return act(d.pl, ActionSetSize, p.Min, fmt.Sprintf("enforce_min: the user's tmpfs at /dev/shm is %s, raised to min %s", policy.FormatSize(sh.Size), policy.FormatSize(p.Min)))
+}
 
-	switch sh.Kind {
-	case ShmUser:
-		if !p.EnforceMin || requested {
-			return leave("the user mounts %s at /dev/shm; left alone", userMountWords(c, sh))
+// private decides for the engine's own tmpfs of the container: sized to
+// the target, unless someone chose its size.
+func (d *deciding) private(c *Container, p *policy.Policy) Plan {
+	pl, sh := d.pl, d.pl.Shm
+	if chosen := c.ShmChoice != "" || !policy.IsEngineDefaultShm(sh.Size) && sh.Size != 0; chosen && !pl.Requested {
+		// The user's words say so, or the size is not the engines' 64 MiB:
+		// someone chose it (--shm-size, default-shm-size, containers.conf).
+		by := "--shm-size or the engine's default-shm-size"
+		if c.ShmChoice != "" {
+			by = c.ShmChoice
 		}
-		if sh.Type != "tmpfs" || IsBind(s.Mounts[sh.Index]) {
-			return leave("the user mounts %s at /dev/shm; enforce_min cannot resize it from the spec", userMountWords(c, sh))
+		if p.EnforceMin && sh.Size < p.Min {
+			return act(pl, ActionSetSize, p.Min, fmt.Sprintf("enforce_min: explicit /dev/shm size %s (%s) raised to min %s", policy.FormatSize(sh.Size), by, policy.FormatSize(p.Min)))
 		}
-		if sh.Size >= p.Min {
-			return leave("the user's own tmpfs at /dev/shm is %s, at least the minimum %s", policy.FormatSize(sh.Size), policy.FormatSize(p.Min))
-		}
-		return act(pl, ActionSetSize, p.Min, fmt.Sprintf("enforce_min: the user's tmpfs at /dev/shm is %s, raised to min %s", policy.FormatSize(sh.Size), policy.FormatSize(p.Min)))
+		return d.leave("/dev/shm size %s was chosen explicitly (%s); left alone", policy.FormatSize(sh.Size), by)
+	}
+	if pl.Target <= pl.Current {
+		return d.leave("%s; /dev/shm is already %s", pl.Why, policy.FormatSize(pl.Current))
+	}
+	if p.Mode == policy.ModeIPCHost && HasPrivateIPC(c.Spec) && !pl.Requested {
+		pl.Action, pl.Size, pl.Reason = ActionIPCHost, 0, pl.Why+"; mode ipc-host: share the host's IPC namespace and /dev/shm"
+		return pl
+	}
+	return act(pl, ActionSetSize, pl.Target, pl.Why)
+}
 
-	case ShmPrivate:
-		if chosen := c.ShmChoice != "" || !policy.IsEngineDefaultShm(sh.Size) && sh.Size != 0; chosen && !requested {
-			// The user's words say so, or the size is not the engines'
-			// 64 MiB: someone chose it (--shm-size, default-shm-size,
-			// containers.conf).
-			by := "--shm-size or the engine's default-shm-size"
-			if c.ShmChoice != "" {
-				by = c.ShmChoice
-			}
-			if p.EnforceMin && sh.Size < p.Min {
-				return act(pl, ActionSetSize, p.Min, fmt.Sprintf("enforce_min: explicit /dev/shm size %s (%s) raised to min %s", policy.FormatSize(sh.Size), by, policy.FormatSize(p.Min)))
-			}
-			return leave("/dev/shm size %s was chosen explicitly (%s); left alone", policy.FormatSize(sh.Size), by)
-		}
-		if target <= pl.Current {
-			return leave("%s; /dev/shm is already %s", why, policy.FormatSize(pl.Current))
-		}
-		if p.Mode == policy.ModeIPCHost && HasPrivateIPC(s) && !requested {
-			pl.Action, pl.Size, pl.Reason = ActionIPCHost, 0, why+"; mode ipc-host: share the host's IPC namespace and /dev/shm"
-			return pl
-		}
-		return act(pl, ActionSetSize, target, why)
-
-	case ShmEngine:
-		if c.JoinedIPC != "" {
-			if p.Mode == policy.ModeMount {
-				return leave("%s; but /dev/shm is the shared tmpfs of the IPC namespace it joins (%s) and mode \"mount\" never remounts on the host", why, c.JoinedIPC)
-			}
-			return act(pl, ActionRemount, target, why+fmt.Sprintf("; /dev/shm is the shared tmpfs of the IPC namespace it joins (%s), of a size not known here: grow that one", c.JoinedIPC))
-		}
-		if pod := pl.Pod; pod.SandboxID != "" && pod.Engine == sh.Engine && sh.OwnerID != pod.SandboxID {
-			return leave("/dev/shm binds %s, which belongs to sandbox %s, not this pod's %s; left alone", sh.Source, sh.OwnerID, pod.SandboxID)
-		}
+// engineTmpfs decides for a tmpfs the engine mounted on the host and the
+// container binds (a pod's, an IPC group's): grown in place, for all who
+// share it, unless it is another's or was chosen.
+func (d *deciding) engineTmpfs(c *Container, p *policy.Policy) Plan {
+	pl, sh := d.pl, d.pl.Shm
+	target, why := pl.Target, pl.Why
+	if c.JoinedIPC != "" {
 		if p.Mode == policy.ModeMount {
-			return leave("%s; but /dev/shm is the %s host tmpfs %q and mode \"mount\" never remounts on the host", why, sh.Engine, sh.Source)
+			return d.leave("%s; but /dev/shm is the shared tmpfs of the IPC namespace it joins (%s) and mode \"mount\" never remounts on the host", why, c.JoinedIPC)
 		}
-		if pl.Current != 0 && !policy.IsEngineDefaultShm(pl.Current) && !requested {
-			if !p.EnforceMin || pl.Current >= p.Min {
-				return leave("the shared /dev/shm is already %s (chosen explicitly); left alone", policy.FormatSize(pl.Current))
-			}
-			target, why = p.Min, fmt.Sprintf("enforce_min: shared /dev/shm %s raised to min %s", policy.FormatSize(pl.Current), policy.FormatSize(p.Min))
-		}
-		if pl.Current != 0 && target <= pl.Current {
-			return leave("%s; the shared /dev/shm is already %s", why, policy.FormatSize(pl.Current))
-		}
-		return act(pl, ActionRemount, target, why+fmt.Sprintf("; grow the %s host tmpfs %s (shared, so every container of the pod or IPC group sees it)", sh.Engine, sh.Source))
-
-	default: // ShmNone
-		// Docker's --ipc none leaves /dev/shm out on purpose; only mode
-		// "mount", which is about giving containers their own mounts, adds one.
-		if p.Mode != policy.ModeMount {
-			return leave("%s; but the spec mounts nothing at /dev/shm (docker --ipc none does so on purpose); mode \"mount\" would add a tmpfs", why)
-		}
-		return act(pl, ActionInject, target, why+"; the spec mounts nothing at /dev/shm: add a tmpfs (mode \"mount\")")
+		return act(pl, ActionRemount, target, why+fmt.Sprintf("; /dev/shm is the shared tmpfs of the IPC namespace it joins (%s), of a size not known here: grow that one", c.JoinedIPC))
 	}
+	if pod := pl.Pod; pod.SandboxID != "" && pod.Engine == sh.Engine && sh.OwnerID != pod.SandboxID {
+		return d.leave("/dev/shm binds %s, which belongs to sandbox %s, not this pod's %s; left alone", sh.Source, sh.OwnerID, pod.SandboxID)
+	}
+	if p.Mode == policy.ModeMount {
+		return d.leave("%s; but /dev/shm is the %s host tmpfs %q and mode \"mount\" never remounts on the host", why, sh.Engine, sh.Source)
+	}
+	if pl.Current != 0 && !policy.IsEngineDefaultShm(pl.Current) && !pl.Requested {
+		if !p.EnforceMin || pl.Current >= p.Min {
+			return d.leave("the shared /dev/shm is already %s (chosen explicitly); left alone", policy.FormatSize(pl.Current))
+		}
+		target, why = p.Min, fmt.Sprintf("enforce_min: shared /dev/shm %s raised to min %s", policy.FormatSize(pl.Current), policy.FormatSize(p.Min))
+	}
+	if pl.Current != 0 && target <= pl.Current {
+		return d.leave("%s; the shared /dev/shm is already %s", why, policy.FormatSize(pl.Current))
+	}
+	return act(pl, ActionRemount, target, why+fmt.Sprintf("; grow the %s host tmpfs %s (shared, so every container of the pod or IPC group sees it)", sh.Engine, sh.Source))
 }
 
 func act(pl Plan, a Action, size int64, reason string) Plan {
@@ -266,6 +308,17 @@ func mountWord(sh Shm) string {
 // requestedSize returns the size an allowed annotation asks for, capped by
 // the policy.
 func requestedSize(s *specs.Spec, p *policy.Policy) (int64, string, bool) {
+	key, v, n, ok := annotationRequest(s, p)
+	if !ok {
+		return 0, "", false
+	}
+	capped, note := p.CapRequest(n)
+	return capped, fmt.Sprintf("annotation %s=%s asks for %s%s", key, v, policy.FormatSize(n), note), true
+}
+
+// annotationRequest returns the first allowed annotation that asks for a
+// size, its value and the size it asks for, before the policy caps it.
+func annotationRequest(s *specs.Spec, p *policy.Policy) (key, value string, n int64, ok bool) {
 	for _, key := range p.AllowedAnnotations {
 		v, ok := s.Annotations[key]
 		if !ok {
@@ -275,8 +328,7 @@ func requestedSize(s *specs.Spec, p *policy.Policy) (int64, string, bool) {
 		if err != nil || n == 0 {
 			continue
 		}
-		capped, note := p.CapRequest(n)
-		return capped, fmt.Sprintf("annotation %s=%s asks for %s%s", key, v, policy.FormatSize(n), note), true
+		return key, v, n, true
 	}
-	return 0, "", false
+	return "", "", 0, false
 }

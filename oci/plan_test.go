@@ -44,7 +44,7 @@ func TestDecideContainers(t *testing.T) {
 		{name: "portable without a limit: compose default", opts: []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm)}, portable: true, action: ActionSetSize, size: 8 * policy.GiB, target: 8 * policy.GiB, reason: "compose default 8GiB", applies: true},
 		{name: "portable with a limit", opts: []Opt{gpus, WithMemoryLimit(4 * policy.GiB), WithPrivateShm(policy.EngineDefaultShm)}, portable: true, action: ActionSetSize, size: 2 * policy.GiB, target: 2 * policy.GiB, reason: "4GiB memory limit", applies: true},
 		{name: "shared engine tmpfs", opts: []Opt{gpus, WithSharedShm("/var/lib/docker/containers/0123456789ab/mounts/shm", "")}, action: ActionRemount, size: 32 * policy.GiB, target: 32 * policy.GiB, reason: "grow the docker host tmpfs", applies: true},
-		{name: "host ipc", opts: []Opt{gpus, WithHostIPC()}, action: ActionNone, size: 0, target: 32 * policy.GiB, reason: "host's /dev/shm", applies: true},
+		{name: "host ipc", opts: []Opt{gpus, WithHostIPC("")}, action: ActionNone, size: 0, target: 32 * policy.GiB, reason: "host's /dev/shm", applies: true},
 		{name: "ipc none", opts: []Opt{gpus, WithNoShm()}, action: ActionNone, size: 0, target: 32 * policy.GiB, reason: "mounts nothing at /dev/shm", applies: true},
 		{name: "ipc none, mode mount", opts: []Opt{gpus, WithNoShm()}, policy: pol(`mode = "mount"`), action: ActionInject, size: 32 * policy.GiB, target: 32 * policy.GiB, reason: "add a tmpfs", applies: true},
 		{name: "user mount in the user's words", opts: []Opt{gpus, WithPrivateShm(policy.EngineDefaultShm), WithUserShm("--tmpfs /dev/shm:size=1g", specs.Mount{Type: "tmpfs", Source: "tmpfs", Options: []string{"size=1g"}})}, action: ActionNone, size: policy.GiB, target: 32 * policy.GiB, reason: "the user mounts --tmpfs /dev/shm:size=1g at /dev/shm", applies: true},
@@ -83,7 +83,7 @@ func TestDecideContainers(t *testing.T) {
 // TestOptsReplaceShm: the IPC/shm options each describe all of /dev/shm,
 // so the last one given wins and no second mount or IPC entry remains.
 func TestOptsReplaceShm(t *testing.T) {
-	c, err := NewContainer(WithPrivateShm(policy.GiB), WithHostIPC(), WithSharedShm("/run/containerd/io.containerd.grpc.v1.cri/sandboxes/abc/shm", "/proc/1/ns/ipc"))
+	c, err := NewContainer(WithPrivateShm(policy.GiB), WithHostIPC(""), WithSharedShm("/run/containerd/io.containerd.grpc.v1.cri/sandboxes/abc/shm", "/proc/1/ns/ipc"))
 	if err != nil {
 		t.Fatal(err)
 	}

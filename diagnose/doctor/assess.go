@@ -38,6 +38,9 @@ type subject struct {
 	// viaGPUrun whether a restart goes through gpurun-runtime again.
 	recordedShm int64
 	viaGPUrun   bool
+	// cgroupMemory is the container's memory cgroup read from the host
+	// (docker and CRI containers that run), nil otherwise.
+	cgroupMemory *shmstats.Memory
 }
 
 // shmState is what /dev/shm is and holds.
@@ -84,6 +87,9 @@ func assess(sub subject, pol *policy.Policy) ([]Check, oci.Plan) {
 	}
 	checks = append(checks, gpuCheck(sub, pl))
 	checks = append(checks, memoryCheck(sub))
+	if c, ok := shmMemoryCheck(sub); ok {
+		checks = append(checks, c)
+	}
 	if sub.cpu != "" {
 		checks = append(checks, Check{Name: "cpu", Status: OK, Detail: sub.cpu})
 	}
@@ -217,6 +223,15 @@ func gpuCheck(sub subject, pl oci.Plan) Check {
 }
 
 func memoryCheck(sub subject) Check {
+	c := memoryLimitCheck(sub)
+	if m := sub.cgroupMemory; m != nil && m.Err != "" {
+		// Said here: shm.memory, which would say the rest, is left out.
+		c.Detail += "; its memory cgroup could not be read: " + m.Err
+	}
+	return c
+}
+
+func memoryLimitCheck(sub subject) Check {
 	c := Check{Name: "memory", Status: OK, Data: map[string]any{"limit_bytes": sub.memoryLimit, "host_memory_bytes": sub.hostMemory}}
 	host := "unknown"
 	if sub.hostMemory > 0 {
@@ -238,7 +253,6 @@ func ncclCheck(sub subject, pol *policy.Policy) Check {
 	c := Check{Name: "nccl", Status: OK}
 	var env []string
 	vars := map[string]any{}
-	disabled := false
 	if s := sub.container.Spec; s != nil && s.Process != nil {
 		for _, kv := range s.Process.Env {
 			k, v, _ := strings.Cut(kv, "=")
@@ -251,8 +265,9 @@ func ncclCheck(sub subject, pol *policy.Policy) Check {
 		}
 	}
 	slices.Sort(env)
-	if v, ok := vars["NCCL_SHM_DISABLE"]; ok && v == "1" {
-		disabled = true
+	var disabled bool
+	if s := sub.container.Spec; s != nil && s.Process != nil {
+		disabled = oci.NCCLShmDisabled(s.Process.Env)
 	}
 	if len(vars) > 0 {
 		c.Data = map[string]any{"env": vars}

@@ -195,7 +195,7 @@ func shmOpt(sh shmState) oci.Opt {
 		}
 		return oci.WithPrivateShm(size)
 	case oci.ShmHost:
-		return oci.WithHostIPC()
+		return oci.WithHostIPC("")
 	case oci.ShmUser:
 		m := specs.Mount{Type: sh.fsType, Source: "user", Options: []string{"rbind"}}
 		if sh.fsType == "tmpfs" {

@@ -194,6 +194,9 @@ func FormatPlan(pl oci.Plan) string {
 		fmt.Fprintf(&b, "pod:      %s %s of sandbox %s\n", pl.Pod.Engine, role, pl.Pod.SandboxID)
 	}
 	fmt.Fprintf(&b, "reason:   %s\n", pl.Reason)
+	for _, w := range pl.Warnings {
+		fmt.Fprintf(&b, "warning:  %s\n", w.Message)
+	}
 	return b.String()
 }
 
@@ -217,6 +220,9 @@ func FormatDecision(d podspec.Decision) string {
 			gpu = "GPU (" + strings.Join(c.Evidence, ", ") + ")"
 		}
 		fmt.Fprintf(&b, "  %s %s: %s, %s: %s\n", kind, c.Name, c.Action, gpu, c.Reason)
+	}
+	for _, w := range d.Warnings {
+		fmt.Fprintf(&b, "warning:  %s\n", w)
 	}
 	return b.String()
 }

@@ -29,6 +29,19 @@ func options(out *bytes.Buffer) Options {
 	}
 }
 
+// ncclPod turns NCCL's shared-memory transport off, which its /dev/shm
+// makes needless.
+const ncclPod = `apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+  - name: trainer
+    image: x
+    env: [{name: NCCL_SHM_DISABLE, value: "1"}]
+    resources: {limits: {nvidia.com/gpu: 1, memory: 16Gi}}
+`
+
 func TestRun(t *testing.T) {
 	podYAML, err := os.ReadFile(filepath.Join(pods, "kubeflow-pytorchjob-worker.yaml"))
 	if err != nil {
@@ -64,6 +77,9 @@ func TestRun(t *testing.T) {
 			o.PodPath, o.In, o.MeasuredPeak = "-", bytes.NewReader(podYAML), "31Gi"
 		}, 0, []string{"measured: suggest 46.5GiB"}},
 		{"a bad measured peak", func(o *Options) { o.PodPath, o.MeasuredPeak = "-", "-1g" }, 2, []string{`--measured-peak "-1g"`}},
+		{"the decision's warnings", func(o *Options) {
+			o.PodPath, o.In = "-", strings.NewReader(ncclPod)
+		}, 0, []string{"warning:  container trainer: NCCL_SHM_DISABLE=1 is set, but /dev/shm will be 8GiB"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer

@@ -177,7 +177,9 @@ func Prepare(ctx context.Context, req Request) Result {
 	if res.Added != "" {
 		res.Args = insertFlag(run, res.Added)
 	}
-	res.Warnings = warnings(run, env, pol, pl)
+	for _, w := range pl.Warnings {
+		res.Warnings = append(res.Warnings, w.Message)
+	}
 	return res
 }
 
@@ -296,32 +298,4 @@ func Container(run *runargs.Run, env []string, defaultShm int64) (*oci.Container
 		opts = append(opts, oci.WithUserShm(how, translate.UserMount(flag, value)))
 	}
 	return oci.NewContainer(opts...)
-}
-
-// warnings are the one-line notices of a user's choice that defeats them.
-func warnings(run *runargs.Run, env []string, pol *policy.Policy, pl oci.Plan) []string {
-	var w []string
-	if run.IPC == "host" && run.ShmSizeSet {
-		w = append(w, fmt.Sprintf("--shm-size %s has no effect with --ipc=host: docker ignores it and the container uses the host's /dev/shm", run.ShmSize))
-	}
-	if run.ShmSizeSet {
-		if n, err := policy.ParseSize(run.ShmSize); err == nil && n > 0 && n < pol.Min && run.IPC != "host" {
-			what := "DataLoader workers and NCCL may fail (Bus error, posix_fallocate failed)"
-			if pl.Action == oci.ActionSetSize {
-				what = "enforce_min raises it to " + policy.FormatSize(pl.Size)
-			}
-			w = append(w, fmt.Sprintf("--shm-size %s is below the policy minimum %s; %s", run.ShmSize, policy.FormatSize(pol.Min), what))
-		}
-	}
-	if v, ok := runargs.LookupEnvList(env, "NCCL_SHM_DISABLE"); ok && v == "1" {
-		final := pl.Size
-		if final >= pol.Min || pl.Shm.Kind == oci.ShmHost {
-			size := "the host's /dev/shm"
-			if final > 0 {
-				size = policy.FormatSize(final)
-			}
-			w = append(w, fmt.Sprintf("NCCL_SHM_DISABLE=1 is set, but /dev/shm will be %s: NCCL's shared-memory transport would work; unset it to avoid the slower socket path", size))
-		}
-	}
-	return w
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/gpurun/gpurun/oci"
 )
 
 // Environment returns the environment list the docker CLI sends to the
@@ -64,7 +66,7 @@ func (r *Run) LookupEnv(key string, lookupEnv func(string) (string, bool), readF
 		env = append(env, vars...)
 	}
 	env = append(env, r.resolvedEnv(lookupEnv)...)
-	return LookupEnvList(env, key)
+	return oci.LookupEnv(env, key)
 }
 
 // resolvedEnv returns the -e values as docker's opts.ValidateEnv leaves
@@ -139,25 +141,12 @@ func ParseEnvFile(name string, data []byte, lookupEnv func(string) (string, bool
 	return vars, nil
 }
 
-// LookupEnvList returns the value of key in an environment list such as
-// Environment or MergeEnv returns: the last "KEY=VALUE" entry wins, as the
-// container's process sees it (runc keeps the last of duplicate variables).
-// Bare "KEY" entries hold no value and are ignored.
-func LookupEnvList(env []string, key string) (string, bool) {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
-			return v, true
-		}
-	}
-	return "", false
-}
-
 // MergeEnv returns the container's Config.Env as dockerd (daemon/commit.go
 // merge) builds it from the run's environment (see Environment) and the
 // image's: every run entry in order, then each image entry whose variable
 // the run does not name. A bare "KEY" in runEnv names KEY, so it removes
 // the image's KEY, but it does not remove an earlier KEY=VALUE of the run
-// itself. Use LookupEnvList on the result for the value a process sees.
+// itself. Use oci.LookupEnv on the result for the value a process sees.
 // Neither argument is modified.
 func MergeEnv(imageEnv, runEnv []string) []string {
 	merged := make([]string, 0, len(runEnv)+len(imageEnv))

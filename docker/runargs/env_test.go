@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/gpurun/gpurun/oci"
 )
 
 func fakeEnv(m map[string]string) func(string) (string, bool) {
@@ -180,9 +182,9 @@ func TestMergeEnv(t *testing.T) {
 			if !slices.Equal(imageCopy, image) {
 				t.Errorf("MergeEnv modified imageEnv")
 			}
-			v, ok := LookupEnvList(got, tt.key)
+			v, ok := oci.LookupEnv(got, tt.key)
 			if tt.val == nil && ok || tt.val != nil && (!ok || v != *tt.val) {
-				t.Errorf("LookupEnvList(%q) = %q, %v", tt.key, v, ok)
+				t.Errorf("oci.LookupEnv(%q) = %q, %v", tt.key, v, ok)
 			}
 		})
 	}

@@ -192,7 +192,15 @@ func IPC(mode string, shm Shm) oci.Opt {
 			}
 			return oci.WithSharedShm(p, "container:"+strings.TrimPrefix(mode, "container:"))(c)
 		case mode == "host":
-			return oci.WithHostIPC()(c)
+			words := shm.IPCWords
+			if words == "" {
+				words = "--ipc=host"
+			}
+			if err := oci.WithHostIPC(words)(c); err != nil {
+				return err
+			}
+			// Docker ignores the size; the decision warns of it.
+			return oci.WithShmChoice(shm.Choice)(c)
 		case mode == "none":
 			return oci.WithNoShm()(c)
 		}

@@ -108,24 +108,44 @@ const (
 
 var doors = []door{doorPlan, doorShim, doorHook, doorNRI, doorLauncher, doorDoctor, doorCompose}
 
-// outcome is what a door plans, reduced to what every door can say.
+// outcome is what a door plans, reduced to what every door can say: the
+// action, the size, and the kinds of the decision's warnings it passes on.
 type outcome struct {
 	action oci.Action
-	size   int64 // when the action is not none
+	size   int64  // when the action is not none
+	warns  string // the warnings' kinds, sorted, joined by ","
 }
 
 func (o outcome) String() string {
-	if o.action == oci.ActionNone {
-		return "none"
+	s := "none"
+	if o.action != oci.ActionNone {
+		s = fmt.Sprintf("%s %s", o.action, policy.FormatSize(o.size))
 	}
-	return fmt.Sprintf("%s %s", o.action, policy.FormatSize(o.size))
+	if o.warns != "" {
+		s += " (warns " + o.warns + ")"
+	}
+	return s
+}
+
+// kinds is the warns of an outcome.
+func kinds[K ~string](ks []K) string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = string(k)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }
 
 func planOutcome(pl oci.Plan) outcome {
-	if pl.Action == oci.ActionNone {
-		return outcome{action: oci.ActionNone}
+	ks := make([]oci.WarningKind, len(pl.Warnings))
+	for i, w := range pl.Warnings {
+		ks[i] = w.Kind
 	}
-	return outcome{pl.Action, pl.Size}
+	if pl.Action == oci.ActionNone {
+		return outcome{action: oci.ActionNone, warns: kinds(ks)}
+	}
+	return outcome{pl.Action, pl.Size, kinds(ks)}
 }
 
 // setting is a policy and the facts every door gets: the host's memory
@@ -280,9 +300,9 @@ func composeOutcomes(t *testing.T, st setting) map[string]outcome {
 	for _, s := range res.Services {
 		switch s.Action {
 		case compose.ActionAdd, compose.ActionRaise, compose.ActionInherit:
-			out[s.Service] = outcome{oci.ActionSetSize, s.SizeBytes}
+			out[s.Service] = outcome{oci.ActionSetSize, s.SizeBytes, kinds(s.WarningKinds)}
 		default:
-			out[s.Service] = outcome{action: oci.ActionNone}
+			out[s.Service] = outcome{action: oci.ActionNone, warns: kinds(s.WarningKinds)}
 		}
 	}
 	return out
@@ -329,16 +349,18 @@ var exceptions = []exception{
 		},
 		want: func(fx *captured, st setting, _ outcome) outcome {
 			n, _ := st.pol.Target(policy.Request{MemoryLimit: fx.Docker.Inspect.HostConfig.Memory, HostMemory: st.memory, GPUs: st.gpus})
-			return outcome{oci.ActionSetSize, n}
+			return outcome{action: oci.ActionSetSize, size: n}
 		},
 	},
 	{
-		why:   "an explicit 64 MiB (--shm-size 64m, shm_size: 64m) is the user's choice at the front doors that read the user's words; config.json and docker inspect cannot tell it from the engines' default, so the others size it",
+		why:   "an explicit 64 MiB (--shm-size 64m, shm_size: 64m) is the user's choice at the front doors that read the user's words, which warn that it is below the policy's minimum; config.json and docker inspect cannot tell it from the engines' default, so the others size it",
 		doors: []door{doorLauncher, doorCompose},
 		applies: func(fx *captured, st setting, cur outcome) bool {
 			return named("docker-20.10-gpu-shm-size-64m", "docker-compose-1.29-shm-size-64m")(fx, st, cur) && cur.action == oci.ActionSetSize
 		},
-		want: func(*captured, setting, outcome) outcome { return outcome{action: oci.ActionNone} },
+		want: func(*captured, setting, outcome) outcome {
+			return outcome{action: oci.ActionNone, warns: string(oci.WarnBelowMin)}
+		},
 	},
 	{
 		why:   "runtime: nvidia is a GPU request in the user's words and in docker inspect (HostConfig.Runtime), but leaves no trace in config.json: NVIDIA's runtime adds its hook itself, after the node-level doors have planned (they see such a GPU through the image's NVIDIA_VISIBLE_DEVICES, which CUDA images set)",
@@ -348,7 +370,7 @@ var exceptions = []exception{
 		},
 		want: func(fx *captured, st setting, _ outcome) outcome {
 			n, _ := st.pol.Target(policy.Request{HostMemory: st.memory})
-			return outcome{oci.ActionSetSize, n}
+			return outcome{action: oci.ActionSetSize, size: n}
 		},
 	},
 	{
@@ -357,7 +379,9 @@ var exceptions = []exception{
 		applies: func(fx *captured, _ setting, cur outcome) bool {
 			return ipcMode(fx) == "shareable" && cur.action == oci.ActionRemount
 		},
-		want: func(_ *captured, _ setting, cur outcome) outcome { return outcome{oci.ActionSetSize, cur.size} },
+		want: func(_ *captured, _ setting, cur outcome) outcome {
+			return outcome{action: oci.ActionSetSize, size: cur.size, warns: cur.warns}
+		},
 	},
 	{
 		why:   "a --ipc container:<donor> peer: docker run's words do not say how big the donor's /dev/shm is, so gpurun run plans to grow it to the policy's size (and, since docker run cannot, reports the plan as not carried out, naming gpurun resize <donor>); the node-level doors and doctor see the donor's tmpfs and leave one the user sized (--shm-size 1g)",
@@ -367,7 +391,7 @@ var exceptions = []exception{
 		},
 		want: func(fx *captured, st setting, _ outcome) outcome {
 			n, _ := st.pol.Target(policy.Request{MemoryLimit: fx.Docker.Inspect.HostConfig.Memory, HostMemory: st.memory, GPUs: st.gpus})
-			return outcome{oci.ActionRemount, n}
+			return outcome{action: oci.ActionRemount, size: n}
 		},
 	},
 	{
@@ -377,7 +401,7 @@ var exceptions = []exception{
 			return cur.action == oci.ActionSetSize && fx.Docker.Inspect.HostConfig.Memory == 0
 		},
 		want: func(fx *captured, st setting, cur outcome) outcome {
-			return outcome{cur.action, portableTarget(fx, st)}
+			return outcome{action: cur.action, size: portableTarget(fx, st), warns: cur.warns}
 		},
 	},
 }
@@ -390,23 +414,23 @@ var pinned = []struct {
 	want             outcome
 }{
 	// half of the 64 GiB host
-	{"docker-20.10-gpus-all", "default", doorLauncher, outcome{oci.ActionSetSize, 32 * policy.GiB}},
-	{"docker-20.10-gpus-all", "default", doorShim, outcome{oci.ActionSetSize, 32 * policy.GiB}},
-	{"docker-20.10-device-dri-dir", "default", doorDoctor, outcome{oci.ActionSetSize, 32 * policy.GiB}},
+	{"docker-20.10-gpus-all", "default", doorLauncher, outcome{action: oci.ActionSetSize, size: 32 * policy.GiB}},
+	{"docker-20.10-gpus-all", "default", doorShim, outcome{action: oci.ActionSetSize, size: 32 * policy.GiB}},
+	{"docker-20.10-device-dri-dir", "default", doorDoctor, outcome{action: oci.ActionSetSize, size: 32 * policy.GiB}},
 	// the peer grows the donor's 64 MiB tmpfs
-	{"docker-20.10-gpu-ipc-container", "default", doorShim, outcome{oci.ActionRemount, 32 * policy.GiB}},
+	{"docker-20.10-gpu-ipc-container", "default", doorShim, outcome{action: oci.ActionRemount, size: 32 * policy.GiB}},
 	// the donor's 2 GiB was chosen
 	{"docker-20.10-gpu-ipc-container-shm-size-1g", "default", doorHook, outcome{action: oci.ActionNone}},
 	// no GPU: the driver's control node alone; everyone with match "all"
 	{"docker-20.10-device-nvidiactl", "default", doorLauncher, outcome{action: oci.ActionNone}},
-	{"docker-20.10-device-nvidiactl", `match "all"`, doorNRI, outcome{oci.ActionSetSize, 32 * policy.GiB}},
+	{"docker-20.10-device-nvidiactl", `match "all"`, doorNRI, outcome{action: oci.ActionSetSize, size: 32 * policy.GiB}},
 	// half of the 4 GiB memory limit, compose included
-	{"docker-compose-1.29-deploy-gpu-mem-limit-4g", "default", doorCompose, outcome{oci.ActionSetSize, 2 * policy.GiB}},
-	{"docker-compose-1.29-deploy-gpu-mem-limit-4g", "default", doorDoctor, outcome{oci.ActionSetSize, 2 * policy.GiB}},
+	{"docker-compose-1.29-deploy-gpu-mem-limit-4g", "default", doorCompose, outcome{action: oci.ActionSetSize, size: 2 * policy.GiB}},
+	{"docker-compose-1.29-deploy-gpu-mem-limit-4g", "default", doorDoctor, outcome{action: oci.ActionSetSize, size: 2 * policy.GiB}},
 	// compose without a limit: compose_default
-	{"docker-compose-1.29-env-nvidia-all", "default", doorCompose, outcome{oci.ActionSetSize, 8 * policy.GiB}},
+	{"docker-compose-1.29-env-nvidia-all", "default", doorCompose, outcome{action: oci.ActionSetSize, size: 8 * policy.GiB}},
 	// a pod's shared tmpfs
-	{"containerd-2.4-cri-container-env-nvidia-all", "default", doorNRI, outcome{oci.ActionRemount, 32 * policy.GiB}},
+	{"containerd-2.4-cri-container-env-nvidia-all", "default", doorNRI, outcome{action: oci.ActionRemount, size: 32 * policy.GiB}},
 }
 
 func TestFrontDoorsAgree(t *testing.T) {

@@ -41,18 +41,23 @@ type Decision struct {
 	// Plans are oci.Decide's plans, one per container, in Translate's
 	// order.
 	Plans []ContainerPlan `json:"containers"`
+	// Warnings are the containers' warnings (oci.Warning), one line each,
+	// naming the containers they concern: what kubectl prints from the
+	// admission webhook.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ContainerPlan is one container's plan.
 type ContainerPlan struct {
-	Name     string     `json:"name"`
-	Init     bool       `json:"init,omitempty"`
-	Action   oci.Action `json:"action"`
-	Size     int64      `json:"size_bytes"`
-	GPU      bool       `json:"gpu"`
-	GPUs     int        `json:"gpus"`
-	Evidence []string   `json:"evidence,omitempty"`
-	Reason   string     `json:"reason"`
+	Name     string        `json:"name"`
+	Init     bool          `json:"init,omitempty"`
+	Action   oci.Action    `json:"action"`
+	Size     int64         `json:"size_bytes"`
+	GPU      bool          `json:"gpu"`
+	GPUs     int           `json:"gpus"`
+	Evidence []string      `json:"evidence,omitempty"`
+	Reason   string        `json:"reason"`
+	Warnings []oci.Warning `json:"warnings,omitempty"`
 }
 
 // Decide translates the pod and asks oci.Decide about each container; the
@@ -78,7 +83,7 @@ func Decide(pod *corev1.Pod, pol *policy.Policy) (Decision, error) {
 	)
 	for _, m := range members {
 		pl := oci.Decide(oci.Input{Container: m.Container, Policy: pol, Portable: limit == 0})
-		cp := ContainerPlan{Name: m.Name, Init: m.Init, Action: pl.Action, Size: pl.Size, GPU: pl.GPU, GPUs: pl.GPUs, Evidence: pl.Evidence, Reason: pl.Reason}
+		cp := ContainerPlan{Name: m.Name, Init: m.Init, Action: pl.Action, Size: pl.Size, GPU: pl.GPU, GPUs: pl.GPUs, Evidence: pl.Evidence, Reason: pl.Reason, Warnings: pl.Warnings}
 		d.Plans = append(d.Plans, cp)
 		cur := &d.Plans[len(d.Plans)-1]
 		d.GPU = d.GPU || pl.GPU
@@ -122,5 +127,35 @@ func Decide(pod *corev1.Pod, pol *policy.Policy) (Decision, error) {
 		d.Reason = d.Plans[0].Reason
 	}
 	d.Reason = strings.TrimSpace(d.Reason)
+	d.Warnings = podWarnings(d.Plans)
 	return d, nil
+}
+
+// podWarnings are the containers' warnings, each once, naming every
+// container it concerns ("containers a, b: …"), in the containers' order.
+func podWarnings(plans []ContainerPlan) []string {
+	var msgs []string
+	who := map[string][]string{}
+	for _, cp := range plans {
+		name := cp.Name
+		if cp.Init {
+			name = "init container " + name
+		}
+		for _, w := range cp.Warnings {
+			if _, seen := who[w.Message]; !seen {
+				msgs = append(msgs, w.Message)
+			}
+			who[w.Message] = append(who[w.Message], name)
+		}
+	}
+	out := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		names := who[m]
+		head := "container "
+		if len(names) > 1 {
+			head = "containers "
+		}
+		out = append(out, head+strings.Join(names, ", ")+": "+m)
+	}
+	return out
 }

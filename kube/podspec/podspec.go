@@ -155,7 +155,7 @@ func translate(pod *corev1.Pod, c corev1.Container, limit int64) (Member, error)
 	opts = append(opts, oci.WithMemoryLimit(limit))
 	switch shm := shmMount(c); {
 	case pod.Spec.HostIPC:
-		opts = append(opts, oci.WithHostIPC())
+		opts = append(opts, oci.WithHostIPC("hostIPC: true"))
 	case shm != nil:
 		m.ShmVolume = shm.Name
 		words, mount := volumeWords(pod, shm.Name)

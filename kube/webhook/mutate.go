@@ -143,6 +143,9 @@ func Review(req *admissionv1.AdmissionReview, pol *policy.Policy) (*admissionv1.
 		resp.Warnings = []string{"gpurun: /dev/shm left as it is: " + err.Error()}
 		return out, m
 	}
+	for _, w := range m.Decision.Warnings {
+		resp.Warnings = append(resp.Warnings, "gpurun: "+w)
+	}
 	if len(m.Patches) > 0 {
 		patch, err := json.Marshal(m.Patches)
 		if err != nil {

@@ -436,6 +436,13 @@ func (e *Enforcer) logPlanned(res Result, base func() []any) {
 	}
 	rec := append(base(), "action", string(pl.Action), "size_bytes", pl.Size, "current_bytes", pl.Current,
 		"target_bytes", pl.Target, "gpu", pl.GPU, "gpus", pl.GPUs, "reason", pl.Reason)
+	if len(pl.Warnings) > 0 {
+		msgs := make([]string, len(pl.Warnings))
+		for i, w := range pl.Warnings {
+			msgs[i] = w.Message
+		}
+		rec = append(rec, "warnings", msgs)
+	}
 	switch {
 	case res.Grown != nil:
 		rec = append(rec, "path", pl.Shm.Source, "before_bytes", res.Grown.Before, "after_bytes", res.Grown.After, "changed", res.Grown.Changed)

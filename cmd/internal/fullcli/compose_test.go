@@ -75,7 +75,7 @@ func TestComposeMigrate(t *testing.T) {
 			wantErr: "compose migrate --check: 1 GPU service(s) need shm_size added by hand"},
 		{name: "shared anchor migrated, --strict-shared --check", content: sharedMigrated, args: []string{"--strict-shared", "--check"}, wantCode: 0},
 		{name: "warnings on stderr", content: "services:\n  t:\n    image: x\n    gpus: all\n    ipc: host\n    shm_size: 1g\n", args: nil, wantCode: 0,
-			wantErr: "warning: compose.yaml:2: service t: ipc: host with shm_size 1g"},
+			wantErr: "warning: compose.yaml:2: service t: shm_size: 1g has no effect with ipc: host"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
