@@ -316,3 +316,48 @@ func CheckDockerRoot(root string) error {
 	}
 	return nil
 }
+
+// KubeletEmptyDirPlugin is the directory of the kubelet's emptyDir volumes
+// in a pod's directory: <kubelet root>/pods/<pod uid>/volumes/<plugin>/<name>.
+const KubeletEmptyDirPlugin = "kubernetes.io~empty-dir"
+
+// PodEmptyDir reports whether source, a bind's host path, is an emptyDir
+// volume the kubelet made for the pod with uid podUID:
+// <kubelet root>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>, any
+// kubelet root (the kubelet's --root-dir; k3s and RKE2 keep the default),
+// absolute and clean. The uid ties it to this pod: another pod's, or a
+// hostPath of the same shape, is not it.
+func PodEmptyDir(source, podUID string) bool {
+	if podUID == "" || !filepath.IsAbs(source) || filepath.Clean(source) != source {
+		return false
+	}
+	plugin := filepath.Dir(source)
+	volumes := filepath.Dir(plugin)
+	uid := filepath.Dir(volumes)
+	return filepath.Base(plugin) == KubeletEmptyDirPlugin && filepath.Base(volumes) == "volumes" &&
+		filepath.Base(uid) == podUID && filepath.Base(filepath.Dir(uid)) == "pods" && filepath.Base(source) != ".."
+}
+
+// PodShmDir returns the host tmpfs that is the pod's /dev/shm for a
+// container of pod whose /dev/shm is sh, as far as the engine named it:
+// the sandbox's tmpfs the engine made for exactly this pod (Shm), or a
+// Memory emptyDir the kubelet made for it (PodEmptyDir; the admission
+// webhook's, KubeRay's). false for anything else: a container outside a
+// pod, the pod's sandbox, the host's /dev/shm, another pod's or a
+// container's own tmpfs, a path the engine did not name.
+func (d Dirs) PodShmDir(sh oci.Shm, pod oci.Pod) (string, bool) {
+	if pod.Sandbox || pod.SandboxID == "" {
+		return "", false
+	}
+	switch sh.Kind {
+	case oci.ShmEngine:
+		if sh.Engine != pod.Engine || d.Confirm(sh) != "" {
+			return "", false
+		}
+		named, ok, err := d.Shm(sh, pod)
+		return named, ok && err == nil
+	case oci.ShmUser:
+		return sh.Source, sh.Type == "bind" && PodEmptyDir(sh.Source, pod.UID)
+	}
+	return "", false
+}

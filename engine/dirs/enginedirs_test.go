@@ -282,3 +282,27 @@ func TestCheckDockerRoot(t *testing.T) {
 		}
 	}
 }
+
+func TestPodEmptyDir(t *testing.T) {
+	const uid = "7e4a1f7c-1b2d-4c3e-9f00-123456789abc"
+	for _, tt := range []struct {
+		source string
+		want   bool
+	}{
+		{"/var/lib/kubelet/pods/" + uid + "/volumes/kubernetes.io~empty-dir/dshm", true},
+		{"/data/kubelet/pods/" + uid + "/volumes/kubernetes.io~empty-dir/gpurun-shm", true},
+		{"/var/lib/kubelet/pods/other-uid/volumes/kubernetes.io~empty-dir/dshm", false},
+		{"/var/lib/kubelet/pods/" + uid + "/volumes/kubernetes.io~host-path/dshm", false},
+		{"/var/lib/kubelet/pods/" + uid + "/volumes/kubernetes.io~empty-dir/dshm/../x", false},
+		{"var/lib/kubelet/pods/" + uid + "/volumes/kubernetes.io~empty-dir/dshm", false},
+		{"/pods/" + uid + "/x/kubernetes.io~empty-dir/dshm", false},
+		{"/dev/shm", false},
+	} {
+		if got := PodEmptyDir(tt.source, uid); got != tt.want {
+			t.Errorf("PodEmptyDir(%q) = %v, want %v", tt.source, got, tt.want)
+		}
+	}
+	if PodEmptyDir("/var/lib/kubelet/pods//volumes/kubernetes.io~empty-dir/dshm", "") {
+		t.Error("an empty uid names no pod")
+	}
+}
