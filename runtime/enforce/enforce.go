@@ -37,6 +37,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -80,6 +81,15 @@ type Config struct {
 	// alone at debug level instead of info (a long-running plugin's stderr,
 	// which sees every container of a node).
 	QuietNone bool
+	// SweepOptions say where the restart sweep (the policy's sweep) finds
+	// the node's processes, cgroups and its records (zero: the node's
+	// defaults).
+	SweepOptions shmsweep.Options
+	// Sweep runs the sweep (nil: shmsweep.Sweep with SweepOptions).
+	Sweep func(shmsweep.Start) (shmsweep.Result, error)
+	// NoSweep sweeps nothing: for a front door that looks at containers
+	// already running (NRI's Synchronize), not at their starts.
+	NoSweep bool
 }
 
 // Enforcer plans containers' /dev/shm and carries the plans out. It is
@@ -93,11 +103,18 @@ type Enforcer struct {
 	log       *slog.Logger
 	observe   func(Subject, Result)
 	quietNone bool
+	sweepOpts shmsweep.Options
+	sweeper   func(shmsweep.Start) (shmsweep.Result, error)
+	noSweep   bool
 }
 
 // New returns an Enforcer.
 func New(c Config) *Enforcer {
-	e := &Enforcer{component: c.Component, pol: c.Policy, polErr: c.PolicyErr, facts: c.Facts, grow: c.Grow, log: c.Log, observe: c.Observe, quietNone: c.QuietNone}
+	e := &Enforcer{component: c.Component, pol: c.Policy, polErr: c.PolicyErr, facts: c.Facts, grow: c.Grow, log: c.Log, observe: c.Observe, quietNone: c.QuietNone,
+		sweepOpts: c.SweepOptions, sweeper: c.Sweep, noSweep: c.NoSweep}
+	if e.sweeper == nil {
+		e.sweeper = func(st shmsweep.Start) (shmsweep.Result, error) { return shmsweep.Sweep(e.sweepOpts, st) }
+	}
 	if e.pol == nil {
 		e.pol = policy.Default()
 	}
@@ -203,6 +220,9 @@ type Result struct {
 	Grown *remount.Result
 	// Done is what the front door's Carry did.
 	Done Done
+	// Sweep is what the restart sweep did in the pod's /dev/shm, nil where
+	// none ran (see Swept).
+	Sweep *Swept
 	// Err is what went wrong, whatever fail_closed says.
 	Err error
 }
@@ -299,7 +319,7 @@ func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) 
 		e.log.Error(MsgPolicyUnreadable, append(base(), "err", e.polErr.Error())...)
 		return Result{Err: e.polErr}, nil
 	}
-	res, stack := e.run(base, prepare)
+	res, stack := e.run(s, base, prepare)
 	if e.observe != nil {
 		defer e.observe(s, res)
 	}
@@ -314,6 +334,7 @@ func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) 
 	if res.Plan.Action != "" {
 		rec = append(rec, "action", string(res.Plan.Action), "size_bytes", res.Plan.Size, "gpu", res.Plan.GPU, "reason", res.Plan.Reason)
 	}
+	rec = append(rec, sweepAttrs(res.Sweep)...)
 	rec = append(rec, "err", res.Err.Error(), "cause", Cause(res.Err), "fail_closed", e.pol.FailClosed)
 	if ref, refused := Refused(res.Err); ref != nil {
 		rec = append(rec, "path", ref.Path, "refused", refused, "fix", ref.Fix)
@@ -329,7 +350,7 @@ func (e *Enforcer) Run(s Subject, attrs []any, prepare func() (Request, error)) 
 }
 
 // run is Run's work, with a panic turned into an error and its stack.
-func (e *Enforcer) run(base func() []any, prepare func() (Request, error)) (res Result, stack string) {
+func (e *Enforcer) run(s Subject, base func() []any, prepare func() (Request, error)) (res Result, stack string) {
 	defer func() {
 		if r := recover(); r != nil {
 			res.Err = fmt.Errorf("panic: %v", r)
@@ -341,18 +362,22 @@ func (e *Enforcer) run(base func() []any, prepare func() (Request, error)) (res 
 		res.Err = err
 		return res, ""
 	}
-	e.enforce(base, req, &res)
+	e.enforce(s, base, req, &res)
 	return res, ""
 }
 
-// enforce plans and acts, filling in res.
-func (e *Enforcer) enforce(base func() []any, req Request, res *Result) {
+// enforce plans, sweeps the pod's /dev/shm of an earlier instance's
+// leftovers, and acts, filling in res.
+func (e *Enforcer) enforce(s Subject, base func() []any, req Request, res *Result) {
 	facts, err := e.facts()
 	if err != nil {
 		e.log.Warn("host facts incomplete", append(base(), "err", err.Error())...)
 	}
 	pl := oci.Decide(oci.Input{Container: req.Container, Policy: e.pol, Facts: facts})
 	res.Plan = pl
+	if st, ok := e.sweepTarget(s, req, pl); ok {
+		res.Sweep = e.sweep(st)
+	}
 	switch pl.Action {
 	case oci.ActionNone:
 	case oci.ActionRemount:
@@ -428,7 +453,8 @@ func (e *Enforcer) fix(sh oci.Shm, named bool, err error) string {
 func (e *Enforcer) logPlanned(res Result, base func() []any) {
 	pl := res.Plan
 	level := slog.LevelInfo
-	if e.quietNone && pl.Action == oci.ActionNone && !pl.GPU {
+	sw := sweepAttrs(res.Sweep)
+	if e.quietNone && pl.Action == oci.ActionNone && !pl.GPU && sw == nil {
 		level = slog.LevelDebug
 	}
 	if !e.log.Enabled(context.Background(), level) {
@@ -454,6 +480,7 @@ func (e *Enforcer) logPlanned(res Result, base func() []any) {
 		}
 		rec = append(rec, "before_bytes", res.Done.Before, "after_bytes", res.Done.After, "changed", res.Done.Changed)
 	}
+	rec = append(rec, sw...)
 	e.log.Log(context.Background(), level, MsgPlanned, rec...)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -33,6 +34,11 @@ type harness struct {
 	growFn func(string, int64, remount.Scope) (remount.Result, error)
 	facts  oci.Facts
 	e      *Enforcer
+	// sweeps are the restart sweeps asked for, answered with sweepRes and
+	// sweepErr.
+	sweeps   []shmsweep.Start
+	sweepRes shmsweep.Result
+	sweepErr error
 }
 
 func newHarness(t *testing.T, policyText string) *harness {
@@ -54,6 +60,10 @@ func newHarness(t *testing.T, policyText string) *harness {
 			return remount.Result{Before: 64 << 20, After: size, Changed: true}, nil
 		},
 		Log: slog.New(slog.NewJSONHandler(&h.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Sweep: func(st shmsweep.Start) (shmsweep.Result, error) {
+			h.sweeps = append(h.sweeps, st)
+			return h.sweepRes, h.sweepErr
+		},
 	})
 	return h
 }
@@ -182,7 +192,8 @@ func TestRemountRefusedForReal(t *testing.T) {
 				}
 				var log bytes.Buffer
 				e := New(Config{Component: "gpurun-runtime", Policy: pol, Log: slog.New(slog.NewJSONHandler(&log, nil)),
-					Facts: func() (oci.Facts, error) { return oci.Facts{HostMemory: hostMem}, nil }})
+					Facts:        func() (oci.Facts, error) { return oci.Facts{HostMemory: hostMem}, nil },
+					SweepOptions: shmsweep.Options{StateDir: t.TempDir(), Proc: t.TempDir(), CgroupRoot: t.TempDir()}})
 				src := tt.state + "/io.containerd.grpc.v1.cri/sandboxes/" + podID + "/shm"
 				res, err := e.Run(Subject{ID: ctrID}, nil, func() (Request, error) {
 					return Request{Container: container(sandboxBind(tt.state, podID), criAnnotations(podID)), Dirs: tt.dirs}, nil

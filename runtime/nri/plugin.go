@@ -39,6 +39,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -67,6 +68,9 @@ type Config struct {
 	// Observe, if set, gets every container's outcome (enforce.Config's
 	// Observe: the metrics' counters and the Kubernetes Events).
 	Observe func(enforce.Subject, enforce.Result)
+	// Sweep says where the restart sweep keeps its records and finds the
+	// node's processes and cgroups (enforce.Config's SweepOptions).
+	Sweep shmsweep.Options
 }
 
 // Plugin handles NRI's CreateContainer requests. Its methods are safe for
@@ -77,6 +81,7 @@ type Plugin struct {
 	grow     func(path string, size int64, scope remount.Scope) (remount.Result, error)
 	onConfig func(*policy.Policy)
 	observe  func(enforce.Subject, enforce.Result)
+	sweep    shmsweep.Options
 
 	mu      sync.RWMutex
 	enf     *enforce.Enforcer // for the policy in force
@@ -85,7 +90,7 @@ type Plugin struct {
 
 // New returns a Plugin. It reads the host's facts once, here.
 func New(cfg Config) *Plugin {
-	p := &Plugin{log: cfg.Logger, grow: cfg.Grow, onConfig: cfg.OnConfigure, observe: cfg.Observe}
+	p := &Plugin{log: cfg.Logger, grow: cfg.Grow, onConfig: cfg.OnConfigure, observe: cfg.Observe, sweep: cfg.Sweep}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -104,13 +109,26 @@ func New(cfg Config) *Plugin {
 
 // enforcer returns the enforcer for pol.
 func (p *Plugin) enforcer(pol *policy.Policy) *enforce.Enforcer {
-	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, Observe: p.observe, QuietNone: true})
+	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, Observe: p.observe, QuietNone: true, SweepOptions: p.sweep})
 }
 
 // revisitor returns the enforcer Synchronize uses for pol: the same, but
-// it observes nothing itself (Synchronize reports only what it changed).
+// it observes nothing itself (Synchronize reports only what it changed),
+// and it sweeps nothing (the containers it sees are running, not starting).
 func (p *Plugin) revisitor(pol *policy.Policy) *enforce.Enforcer {
-	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, QuietNone: true})
+	return enforce.New(enforce.Config{Component: Component, Policy: pol, Facts: p.facts, Grow: p.grow, Log: p.log, QuietNone: true, NoSweep: true})
+}
+
+// RemovePodSandbox is NRI's notice that a pod is gone: the restart
+// sweep's records of it go too.
+func (p *Plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	if p.Policy().Sweep != policy.SweepRestart {
+		return nil
+	}
+	if err := enforce.ForgetSandbox(p.sweep, pod.GetId()); err != nil {
+		p.log.Warn("dropping the sweep records of a removed pod", "pod", pod.GetNamespace()+"/"+pod.GetName(), "err", err.Error())
+	}
+	return nil
 }
 
 // Policy returns the policy in force.

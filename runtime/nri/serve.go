@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/policy"
@@ -33,6 +34,9 @@ type ServeOptions struct {
 	// plugin the runtime did not launch.
 	Getenv func(string) string
 	Stderr io.Writer
+	// Sweep says where the restart sweep keeps its records and finds the
+	// node's processes and cgroups (Config.Sweep).
+	Sweep shmsweep.Options
 }
 
 // Beside is what runs beside the plugin.
@@ -92,7 +96,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			return err
 		}
 	}
-	p := New(Config{Policy: pol, Logger: log, Observe: beside.Observe, OnConfigure: func(pol *policy.Policy) { sink.Settle(pol.LogFile) }})
+	p := New(Config{Policy: pol, Logger: log, Observe: beside.Observe, OnConfigure: func(pol *policy.Policy) { sink.Settle(pol.LogFile) }, Sweep: o.Sweep})
 	run := func(ctx context.Context) error {
 		return Run(ctx, p, Options{Socket: o.Socket, Name: o.Name, Index: o.Index, Logger: log, Getenv: o.Getenv,
 			Registered: beside.Registered, Unavailable: beside.Unavailable})

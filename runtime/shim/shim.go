@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/internal/logfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -70,6 +71,9 @@ type Shim struct {
 	Fallback *policy.Policy
 	// LookPath finds a program on PATH (nil: exec.LookPath).
 	LookPath func(string) (string, error)
+	// Sweep says where the restart sweep keeps its records and finds the
+	// node's processes and cgroups (zero: the node's defaults).
+	Sweep shmsweep.Options
 }
 
 // New returns a Shim for this process.
@@ -121,8 +125,14 @@ func (s *Shim) Main() int {
 		return 1
 	}
 
+	if inv.Command == "delete" && pol.Sweep == policy.SweepRestart {
+		// A pod sandbox's delete ends its pod: the sweep's records of it go.
+		if err := enforce.ForgetSandbox(s.Sweep, inv.ID); err != nil {
+			log.Warn("dropping the sweep records of a deleted pod", "id", inv.ID, "err", err.Error())
+		}
+	}
 	if sizing {
-		e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: s.Facts, Log: log})
+		e := enforce.New(enforce.Config{Component: Component, Policy: pol, PolicyErr: polErr, Facts: s.Facts, Log: log, SweepOptions: s.Sweep})
 		prep := func() (enforce.Request, error) { return prepare(inv) }
 		if _, err := e.Run(enforce.Subject{ID: inv.ID, Bundle: inv.Bundle}, []any{"command", inv.Command}, prep); err != nil {
 			fmt.Fprintln(s.Stderr, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/specfile"
@@ -61,6 +62,7 @@ func newTestShim(t *testing.T, spec, config string, args func(bundle string) []s
 		},
 		Self:     "/nonexistent/gpurun-runtime",
 		Fallback: &policy.Policy{LogFile: logFile, Runtime: fake},
+		Sweep:    shmsweep.Options{StateDir: filepath.Join(dir, "sweep")},
 	}
 	return s, bundle, &calls, stderr, logFile
 }
@@ -242,6 +244,7 @@ func BenchmarkShimCreate(b *testing.B) {
 			Stderr: io.Discard,
 			Exec:   func(string, []string, []string) error { return nil },
 			Self:   "/nonexistent/gpurun-runtime",
+			Sweep:  shmsweep.Options{StateDir: b.TempDir()},
 		}
 		if code := s.Main(); code != 0 {
 			b.Fatalf("exit %d", code)
