@@ -107,6 +107,9 @@ func DockerContainer(ctx context.Context, sys *System, api DockerAPI, ref string
 	r.add(pc)
 
 	sub.shm = dockerShm(sys, c, spec, hostMem, running)
+	if running {
+		sub.cgroupMemory = sys.cgroupMemory(c.State.Pid, false, hostMem, sub.shm)
+	}
 	sub.cpu = dockerCPU(c, info)
 	checks, _ := assess(sub, pol)
 	r.Checks = append(r.Checks, checks...)
@@ -328,6 +331,9 @@ func CRIContainer(ctx context.Context, sys *System, cri CRIRuntime, id string, o
 		}
 	}
 	sub.shm = sh
+	if running {
+		sub.cgroupMemory = sys.cgroupMemory(info.PID, true, hostMem, sh)
+	}
 	checks, _ := assess(sub, pol)
 	r.Checks = append(r.Checks, checks...)
 	return r.finish()

@@ -5,7 +5,16 @@
 //   - ReasonSized (Normal): gpurun grew the pod's /dev/shm or set a
 //     container's tmpfs size ("sized /dev/shm to 4 GiB: <reason>");
 //   - ReasonNotSized (Warning): the plan failed or was left undone: the
-//     cause and the fix from the enforce record.
+//     cause and the fix from the enforce record;
+//   - ReasonSwept (Normal): at a container's restart, a front door removed
+//     what its dead earlier instance left in the pod's /dev/shm (from the
+//     record's sweep; a sweep that failed is logged and counted, not
+//     posted);
+//   - ReasonNearMemoryLimit (Warning): the container's memory is near its
+//     limit while /dev/shm holds a large part of it (NearMemoryLimit, from
+//     the node agent's samples, once per episode);
+//   - ReasonOOMKilled (Warning): the container, or a process of it, was
+//     OOM-killed, and what /dev/shm held at the last sample (OOMKilled).
 //
 // and on the node, when a node-side pod cannot do its part there
 // (WarnNode):
@@ -17,8 +26,9 @@
 // A container gpurun left alone (no GPU evidence, a user's own size large
 // enough, hostIPC) gets no Event: nothing happened to it, and the node
 // agent's metrics show its plan. Each pod gets one Event per reason: a
-// repeat (another container of the pod, a restart) raises its count and
-// last timestamp, as the kubelet's own events do. The Event's name is
+// repeat (another container of the pod, a restart, a second sweep) raises
+// its count and last timestamp and sets its message, as the kubelet's own
+// events do. The Event's name is
 // derived from the pod's uid and the reason, so a restarted agent finds and
 // counts on the same Event instead of posting another.
 package events
@@ -45,11 +55,33 @@ import (
 	"github.com/gpurun/gpurun/policy"
 )
 
-// The Events' reasons.
+// The reasons of the Events on pods.
 const (
-	ReasonSized    = "ShmSized"
+	// ReasonSized (Normal): gpurun sized the pod's /dev/shm.
+	ReasonSized = "ShmSized"
+	// ReasonNotSized (Warning): gpurun could not, or left it undone.
 	ReasonNotSized = "ShmNotSized"
+	// ReasonSwept (Normal): at a container's restart, a front door removed
+	// the files its dead earlier instance left in the pod's /dev/shm.
+	ReasonSwept = "ShmSwept"
+	// ReasonNearMemoryLimit (Warning): a container's memory is near its
+	// limit while /dev/shm holds a large part of it (MemoryEvent).
+	ReasonNearMemoryLimit = "ShmNearMemoryLimit"
+	// ReasonOOMKilled (Warning): a container (or a process of it) was
+	// OOM-killed, with what /dev/shm held then (MemoryEvent).
+	ReasonOOMKilled = "ShmOOMKilled"
 )
+
+// podReasons are the reasons of the Events on pods.
+var podReasons = []string{ReasonSized, ReasonNotSized, ReasonSwept, ReasonNearMemoryLimit, ReasonOOMKilled}
+
+// PodEvent is one Event on a pod.
+type PodEvent struct {
+	// Pod is the pod, and the container it is about.
+	Pod records.Pod
+	// Reason, Type and Message are the Event's.
+	Reason, Type, Message string
+}
 
 // Controller is the reportingController of gpurun's Events.
 const Controller = "gpurun.io/node-agent"
@@ -70,18 +102,41 @@ type Poster struct {
 	mu      sync.Mutex
 	count   map[string]int32 // by Event name: the count posted
 	once    sync.Once
-	queue   chan records.Record
+	queue   chan PodEvent
 	pending sync.WaitGroup
 }
+
+// maxRemembered bounds the Events a Poster remembers the count of; past
+// it, it forgets them all and reads a count back from the API server at
+// the next repeat (a conflict on POST), so a node that runs many pods
+// over months does not grow the map.
+const maxRemembered = 4096
 
 // queueLen bounds the records waiting to be posted; more are dropped (and
 // logged): a slow API server must not hold container starts or memory.
 const queueLen = 256
 
-// Event returns the reason, type and message of the Event a record calls
-// for; ok is false when it calls for none (no pod, nothing done).
+// Events returns the Events a record calls for: the sizing's (Event), and
+// ShmSwept when the front door removed what the container's earlier
+// instance left in /dev/shm. A sweep that failed gets none: the exporter
+// logs and counts it.
+func Events(r records.Record) []PodEvent {
+	var out []PodEvent
+	if reason, typ, msg, ok := Event(r); ok {
+		out = append(out, PodEvent{Pod: r.Pod, Reason: reason, Type: typ, Message: msg})
+	}
+	if msg, ok := SweptMessage(r); ok && inPod(r.Pod) {
+		out = append(out, PodEvent{Pod: r.Pod, Reason: ReasonSwept, Type: corev1.EventTypeNormal, Message: msg})
+	}
+	return out
+}
+
+func inPod(p records.Pod) bool { return p.UID != "" && p.Name != "" && p.Namespace != "" }
+
+// Event returns the reason, type and message of the sizing Event a record
+// calls for; ok is false when it calls for none (no pod, nothing done).
 func Event(r records.Record) (reason, typ, msg string, ok bool) {
-	if r.Pod.UID == "" || r.Pod.Name == "" || r.Pod.Namespace == "" {
+	if !inPod(r.Pod) {
 		return "", "", "", false
 	}
 	who := ""
@@ -110,19 +165,30 @@ func size(n int64) string {
 	return policy.FormatSize(n)
 }
 
-// Post posts or counts the Event a record calls for; a record that calls
-// for none is ignored.
+// Post posts or counts the Events a record calls for (Events); a record
+// that calls for none is ignored.
 func (p *Poster) Post(ctx context.Context, r records.Record) error {
-	reason, typ, msg, ok := Event(r)
-	if !ok {
+	var errs []error
+	for _, ev := range Events(r) {
+		errs = append(errs, p.PostEvent(ctx, ev))
+	}
+	return errors.Join(errs...)
+}
+
+// PostEvent posts an Event on a pod, or counts it (raising its count and
+// setting its message) when the pod has one of that reason already: one
+// Event per pod and reason.
+func (p *Poster) PostEvent(ctx context.Context, ev PodEvent) error {
+	pod := ev.Pod
+	if !inPod(pod) {
 		return nil
 	}
-	obj := corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: r.Pod.Namespace, Name: r.Pod.Name, UID: types.UID(r.Pod.UID)}
-	if r.Pod.Container != "" {
-		obj.FieldPath = "spec.containers{" + r.Pod.Container + "}"
+	obj := corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
+	if pod.Container != "" {
+		obj.FieldPath = "spec.containers{" + pod.Container + "}"
 	}
-	if err := p.post(ctx, r.Pod.Namespace, eventName(r.Pod.Name, r.Pod.UID, reason), obj, reason, typ, msg); err != nil {
-		return fmt.Errorf("the %s event of pod %s/%s: %w", reason, r.Pod.Namespace, r.Pod.Name, err)
+	if err := p.post(ctx, pod.Namespace, eventName(pod.Name, pod.UID, ev.Reason), obj, ev.Reason, ev.Type, ev.Message); err != nil {
+		return fmt.Errorf("the %s event of pod %s/%s: %w", ev.Reason, pod.Namespace, pod.Name, err)
 	}
 	return nil
 }
@@ -196,30 +262,38 @@ func (p *Poster) post(ctx context.Context, ns, name string, obj corev1.ObjectRef
 	return nil
 }
 
-// Observe queues what a record calls for, to be posted in order by one
-// background worker, which logs what fails: for an Enforcer's Observe and
-// a log tail, which must not block.
+// Observe queues what a record calls for (Events), to be posted in order
+// by one background worker, which logs what fails: for an Enforcer's
+// Observe and a log tail, which must not block.
 func (p *Poster) Observe(r records.Record) {
-	if _, _, _, ok := Event(r); !ok {
+	for _, ev := range Events(r) {
+		p.Emit(ev)
+	}
+}
+
+// Emit queues an Event on a pod, as Observe does; one not on a pod is
+// ignored.
+func (p *Poster) Emit(ev PodEvent) {
+	if !inPod(ev.Pod) {
 		return
 	}
 	p.once.Do(func() {
-		p.queue = make(chan records.Record, queueLen)
+		p.queue = make(chan PodEvent, queueLen)
 		go p.work()
 	})
 	p.pending.Add(1)
 	select {
-	case p.queue <- r:
+	case p.queue <- ev:
 	default:
 		p.pending.Done()
-		p.log().Warn("too many Kubernetes events waiting; one dropped", "pod", r.Pod.Namespace+"/"+r.Pod.Name)
+		p.log().Warn("too many Kubernetes events waiting; one dropped", "pod", ev.Pod.Namespace+"/"+ev.Pod.Name, "reason", ev.Reason)
 	}
 }
 
 func (p *Poster) work() {
-	for r := range p.queue {
+	for ev := range p.queue {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := p.Post(ctx, r); err != nil {
+		if err := p.PostEvent(ctx, ev); err != nil {
 			p.log().Warn("cannot post a Kubernetes event", "err", err.Error())
 		}
 		cancel()
@@ -233,7 +307,7 @@ func (p *Poster) Flush() { p.pending.Wait() }
 func (p *Poster) remember(name string, n int32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.count == nil {
+	if p.count == nil || len(p.count) >= maxRemembered {
 		p.count = map[string]int32{}
 	}
 	p.count[name] = n
@@ -247,7 +321,7 @@ func (p *Poster) forget(name string) {
 
 // Forget drops what the Poster remembers of a pod that is gone.
 func (p *Poster) Forget(pod records.Pod) {
-	for _, reason := range []string{ReasonSized, ReasonNotSized} {
+	for _, reason := range podReasons {
 		p.forget(eventName(pod.Name, pod.UID, reason))
 	}
 }

@@ -9,13 +9,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpurun/gpurun/kube"
 	"github.com/gpurun/gpurun/observe/events"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/observe/records/recordstest"
+	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
@@ -225,5 +228,165 @@ func TestWarnNode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// swept is a record of a restart whose front door swept the pod's
+// /dev/shm: the remount record runtime/enforce made, with a sweep.
+func swept(t *testing.T, s records.Sweep) records.Record {
+	t.Helper()
+	_, rs := recordstest.Run(t, recordstest.Case{Fixture: recordstest.CRIGPU, Subject: enforce.Subject{ID: "c2"}})
+	r := rs[0]
+	r.Sweep = s
+	return r
+}
+
+func TestSweptMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sweep records.Sweep
+		want  string
+	}{
+		{"names cut, kept files", records.Sweep{Bytes: 700 << 20, Files: 12, Names: []string{"/dev/shm/nccl-shm-a", "/dev/shm/torch_123"}, KeptFiles: 3, KeptBytes: 1 << 20},
+			"removed 700MiB in 12 files that the earlier instance of container app left in /dev/shm: nccl-shm-a, torch_123, … (kept 3 files: held by a live process or a sibling's)"},
+		{"every name, none kept", records.Sweep{Bytes: 9637888, Files: 1, Names: []string{"/dev/shm/nccl-shm-recv-1"}},
+			"removed 9.19MiB in 1 file that the earlier instance of container app left in /dev/shm: nccl-shm-recv-1"},
+		{"the record's own \"…\"", records.Sweep{Bytes: 10 << 20, Files: 10, Names: []string{"/dev/shm/a", "/dev/shm/b", "/dev/shm/c", "/dev/shm/d", "/dev/shm/e", "/dev/shm/f", "/dev/shm/g", "/dev/shm/h", "…"}},
+			"removed 10MiB in 10 files that the earlier instance of container app left in /dev/shm: a, b, c, d, e, f, g, h, …"},
+		{"no names", records.Sweep{Bytes: 4 << 20, Files: 2, KeptFiles: 1},
+			"removed 4MiB in 2 files that the earlier instance of container app left in /dev/shm (kept 1 file: held by a live process or a sibling's)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := events.SweptMessage(swept(t, tc.sweep))
+			if !ok || got != tc.want {
+				t.Errorf("message %q (%v),\nwant    %q", got, ok, tc.want)
+			}
+		})
+	}
+	if _, ok := events.SweptMessage(swept(t, records.Sweep{Path: "/x", Err: "permission denied"})); ok {
+		t.Error("a sweep that removed nothing has a message")
+	}
+}
+
+// TestPostSwept: a restart's sweep is a Normal ShmSwept Event beside its
+// ShmSized; a second restart's counts on it with its own message; a sweep
+// that failed, or removed nothing, posts none.
+func TestPostSwept(t *testing.T) {
+	first := swept(t, records.Sweep{Path: "/run/x/shm", Bytes: 700 << 20, Files: 12, Names: []string{"/dev/shm/nccl-shm-a"}})
+	second := swept(t, records.Sweep{Path: "/run/x/shm", Bytes: 9 << 20, Files: 1, Names: []string{"/dev/shm/torch_1"}})
+	failed := swept(t, records.Sweep{Path: "/run/x/shm", Err: "open /run/x/shm: permission denied"})
+	outside := first
+	outside.Pod = records.Pod{}
+	for _, tc := range []struct {
+		name      string
+		posts     []records.Record
+		wantSwept int32  // the ShmSwept Event's count, 0 none
+		wantMsg   string // in its message
+		wantSized int32
+	}{
+		{"one restart", []records.Record{first}, 1, "removed 700MiB in 12 files", 1},
+		{"a second restart is posted too", []records.Record{first, second}, 2, "removed 9MiB in 1 file", 2},
+		{"a sweep that failed: no ShmSwept, no ShmNotSized", []records.Record{failed}, 0, "", 1},
+		{"outside a pod: nothing", []records.Record{outside}, 0, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &fakeAPI{events: map[string]*corev1.Event{}}
+			srv := httptest.NewServer(api)
+			defer srv.Close()
+			p := &events.Poster{Kube: &kube.Kube{Base: srv.URL, Client: srv.Client()}, Node: "node-1"}
+			for _, r := range tc.posts {
+				p.Observe(r)
+			}
+			p.Flush()
+			byReason := map[string]corev1.Event{}
+			for _, ev := range api.list() {
+				byReason[ev.Reason] = ev
+			}
+			if _, ok := byReason[events.ReasonNotSized]; ok {
+				t.Errorf("a ShmNotSized Event: %+v", byReason[events.ReasonNotSized])
+			}
+			if got := byReason[events.ReasonSized].Count; got != tc.wantSized {
+				t.Errorf("ShmSized count %d, want %d", got, tc.wantSized)
+			}
+			ev, ok := byReason[events.ReasonSwept]
+			if tc.wantSwept == 0 {
+				if ok {
+					t.Errorf("a ShmSwept Event: %+v", ev)
+				}
+				return
+			}
+			if !ok || ev.Count != tc.wantSwept || ev.Type != corev1.EventTypeNormal || !strings.Contains(ev.Message, tc.wantMsg) || ev.InvolvedObject.UID != types.UID(first.Pod.UID) {
+				t.Errorf("ShmSwept %+v (found %v); want count %d, Normal, message with %q, on the pod", ev, ok, tc.wantSwept, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// memContainer is a sampled container of a pod whose /dev/shm holds shm of
+// a limit whose, with working set ws.
+func memContainer(shm, ws, limit int64, whose string) shmstats.Container {
+	c := shmstats.Container{Engine: shmstats.EngineContainerd, ID: "c1", Name: "trainer",
+		Pod: &shmstats.Pod{Namespace: "ml", Name: "job-0", UID: "0b5c", Container: "trainer"},
+		Shm: shmstats.Shm{Tmpfs: true, Device: "0:50", Size: limit / 2, Used: shm}}
+	c.Memory = &shmstats.Memory{Limit: limit, LimitOf: whose, Usage: ws, WorkingSet: ws, OOMKills: 0}
+	return c
+}
+
+func TestMemoryMessages(t *testing.T) {
+	const gib = int64(1) << 30
+	for _, tc := range []struct {
+		name string
+		ev   events.PodEvent
+		want string // the message's start
+	}{
+		{"near the limit", events.NearMemoryLimit(memContainer(7*gib+gib/2, 15*gib+gib/4, 16*gib, shmstats.LimitContainer)),
+			"/dev/shm holds 7.5GiB and container trainer uses 15.25GiB of its 16GiB memory limit: tmpfs pages count against the limit"},
+		{"near the pod's limit", events.NearMemoryLimit(memContainer(7*gib, 15*gib, 16*gib, shmstats.LimitPod)),
+			"/dev/shm holds 7GiB and container trainer uses 15GiB of its pod's 16GiB memory limit: "},
+		{"the container OOM-killed", events.OOMKilled(memContainer(7*gib+gib/2, 15*gib, 16*gib, shmstats.LimitContainer), 0, 12*time.Second+300*time.Millisecond),
+			"container trainer was OOM-killed with 7.5GiB of its 16GiB memory limit in /dev/shm (at the last sample, 12s before)"},
+		{"a process of it", events.OOMKilled(memContainer(7*gib, 15*gib, 16*gib, shmstats.LimitContainer), 1, 15*time.Second),
+			"a process of container trainer was OOM-killed with 7GiB of its 16GiB memory limit in /dev/shm (at the last sample, 15s before)"},
+		{"processes of it", events.OOMKilled(memContainer(7*gib, 15*gib, 16*gib, shmstats.LimitPod), 3, 15*time.Second),
+			"3 processes of container trainer were OOM-killed with 7GiB of its pod's 16GiB memory limit in /dev/shm (at the last sample, 15s before)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.HasPrefix(tc.ev.Message, tc.want) {
+				t.Errorf("message %q,\nwant it to start %q", tc.ev.Message, tc.want)
+			}
+			if tc.ev.Type != corev1.EventTypeWarning || tc.ev.Pod != (records.Pod{Namespace: "ml", Name: "job-0", UID: "0b5c", Container: "trainer"}) {
+				t.Errorf("event %+v", tc.ev)
+			}
+		})
+	}
+	if ev := events.OOMKilled(memContainer(0, 15*gib, 16*gib, shmstats.LimitContainer), 0, 0); !strings.Contains(ev.Message, " 0B of ") {
+		t.Errorf("an empty /dev/shm: %q", ev.Message)
+	}
+}
+
+// TestEmit: memory Events go through the same queue, one per pod and
+// reason, counted; none outside a pod.
+func TestEmit(t *testing.T) {
+	api := &fakeAPI{events: map[string]*corev1.Event{}}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	p := &events.Poster{Kube: &kube.Kube{Base: srv.URL, Client: srv.Client()}, Node: "node-1"}
+	c := memContainer(7<<30, 15<<30, 16<<30, shmstats.LimitContainer)
+	p.Emit(events.NearMemoryLimit(c))
+	p.Emit(events.OOMKilled(c, 0, time.Second))
+	p.Emit(events.OOMKilled(c, 1, time.Second))
+	outside := c
+	outside.Pod = nil
+	p.Emit(events.OOMKilled(outside, 0, time.Second))
+	p.Flush()
+	got := map[string]int32{}
+	for _, ev := range api.list() {
+		got[ev.Reason] = ev.Count
+		if ev.InvolvedObject.FieldPath != "spec.containers{trainer}" || ev.Source.Component != "gpurun" {
+			t.Errorf("event %+v", ev)
+		}
+	}
+	if len(got) != 2 || got[events.ReasonNearMemoryLimit] != 1 || got[events.ReasonOOMKilled] != 2 {
+		t.Errorf("events by reason %v, want ShmNearMemoryLimit 1, ShmOOMKilled 2", got)
 	}
 }

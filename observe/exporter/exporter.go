@@ -1,12 +1,17 @@
 // Package exporter runs what gpurun shows of /dev/shm from a node (the node
 // agent, the NRI plugin) or a Docker host (`gpurun stats --listen`): the
 // metrics sampler (observe/metrics) behind an HTTP server (/metrics,
-// /healthz), the remount counters and Kubernetes Events (observe/events)
-// fed with enforce records — in-process (Observe, from an Enforcer's
-// callback) or from the log_file the per-start front doors write (a Tail).
+// /healthz), the remount and sweep counters and Kubernetes Events
+// (observe/events) fed with enforce records — in-process (Observe, from an
+// Enforcer's callback) or from the log_file the per-start front doors write
+// (a Tail) — and the memory alerts of the samples (a container near its
+// memory limit with /dev/shm a large part of it, an OOM kill), logged and
+// posted as Events; containerd's CRI (its socket in each state dir) says
+// how containers that left the samples ended.
 package exporter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,8 +53,13 @@ type Options struct {
 	Events bool
 	Kube   *kube.Kube
 	Node   string
-	// Log receives what goes wrong (nil: discard).
+	// Log receives what goes wrong, and the OOM kills and memory pressure
+	// the samples show (nil: discard).
 	Log *slog.Logger
+	// Exits tells how containers that left the samples ended (nil: the
+	// containerd CRI sockets in the state dirs Stats names, under its
+	// HostRoot).
+	Exits metrics.Exits
 }
 
 // Exporter is a running set of the above. Observe is safe for concurrent
@@ -62,6 +72,7 @@ type Exporter struct {
 	poster   *events.Poster
 	handler  http.Handler
 	tailer   *records.Tail
+	cri      *criExits // the default Exits, closed by Run
 	// ready is what /readyz says (SetReady); nil: ready.
 	ready atomic.Pointer[readiness]
 }
@@ -82,7 +93,12 @@ func New(o Options) (*Exporter, error) {
 	e := &Exporter{o: o}
 	reg := metrics.Registry()
 	e.counters = metrics.NewCounters(reg)
-	e.sampler = metrics.NewSampler(reg, metrics.SamplerOptions{Stats: o.Stats, Interval: o.Interval, Log: o.Log})
+	exits := o.Exits
+	if exits == nil {
+		e.cri = newCRIExits(o.Stats)
+		exits = e.cri
+	}
+	e.sampler = metrics.NewSampler(reg, metrics.SamplerOptions{Stats: o.Stats, Interval: o.Interval, Log: o.Log, Exits: exits, Alert: e.memoryAlert})
 	mux := http.NewServeMux()
 	mux.Handle("/", metrics.Handler(reg, e.sampler.Healthy))
 	mux.HandleFunc("/readyz", e.serveReady)
@@ -148,12 +164,43 @@ func (e *Exporter) WarnNode(ctx context.Context, reason, msg string) error {
 	return e.poster.WarnNode(ctx, reason, msg)
 }
 
-// Observe counts a record and posts the Event it calls for (queued: it
-// does not block).
+// Observe counts a record and posts the Events it calls for (queued: it
+// does not block). A sweep that failed is logged and counted, not posted.
 func (e *Exporter) Observe(r records.Record) {
 	e.counters.Observe(r)
+	if r.Sweep.Err != "" {
+		e.o.Log.Warn("could not sweep the /dev/shm of a restarted container", "pod", r.Pod.Namespace+"/"+r.Pod.Name, "container", r.Pod.Container,
+			"id", r.ID, "path", r.Sweep.Path, "err", r.Sweep.Err, "swept_bytes", r.Sweep.Bytes, "swept_files", r.Sweep.Files)
+	}
 	if e.poster != nil {
 		e.poster.Observe(r)
+	}
+}
+
+// memoryAlert logs what the samples show of a container's memory and
+// posts it as an Event on its pod (queued) when events are on.
+func (e *Exporter) memoryAlert(a metrics.MemoryAlert) {
+	var ev events.PodEvent
+	switch a.Kind {
+	case metrics.AlertNearLimit:
+		ev = events.NearMemoryLimit(a.Container)
+	case metrics.AlertOOMKilled:
+		ev = events.OOMKilled(a.Container, a.Processes, a.Age)
+	default:
+		return
+	}
+	c := a.Container
+	attrs := []any{"reason", ev.Reason, "namespace", ev.Pod.Namespace, "pod", ev.Pod.Name, "container", cmp.Or(ev.Pod.Container, c.Name),
+		"id", c.ID, "shm_used_bytes", c.Shm.Used}
+	if m := c.Memory; m != nil {
+		attrs = append(attrs, "limit_bytes", m.Limit, "limit_of", m.LimitOf, "working_set_bytes", m.WorkingSet)
+	}
+	if a.Kind == metrics.AlertOOMKilled {
+		attrs = append(attrs, "processes", a.Processes, "sample_age", a.Age.Round(time.Second).String())
+	}
+	e.o.Log.Warn(ev.Message, attrs...)
+	if e.poster != nil {
+		e.poster.Emit(ev)
 	}
 }
 
@@ -189,6 +236,9 @@ func (e *Exporter) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	<-done
+	if e.cri != nil {
+		e.cri.Close()
+	}
 	if e.poster != nil {
 		e.poster.Flush()
 	}

@@ -8,10 +8,15 @@
 //     (the highest use seen since the sampler started), the orphaned
 //     bytes where computed, the size the measured peak calls for, and the
 //     plan as an info metric (action, reason);
+//   - per container too, its memory cgroup: gpurun_memory_limit_bytes
+//     (with gpurun_memory_limit_info saying whose), usage_bytes and
+//     working_set_bytes;
 //   - counters: gpurun_shm_remounts_total by outcome (done, unchanged,
-//     refused, failed) and cause, from the enforce records (Counters), and
-//     gpurun_shm_near_ceiling_total, the containers that came within 5 %
-//     of their /dev/shm size (counted once per approach);
+//     refused, failed) and cause, and the bytes and files the sweeps of
+//     restarted containers' /dev/shm removed, from the enforce records
+//     (Counters); gpurun_shm_near_ceiling_total, the containers that came
+//     within 5 % of their /dev/shm size (counted once per approach); and
+//     gpurun_shm_oom_kills_total, the OOM kills seen (MemoryWatch);
 //   - the sampler's own cost: samples, errors, the last sample's duration.
 //
 // Series of one container carry the labels engine, id, namespace, pod,
@@ -56,10 +61,14 @@ const (
 )
 
 // Counters count what the enforce records say: the remounts done and
-// refused. Feed it with Observe, from an Enforcer's Observe callback or a
-// log tail. It is safe for concurrent use.
+// refused, and what the sweeps of restarted containers' /dev/shm removed.
+// Feed it with Observe, from an Enforcer's Observe callback or a log tail.
+// It is safe for concurrent use.
 type Counters struct {
-	remounts *prometheus.CounterVec
+	remounts    *prometheus.CounterVec
+	sweptBytes  prometheus.Counter
+	sweptFiles  prometheus.Counter
+	sweepErrors prometheus.Counter
 }
 
 // NewCounters returns Counters registered with reg.
@@ -77,13 +86,26 @@ func NewCounters(reg prometheus.Registerer) *Counters {
 		c.remounts.WithLabelValues(OutcomeRefused, cause)
 	}
 	c.remounts.WithLabelValues(OutcomeFailed, enforce.CauseError)
-	reg.MustRegister(c.remounts)
+	c.sweptBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "shm", Name: "swept_bytes_total",
+		Help: "Bytes of the files a restarted container's earlier instance left in its pod's /dev/shm that a gpurun front door removed at the restart."})
+	c.sweptFiles = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "shm", Name: "swept_files_total",
+		Help: "Files a restarted container's earlier instance left in its pod's /dev/shm that a gpurun front door removed at the restart."})
+	c.sweepErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "shm", Name: "sweep_errors_total",
+		Help: "Sweeps of a restarted container's /dev/shm that failed (in part: what was removed before is counted)."})
+	reg.MustRegister(c.remounts, c.sweptBytes, c.sweptFiles, c.sweepErrors)
 	return c
 }
 
-// Observe counts one record; records of other plans than a remount are
-// not counted.
+// Observe counts one record: its remount (records of other plans have
+// none) and its sweep.
 func (c *Counters) Observe(r records.Record) {
+	if r.Sweep.Swept() {
+		c.sweptBytes.Add(float64(r.Sweep.Bytes))
+		c.sweptFiles.Add(float64(r.Sweep.Files))
+	}
+	if r.Sweep.Err != "" {
+		c.sweepErrors.Inc()
+	}
 	if !r.Remount() {
 		return
 	}
@@ -127,24 +149,33 @@ func Handler(reg *prometheus.Registry, healthy func() error) http.Handler {
 // descs describe the per-container metrics.
 type descs struct {
 	size, used, peak, orphaned, suggested, plan *prometheus.Desc
+	// The container's memory cgroup beside its /dev/shm.
+	memLimit, memUsage, memWorkingSet, memLimitInfo *prometheus.Desc
 }
 
 func newDescs() descs {
 	desc := func(name, help string, extra ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "shm", name), help, append(containerLabels(), extra...), nil)
 	}
+	mem := func(name, help string, extra ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "memory", name), help, append(containerLabels(), extra...), nil)
+	}
 	return descs{
-		size:      desc("size_bytes", "Size of the container's /dev/shm tmpfs."),
-		used:      desc("used_bytes", "Bytes in use in the container's /dev/shm tmpfs."),
-		peak:      desc("peak_bytes", "Highest use of the container's /dev/shm tmpfs seen since the sampler started."),
-		orphaned:  desc("orphaned_bytes", "Bytes of files in the container's /dev/shm that no live process has open or mapped."),
-		suggested: desc("suggested_size_bytes", "The /dev/shm size that holds the measured peak with headroom, where the size does not fit it."),
-		plan:      desc("plan_info", "What gpurun decides for the container's /dev/shm as its engine made it: the action, why, and whether its /dev/shm now is what the plan gives (in_effect) (always 1).", "action", "gpu", "reason", "in_effect"),
+		size:          desc("size_bytes", "Size of the container's /dev/shm tmpfs."),
+		used:          desc("used_bytes", "Bytes in use in the container's /dev/shm tmpfs."),
+		peak:          desc("peak_bytes", "Highest use of the container's /dev/shm tmpfs seen since the sampler started."),
+		orphaned:      desc("orphaned_bytes", "Bytes of files in the container's /dev/shm that no live process has open or mapped."),
+		suggested:     desc("suggested_size_bytes", "The /dev/shm size that holds the measured peak with headroom, where the size does not fit it."),
+		plan:          desc("plan_info", "What gpurun decides for the container's /dev/shm as its engine made it: the action, why, and whether its /dev/shm now is what the plan gives (in_effect) (always 1).", "action", "gpu", "reason", "in_effect"),
+		memLimit:      mem("limit_bytes", "The memory limit that bounds the container: the smallest of its cgroup's and those above it (the pod's), else the host's memory (gpurun_memory_limit_info says whose). tmpfs pages, /dev/shm's, count against it."),
+		memUsage:      mem("usage_bytes", "The container's memory cgroup's usage (v1 memory.usage_in_bytes, v2 memory.current), page cache included."),
+		memWorkingSet: mem("working_set_bytes", "The container's memory usage less its inactive file cache (what kubectl top shows); the tmpfs pages its processes wrote first, /dev/shm's, are in it."),
+		memLimitInfo:  mem("limit_info", "Whose limit gpurun_memory_limit_bytes is: limit_of is container, pod, parent, ancestor (a cgroup higher up, kubepods) or host (always 1).", "limit_of"),
 	}
 }
 
 func (d descs) describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.size, d.used, d.peak, d.orphaned, d.suggested, d.plan} {
+	for _, x := range []*prometheus.Desc{d.size, d.used, d.peak, d.orphaned, d.suggested, d.plan, d.memLimit, d.memUsage, d.memWorkingSet, d.memLimitInfo} {
 		ch <- x
 	}
 }
@@ -167,6 +198,7 @@ func (d descs) collect(cs []shmstats.Container, ch chan<- prometheus.Metric) {
 		c := &cs[i]
 		l := labels(c)
 		ch <- prometheus.MustNewConstMetric(d.plan, prometheus.GaugeValue, 1, append(l, c.Decision.Action, strconv.FormatBool(c.GPU), c.Decision.Reason, strconv.FormatBool(c.Decision.InEffect))...)
+		d.collectMemory(c, l, ch)
 		if !c.Shm.Tmpfs || c.Err != "" && c.Shm.Size == 0 {
 			continue // no tmpfs read: no sizes to report
 		}
@@ -179,5 +211,20 @@ func (d descs) collect(cs []shmstats.Container, ch chan<- prometheus.Metric) {
 		if c.Suggestion != nil {
 			ch <- prometheus.MustNewConstMetric(d.suggested, prometheus.GaugeValue, float64(c.Suggestion.Size), l...)
 		}
+	}
+}
+
+// collectMemory sends a container's memory metrics, where its cgroup was
+// read.
+func (d descs) collectMemory(c *shmstats.Container, l []string, ch chan<- prometheus.Metric) {
+	m := c.Memory
+	if m == nil || m.Err != "" {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(d.memUsage, prometheus.GaugeValue, float64(m.Usage), l...)
+	ch <- prometheus.MustNewConstMetric(d.memWorkingSet, prometheus.GaugeValue, float64(m.WorkingSet), l...)
+	if m.Limit > 0 {
+		ch <- prometheus.MustNewConstMetric(d.memLimit, prometheus.GaugeValue, float64(m.Limit), l...)
+		ch <- prometheus.MustNewConstMetric(d.memLimitInfo, prometheus.GaugeValue, 1, append(l, m.LimitOf)...)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpurun/gpurun/observe/metrics"
+	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/observe/records/recordstest"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/runtime/enforce"
@@ -117,6 +118,16 @@ func TestSamplerMetrics(t *testing.T) {
 			"id=a,namespace=ml,pod=job-0,container=trainer,action=remount,gpu=true,in_effect=true": 1, "id=d,container=web,action=none,gpu=false,in_effect=false": 1}},
 		{"no tmpfs: the plan only", []shmstats.Container{{Engine: "docker", ID: "h", Name: "hostipc", Decision: shmstats.Decision{Action: "none"}, Shm: shmstats.Shm{HostIPC: true}}},
 			"gpurun_shm_size_bytes", map[string]float64{}},
+		{"memory limit", []shmstats.Container{memCtr("m", 1, 7*gib, 15*gib, 16*gib, shmstats.LimitContainer, 0), a}, "gpurun_memory_limit_bytes",
+			map[string]float64{"id=m,namespace=ml,pod=job-0,container=trainer": float64(16 * gib)}},
+		{"memory usage", []shmstats.Container{memCtr("m", 1, 7*gib, 15*gib, 16*gib, shmstats.LimitContainer, 0)}, "gpurun_memory_usage_bytes",
+			map[string]float64{"id=m,namespace=ml,pod=job-0,container=trainer": float64(15 * gib)}},
+		{"memory working set", []shmstats.Container{memCtr("m", 1, 7*gib, 15*gib, 16*gib, shmstats.LimitContainer, 0)}, "gpurun_memory_working_set_bytes",
+			map[string]float64{"id=m,namespace=ml,pod=job-0,container=trainer": float64(15 * gib)}},
+		{"whose limit", []shmstats.Container{memCtr("m", 1, 7*gib, 15*gib, 16*gib, shmstats.LimitPod, 0), memCtr("h", 2, 0, gib, 64*gib, shmstats.LimitHost, 0)}, "gpurun_memory_limit_info",
+			map[string]float64{"id=m,namespace=ml,pod=job-0,container=trainer,limit_of=pod": 1, "id=h,namespace=ml,pod=job-0,container=trainer,limit_of=host": 1}},
+		{"memory not read: no memory series", []shmstats.Container{withMemoryErr(memCtr("m", 1, 7*gib, 15*gib, 16*gib, shmstats.LimitContainer, 0))}, "gpurun_memory_usage_bytes",
+			map[string]float64{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,12 +251,40 @@ func TestRemountCounters(t *testing.T) {
 	}
 }
 
+func withMemoryErr(c shmstats.Container) shmstats.Container {
+	c.Memory = &shmstats.Memory{Err: "memory cgroup: gone", OOMKills: -1}
+	return c
+}
+
+// TestSweepCounters: the bytes and files the sweeps removed, from records
+// with swept bytes, and the sweeps that failed.
+func TestSweepCounters(t *testing.T) {
+	swept := func(bytes int64, files int, err string) records.Record {
+		return records.Record{Action: "remount", Sweep: records.Sweep{Path: "/run/x/shm", Bytes: bytes, Files: files, Err: err}}
+	}
+	reg := prometheus.NewRegistry()
+	c := metrics.NewCounters(reg)
+	for _, r := range []records.Record{swept(700<<20, 12, ""), swept(100<<20, 1, ""), swept(0, 0, ""), swept(4096, 1, "unlink /dev/shm/b: permission denied"), swept(0, 0, "open /run/x/shm: no such file or directory"), {}} {
+		c.Observe(r)
+	}
+	for name, want := range map[string]float64{
+		"gpurun_shm_swept_bytes_total":  800<<20 + 4096,
+		"gpurun_shm_swept_files_total":  14,
+		"gpurun_shm_sweep_errors_total": 2,
+	} {
+		if got := series(t, reg, name)[""]; got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
 // TestLint checks every metric's name and help with client_golang's
 // linter (promlint).
 func TestLint(t *testing.T) {
 	reg := metrics.Registry()
 	metrics.NewCounters(reg)
-	s := metrics.NewSampler(reg, metrics.SamplerOptions{Collect: (&fake{samples: [][]shmstats.Container{{podCtr("a", "ml", "p", "c", 1<<30, 1<<30, 1<<30), dockerCtr("d", "web", 64<<20, 1<<20)}}}).collect})
+	s := metrics.NewSampler(reg, metrics.SamplerOptions{Collect: (&fake{samples: [][]shmstats.Container{{podCtr("a", "ml", "p", "c", 1<<30, 1<<30, 1<<30), dockerCtr("d", "web", 64<<20, 1<<20),
+		memCtr("m", 1, 7*gib, 15*gib, 16*gib, shmstats.LimitContainer, 0)}}}).collect})
 	if err := s.Sample(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -263,8 +302,8 @@ func TestLint(t *testing.T) {
 			n++
 		}
 	}
-	if n < 11 {
-		t.Errorf("%d gpurun metrics linted; want every one of them (11)", n)
+	if n < 19 {
+		t.Errorf("%d gpurun metrics linted; want every one of them (19)", n)
 	}
 }
 

@@ -17,17 +17,21 @@ import (
 // DefaultInterval is how often a Sampler samples by default.
 const DefaultInterval = 15 * time.Second
 
-// Sampler samples every container's /dev/shm (shmstats.Collect) every
-// interval, keeps the highest use seen of each tmpfs in memory, counts the
-// containers that come near their ceiling, and is the prometheus.Collector
-// of the per-container metrics, from its latest sample. It is safe for
-// concurrent use.
+// Sampler samples every container's /dev/shm and memory cgroup
+// (shmstats.Collect) every interval, keeps the highest use seen of each
+// tmpfs in memory, counts the containers that come near their ceiling,
+// follows their memory from sample to sample (MemoryWatch), and is the
+// prometheus.Collector of the per-container metrics, from its latest
+// sample. It is safe for concurrent use.
 type Sampler struct {
 	opts     shmstats.Options
 	interval time.Duration
 	log      *slog.Logger
 	collect  func(context.Context, shmstats.Options) ([]shmstats.Container, error)
 	d        descs
+	mem      *MemoryWatch
+	alert    func(MemoryAlert)
+	now      func() time.Time
 
 	near     *prometheus.CounterVec
 	samples  prometheus.Counter
@@ -53,11 +57,21 @@ type SamplerOptions struct {
 	Log *slog.Logger
 	// Collect replaces shmstats.Collect (tests).
 	Collect func(context.Context, shmstats.Options) ([]shmstats.Container, error)
+	// Exits tells how containers that left the samples ended, for the OOM
+	// kills that end a container (nil: only those of a process of a
+	// container that lives on are seen).
+	Exits Exits
+	// Alert gets what the samples show of the containers' memory (a
+	// MemoryWatch's alerts), in the sampling goroutine (nil: counted only).
+	Alert func(MemoryAlert)
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
 }
 
 // NewSampler returns a Sampler registered with reg.
 func NewSampler(reg prometheus.Registerer, o SamplerOptions) *Sampler {
-	s := &Sampler{opts: o.Stats, interval: o.Interval, log: o.Log, collect: o.Collect, d: newDescs(), isNear: map[string]bool{}}
+	s := &Sampler{opts: o.Stats, interval: o.Interval, log: o.Log, collect: o.Collect, d: newDescs(), isNear: map[string]bool{},
+		alert: o.Alert, now: o.Now}
 	if s.opts.Peaks == nil {
 		s.opts.Peaks = shmstats.NewPeaks()
 	}
@@ -73,6 +87,10 @@ func NewSampler(reg prometheus.Registerer, o SamplerOptions) *Sampler {
 	if s.collect == nil {
 		s.collect = shmstats.Collect
 	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.mem = NewMemoryWatch(reg, o.Exits, s.log)
 	s.near = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: "shm", Name: "near_ceiling_total",
 		Help: "Containers whose /dev/shm use came within 5 % of its size, counted once each time it does, by Kubernetes namespace (empty outside a pod).",
@@ -84,12 +102,18 @@ func NewSampler(reg prometheus.Registerer, o SamplerOptions) *Sampler {
 	return s
 }
 
-// Sample takes one sample and makes it the latest. An engine that could
+// Sample takes one sample and makes it the latest, and hands what it shows
+// of the containers' memory to SamplerOptions.Alert. An engine that could
 // not be read is in the error; the others' containers are kept.
 func (s *Sampler) Sample(ctx context.Context) error {
 	start := time.Now()
 	cs, err := s.collect(ctx, s.opts)
 	s.duration.Set(time.Since(start).Seconds())
+	for _, a := range s.mem.Step(ctx, cs, s.now()) {
+		if s.alert != nil {
+			s.alert(a)
+		}
+	}
 	s.samples.Inc()
 	if err != nil {
 		s.errs.Inc()

@@ -45,7 +45,35 @@ type Record struct {
 	Err   string
 	Path  string
 	Fix   string
+	// Sweep is what the front door removed from the pod's /dev/shm when the
+	// container restarted: the files its dead earlier instance left there.
+	// Zero when nothing was swept (a first start, Docker, a door that does
+	// not sweep).
+	Sweep Sweep
 }
+
+// Sweep is one sweep of a pod's /dev/shm at a container's restart, as the
+// record's sweep_* fields say.
+type Sweep struct {
+	// Path is the pod's /dev/shm tmpfs on the host.
+	Path string
+	// Bytes and Files are what was removed; Names name at most
+	// enforce.MaxSweptNames of those files, sorted, as paths in the
+	// container ("/dev/shm/nccl-shm-x"), and "…" after them when there were
+	// more.
+	Bytes int64
+	Files int
+	Names []string
+	// KeptBytes and KeptFiles are the candidates left in place: held by a
+	// live process, or a sibling container's.
+	KeptBytes int64
+	KeptFiles int
+	// Err says what went wrong; what was removed before it is counted.
+	Err string
+}
+
+// Swept reports whether the sweep removed anything.
+func (s Sweep) Swept() bool { return s.Bytes > 0 }
 
 // Pod names a Kubernetes pod and the container's name in it.
 type Pod struct {
@@ -57,7 +85,8 @@ type Pod struct {
 func (r Record) Remount() bool { return r.Action == string(oci.ActionRemount) }
 
 // FromResult is the Record of one Enforcer.Run, as its Observe callback
-// gets it; component names the front door.
+// gets it; component names the front door. Its Sweep holds what the
+// enforcer logs as the record's sweep_* fields.
 func FromResult(component string, s enforce.Subject, res enforce.Result) Record {
 	pl := res.Plan
 	r := Record{
@@ -72,6 +101,12 @@ func FromResult(component string, s enforce.Subject, res enforce.Result) Record 
 		r.Changed, r.Path = res.Grown.Changed, pl.Shm.Source
 	default:
 		r.Changed, r.Path = res.Done.Changed, res.Done.Path
+	}
+	if sw := res.Sweep; sw != nil {
+		r.Sweep = Sweep{Path: sw.Path, Bytes: sw.SweptBytes, Files: len(sw.Swept), Names: sw.Names(), KeptBytes: sw.KeptBytes, KeptFiles: len(sw.Kept)}
+		if sw.Err != nil {
+			r.Sweep.Err = sw.Err.Error()
+		}
 	}
 	if res.Err != nil {
 		r.Failed, r.Err, r.Cause = true, res.Err.Error(), enforce.Cause(res.Err)
@@ -120,6 +155,14 @@ type line struct {
 	Path         string `json:"path"`
 	Fix          string `json:"fix"`
 	Refused      bool   `json:"refused"`
+	// The sweep of a restarted container's /dev/shm (Sweep).
+	SweepPath  string   `json:"sweep_path"`
+	SweptBytes int64    `json:"swept_bytes"`
+	SweptFiles int      `json:"swept_files"`
+	SweptNames []string `json:"swept_names"`
+	KeptBytes  int64    `json:"kept_bytes"`
+	KeptFiles  int      `json:"kept_files"`
+	SweepErr   string   `json:"sweep_err"`
 }
 
 // Parse reads one JSON line of a log_file. ok is false for a line that is
@@ -138,6 +181,8 @@ func Parse(data []byte) (r Record, ok bool, err error) {
 		Pod:    Pod{Namespace: l.K8sNamespace, Name: l.K8sPod, UID: l.K8sUID, Container: l.K8sContainer},
 		Action: l.Action, Size: l.Size, Reason: l.Reason, GPU: l.GPU, Changed: l.Changed, Skipped: l.Skipped,
 		Failed: l.Msg == enforce.MsgFailed, Refused: l.Refused, Cause: l.Cause, Err: l.Err, Path: l.Path, Fix: l.Fix,
+		Sweep: Sweep{Path: l.SweepPath, Bytes: l.SweptBytes, Files: l.SweptFiles, Names: l.SweptNames,
+			KeptBytes: l.KeptBytes, KeptFiles: l.KeptFiles, Err: l.SweepErr},
 	}
 	r.Pod.fill(l.Pod, l.Name)
 	return r, true, nil

@@ -2,6 +2,8 @@ package records_test
 
 import (
 	"bytes"
+	"log/slog"
+	"reflect"
 	"testing"
 
 	"github.com/gpurun/gpurun/observe/records"
@@ -62,7 +64,7 @@ func TestLogAndObserveAgree(t *testing.T) {
 			if err != nil || !ok {
 				t.Fatalf("Parse(%s) = %v, %v", lines[0], ok, err)
 			}
-			if parsed != observed[0] {
+			if !reflect.DeepEqual(parsed, observed[0]) {
 				t.Errorf("log and Observe disagree:\nlog     %+v\nobserve %+v", parsed, observed[0])
 			}
 			tt.want(t, parsed)
@@ -86,5 +88,64 @@ func TestParse(t *testing.T) {
 		if ok != tt.ok || (err != nil) != tt.err {
 			t.Errorf("Parse(%s) = %v, %v; want ok %v, error %v", tt.line, ok, err, tt.ok, tt.err)
 		}
+	}
+}
+
+// sweepLine writes one record as runtime/enforce's slog JSON handler
+// writes it (the log_file's format), with the sweep fields the front doors
+// add when a restarted container's /dev/shm is swept.
+func sweepLine(t *testing.T, msg string, sweep []any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil)).With("component", "gpurun-runtime")
+	args := []any{"id", "c2", "bundle", "/run/containerd/io.containerd.runtime.v2.task/k8s.io/c2",
+		"k8s_namespace", "ml", "k8s_pod", "job-0", "k8s_uid", "0b5c", "k8s_container", "trainer",
+		"action", "remount", "size_bytes", int64(8 << 30), "current_bytes", int64(8 << 30), "gpu", true, "reason", "GPU container", "changed", false}
+	if msg == enforce.MsgFailed {
+		args = append(args, "err", "remount refused", "cause", enforce.CauseUnsafe, "refused", true)
+		log.Error(msg, append(args, sweep...)...)
+	} else {
+		log.Info(msg, append(args, sweep...)...)
+	}
+	return bytes.TrimSpace(buf.Bytes())
+}
+
+// TestParseSweep: the sweep fields of both record messages become
+// Record.Sweep; a record without them has a zero Sweep.
+func TestParseSweep(t *testing.T) {
+	full := []any{"sweep_path", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/84f2/shm",
+		"swept_bytes", int64(700 << 20), "swept_files", 12,
+		"swept_names", []string{"/dev/shm/nccl-shm-a", "/dev/shm/torch_123"},
+		"kept_bytes", int64(3 << 20), "kept_files", 3}
+	want := records.Sweep{Path: "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/84f2/shm", Bytes: 700 << 20, Files: 12,
+		Names: []string{"/dev/shm/nccl-shm-a", "/dev/shm/torch_123"}, KeptBytes: 3 << 20, KeptFiles: 3}
+	failedSweep := []any{"sweep_path", "/run/x/shm", "swept_bytes", int64(4096), "swept_files", 1,
+		"swept_names", []string{"/dev/shm/a"}, "sweep_err", "unlink /dev/shm/b: permission denied"}
+	for _, tc := range []struct {
+		name  string
+		msg   string
+		sweep []any
+		want  records.Sweep
+	}{
+		{"planned, swept", enforce.MsgPlanned, full, want},
+		{"failed plan, swept", enforce.MsgFailed, full, want},
+		{"planned, no sweep fields", enforce.MsgPlanned, nil, records.Sweep{}},
+		{"failed plan, no sweep fields", enforce.MsgFailed, nil, records.Sweep{}},
+		{"a sweep that failed half-way", enforce.MsgPlanned, failedSweep,
+			records.Sweep{Path: "/run/x/shm", Bytes: 4096, Files: 1, Names: []string{"/dev/shm/a"}, Err: "unlink /dev/shm/b: permission denied"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			line := sweepLine(t, tc.msg, tc.sweep)
+			r, ok, err := records.Parse(line)
+			if err != nil || !ok {
+				t.Fatalf("Parse(%s) = %v, %v", line, ok, err)
+			}
+			if !reflect.DeepEqual(r.Sweep, tc.want) {
+				t.Errorf("sweep %+v, want %+v\n%s", r.Sweep, tc.want, line)
+			}
+			if r.Sweep.Swept() != (tc.want.Bytes > 0) || r.Failed != (tc.msg == enforce.MsgFailed) || r.Pod.Container != "trainer" {
+				t.Errorf("record %+v", r)
+			}
+		})
 	}
 }

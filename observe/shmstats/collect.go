@@ -60,6 +60,8 @@ type collector struct {
 	// specsUsed are the config.json paths this Collect read (Options.Specs
 	// keeps only those).
 	specsUsed map[string]bool
+	// cgroups reads the containers' memory cgroups.
+	cgroups *Cgroups
 }
 
 // found is a container as an engine's files describe it, before its
@@ -111,6 +113,7 @@ func (c *collector) collect(ctx context.Context) ([]Container, error) {
 	}
 	facts.TmpfsSize = func(p string) (int64, error) { return sysinfo.TmpfsSize(c.host(p)) }
 	c.facts = facts
+	c.cgroups = &Cgroups{Proc: c.proc, Root: cmp.Or(c.o.Cgroup, c.host("/sys/fs/cgroup")), HostMemory: facts.HostMemory}
 	var st unix.Stat_t
 	if err := unix.Stat(filepath.Join(c.proc, "1", "root", "dev", "shm"), &st); err == nil {
 		c.hostShm = st.Dev
@@ -164,6 +167,7 @@ func (c *collector) measure(all []found) []Container {
 		ct := f.c
 		c.decide(&ct, f)
 		c.readShm(&ct)
+		c.readMemory(&ct)
 		ct.Decision.InEffect = inEffect(ct)
 		ms = append(ms, measured{c: ct, owner: f.owner})
 	}
@@ -321,6 +325,17 @@ func (c *collector) readShm(ct *Container) {
 	if ct.Shm.Size > 0 {
 		ct.Shm.Percent = float64(ct.Shm.Used) * 100 / float64(ct.Shm.Size)
 	}
+}
+
+// readMemory reads the container's memory cgroup through its init
+// process, and /dev/shm's share of it.
+func (c *collector) readMemory(ct *Container) {
+	if ct.PID <= 0 {
+		return
+	}
+	m := c.cgroups.Read(ct.PID, ct.Pod != nil)
+	m.Share(ct.Shm.Used, ct.ownShm())
+	ct.Memory = &m
 }
 
 // containerd finds the running tasks under one containerd state dir.

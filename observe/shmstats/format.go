@@ -76,55 +76,121 @@ func (c Container) Label() string {
 }
 
 // WriteTable writes the containers as `gpurun stats` prints them: one row
-// each, then the suggestions and the per-container errors.
+// each, then the suggestions, the containers whose memory is near its
+// limit with /dev/shm a large part of it, and the per-container errors.
 func WriteTable(w io.Writer, cs []Container) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTAINER\tENGINE\tNAME/POD\tSIZE\tUSED\tPEAK\t%\tORPHANED\tSHARED\tGPU\tDECISION")
+	fmt.Fprintln(tw, "CONTAINER\tENGINE\tNAME/POD\tSIZE\tUSED\tPEAK\t%\tMEM\tLIMIT\tSHM/LIMIT\tSHM/MEM\tORPHANED\tSHARED\tGPU\tDECISION")
 	for _, c := range cs {
-		size, used, peak, pct := "-", "-", "-", "-"
-		if c.Err == "" || c.Shm.Size > 0 {
-			size, used, peak = human(c.Shm.Size), human(c.Shm.Used), human(c.Shm.Peak)
-			pct = fmt.Sprintf("%.1f%%", c.Shm.Percent)
-		}
-		orph := "-"
-		if c.Shm.Orphaned >= 0 {
-			orph = human(c.Shm.Orphaned)
-		}
-		shared := "-"
-		switch {
-		case c.Shm.HostIPC:
-			shared = "host"
-		case len(c.SharedWith) > 0:
-			ids := make([]string, 0, len(c.SharedWith))
-			for _, id := range c.SharedWith {
-				ids = append(ids, ShortID(id))
-			}
-			shared = strings.Join(ids, ",")
-		}
-		gpu := "no"
-		if c.GPU {
-			gpu = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ShortID(c.ID), c.Engine, c.Label(), size, used, peak, pct, orph, shared, gpu, c.Decision.Words())
+		fmt.Fprintln(tw, strings.Join(row(c), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, c := range cs {
-		if s := c.Suggestion; s != nil {
-			fmt.Fprintf(w, "\n%s (%s): suggest %s — %s\n", ShortID(c.ID), c.Label(), policy.FormatSize(s.Size), s.Why)
-			for _, set := range s.Settings {
-				fmt.Fprintf(w, "  - %s\n", set)
-			}
+		writeNotes(w, c)
+	}
+	writeMemoryErrors(w, cs)
+	return nil
+}
+
+// row is a container's row of the table.
+func row(c Container) []string {
+	size, used, peak, pct := "-", "-", "-", "-"
+	if c.Err == "" || c.Shm.Size > 0 {
+		size, used, peak = human(c.Shm.Size), human(c.Shm.Used), human(c.Shm.Peak)
+		pct = fmt.Sprintf("%.1f%%", c.Shm.Percent)
+	}
+	orph := "-"
+	if c.Shm.Orphaned >= 0 {
+		orph = human(c.Shm.Orphaned)
+	}
+	shared := "-"
+	switch {
+	case c.Shm.HostIPC:
+		shared = "host"
+	case len(c.SharedWith) > 0:
+		ids := make([]string, 0, len(c.SharedWith))
+		for _, id := range c.SharedWith {
+			ids = append(ids, ShortID(id))
 		}
-		if len(c.Shm.OrphanedFiles) > 0 {
-			fmt.Fprintf(w, "\n%s (%s): %s in files no process has open or mapped: %s\n", ShortID(c.ID), c.Label(), human(c.Shm.Orphaned), strings.Join(c.Shm.OrphanedFiles, " "))
-		}
-		if c.Err != "" {
-			fmt.Fprintf(w, "\n%s (%s): %s\n", ShortID(c.ID), c.Label(), c.Err)
+		shared = strings.Join(ids, ",")
+	}
+	gpu := "no"
+	if c.GPU {
+		gpu = "yes"
+	}
+	mem, limit, ofLimit, ofMem := memoryColumns(c)
+	return []string{ShortID(c.ID), c.Engine, c.Label(), size, used, peak, pct, mem, limit, ofLimit, ofMem, orph, shared, gpu, c.Decision.Words()}
+}
+
+// memoryColumns are MEM (the working set), LIMIT (with whose, when not the
+// container's own: "16GiB(pod)", "23.54GiB(host)"), and /dev/shm's used
+// bytes as a share of each.
+func memoryColumns(c Container) (mem, limit, ofLimit, ofMem string) {
+	m := c.Memory
+	if m == nil || m.Err != "" {
+		return "-", "-", "-", "-"
+	}
+	mem, limit, ofLimit, ofMem = human(m.WorkingSet), "-", "-", "-"
+	if m.Limit > 0 {
+		limit = human(m.Limit)
+		if m.LimitOf != LimitContainer {
+			limit += "(" + m.LimitOf + ")"
 		}
 	}
-	return nil
+	if c.ownShm() {
+		if m.Limit > 0 {
+			ofLimit = fmt.Sprintf("%.0f%%", m.ShmPercentOfLimit)
+		}
+		switch {
+		case m.WorkingSet > 0 && m.ShmPercentOfWorkingSet > 100:
+			// More than it uses: the pages are charged to another
+			// container of the pod or IPC group, which wrote them.
+			ofMem = ">100%"
+		case m.WorkingSet > 0:
+			ofMem = fmt.Sprintf("%.0f%%", m.ShmPercentOfWorkingSet)
+		}
+	}
+	return mem, limit, ofLimit, ofMem
+}
+
+// writeNotes writes what the table says of a container under it: its
+// suggestion, memory pressure, orphaned files and error.
+func writeNotes(w io.Writer, c Container) {
+	if s := c.Suggestion; s != nil {
+		fmt.Fprintf(w, "\n%s (%s): suggest %s — %s\n", ShortID(c.ID), c.Label(), policy.FormatSize(s.Size), s.Why)
+		for _, set := range s.Settings {
+			fmt.Fprintf(w, "  - %s\n", set)
+		}
+	}
+	if c.NearMemoryLimit() {
+		m := c.Memory
+		fmt.Fprintf(w, "\n%s (%s): near its memory limit: /dev/shm holds %s and the container uses %s of %s; tmpfs pages count against the limit until their files are deleted\n",
+			ShortID(c.ID), c.Label(), human(c.Shm.Used), human(m.WorkingSet), m.LimitWords("its"))
+	}
+	if len(c.Shm.OrphanedFiles) > 0 {
+		fmt.Fprintf(w, "\n%s (%s): %s in files no process has open or mapped: %s\n", ShortID(c.ID), c.Label(), human(c.Shm.Orphaned), strings.Join(c.Shm.OrphanedFiles, " "))
+	}
+	if c.Err != "" {
+		fmt.Fprintf(w, "\n%s (%s): %s\n", ShortID(c.ID), c.Label(), c.Err)
+	}
+}
+
+// writeMemoryErrors says once why memory could not be read, for how many
+// containers: one cause (a cgroup namespace of gpurun's own) usually
+// holds for all of them.
+func writeMemoryErrors(w io.Writer, cs []Container) {
+	n, first := 0, ""
+	for _, c := range cs {
+		if c.Memory != nil && c.Memory.Err != "" && c.Err == "" {
+			n++
+			first = cmp.Or(first, c.Memory.Err)
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(w, "\nmemory not read for %d container(s): %s\n", n, first)
+	}
 }
 
 // Words is the decision as the table's DECISION column shows it: the

@@ -74,6 +74,12 @@ type Options struct {
 	// (a sampler's, `stats --watch`): nil reads every config.json each
 	// time.
 	Specs *Specs
+	// Cgroup is the node's cgroup filesystem as this process reaches it,
+	// where each container's memory cgroup is read; "" means
+	// /sys/fs/cgroup under HostRoot. The NRI plugin, which has no /host,
+	// passes its --cgroup-root (its DaemonSet mounts the node's cgroups at
+	// /host/sys/fs/cgroup).
+	Cgroup string
 }
 
 // Container is one running container and its /dev/shm, as Collect found it.
@@ -107,6 +113,10 @@ type Container struct {
 	// Suggestion is the size the measured peak calls for, nil when the
 	// size fits it (or when nothing was measured).
 	Suggestion *Suggestion `json:"suggestion,omitempty"`
+	// Memory is the container's memory cgroup beside its /dev/shm: the
+	// limit, the usage, and /dev/shm's share of both; nil without a
+	// process.
+	Memory *Memory `json:"memory,omitempty"`
 	// Err says what could not be read for this container (its /dev/shm
 	// gone with a process that just exited, an unreadable spec); the rest
 	// of the fields are as far as known.

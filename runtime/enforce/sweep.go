@@ -6,8 +6,8 @@ import (
 	"github.com/gpurun/gpurun/policy"
 )
 
-// maxSweptNames is how many swept files a record names.
-const maxSweptNames = 8
+// MaxSweptNames is how many swept files a record names.
+const MaxSweptNames = 8
 
 // Swept is what the restart sweep did for one container start: the pod's
 // /dev/shm it looked at, what it found (shmsweep.Result) and what went
@@ -76,16 +76,8 @@ func sweepAttrs(sw *Swept) []any {
 	if sw.Err != nil {
 		return append(out, "sweep_err", sw.Err.Error())
 	}
-	names := make([]string, 0, min(len(sw.Swept), maxSweptNames))
-	for i, f := range sw.Swept {
-		if i == maxSweptNames {
-			names = append(names, "…")
-			break
-		}
-		names = append(names, f.Name)
-	}
 	out = append(out, "swept_bytes", sw.SweptBytes, "swept_files", len(sw.Swept))
-	if len(names) > 0 {
+	if names := sw.Names(); len(names) > 0 {
 		out = append(out, "swept_names", names)
 	}
 	if len(sw.Kept) > 0 {
@@ -95,6 +87,19 @@ func sweepAttrs(sw *Swept) []any {
 		out = append(out, "sweep_skipped", sw.NoAttribution)
 	}
 	return out
+}
+
+// Names names the files swept, at most MaxSweptNames of them (sorted),
+// then "…" when there were more.
+func (sw *Swept) Names() []string {
+	names := make([]string, 0, min(len(sw.Swept), MaxSweptNames+1))
+	for i, f := range sw.Swept {
+		if i == MaxSweptNames {
+			return append(names, "…")
+		}
+		names = append(names, f.Name)
+	}
+	return names
 }
 
 // keptWhy counts the kept files by why ("2 held, 1 sibling").

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpurun/gpurun/cmd/internal/cli"
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/runtime/nri"
 )
 
@@ -34,8 +35,10 @@ command when started without arguments that way. Needs root (CAP_SYS_ADMIN) to r
 
 func newNRICmd(g *cli.Globals) *cobra.Command {
 	var (
-		o   nri.ServeOptions
-		obs observeFlags
+		o          nri.ServeOptions
+		obs        observeFlags
+		cgroupRoot string
+		sweepState string
 	)
 	cmd := &cobra.Command{
 		Use:   "nri [--socket PATH] [--name NAME] [--index IDX]",
@@ -47,7 +50,8 @@ func newNRICmd(g *cli.Globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.DryRun, o.Verbose, o.LoadPolicy = g.DryRun, g.Verbose, g.Policy
-			o.Beside, o.Getenv, o.Stderr = obs.nriBeside(), os.Getenv, cmd.ErrOrStderr()
+			o.Beside, o.Getenv, o.Stderr = obs.nriBeside(cgroupRoot), os.Getenv, cmd.ErrOrStderr()
+			o.Sweep = shmsweep.Options{CgroupRoot: cgroupRoot, StateDir: sweepState}
 			return nri.Serve(cmd.Context(), o)
 		},
 	}
@@ -55,6 +59,8 @@ func newNRICmd(g *cli.Globals) *cobra.Command {
 	fl.StringVar(&o.Socket, "socket", nri.DefaultSocket, "the runtime's NRI socket")
 	fl.StringVar(&o.Name, "name", nri.DefaultName, "the plugin's name in the runtime")
 	fl.StringVar(&o.Index, "index", nri.DefaultIndex, "the plugin's index (two digits): plugins run in index order")
+	fl.StringVar(&cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the node's cgroup tree as the plugin sees it (the DaemonSet mounts the node's /sys/fs/cgroup at /host/sys/fs/cgroup): the restart sweep tells a live sibling container's files by it, the metrics read each container's memory")
+	fl.StringVar(&sweepState, "sweep-state", shmsweep.DefaultStateDir, "where the restart sweep keeps its records of each pod's containers (a node directory, so that a restarted plugin still knows an earlier instance's start)")
 	obs.register(cmd)
 	return cmd
 }

@@ -29,7 +29,7 @@ type observeFlags struct {
 func (f *observeFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.address, "metrics-address", "", `serve Prometheus metrics of every container's /dev/shm at ADDR/metrics ("" none; the DaemonSets use `+exporter.DefaultAddress+`)`)
-	fl.BoolVar(&f.events, "events", false, "post Kubernetes Events (ShmSized, ShmNotSized) on the pods whose /dev/shm gpurun sized or could not (needs the pod's service account and NODE_NAME)")
+	fl.BoolVar(&f.events, "events", false, "post Kubernetes Events on the pods whose /dev/shm gpurun sized or could not (ShmSized, ShmNotSized), swept at a restart (ShmSwept), or whose memory /dev/shm fills (ShmNearMemoryLimit, ShmOOMKilled) (needs the pod's service account and NODE_NAME)")
 	fl.DurationVar(&f.interval, "metrics-interval", metrics.DefaultInterval, "how often the metrics sample every container's /dev/shm")
 	fl.StringArrayVar(&f.containerd, "containerd-state", nil, "a containerd state dir the metrics read, on the node (repeatable; default "+strings.Join(shmstats.DefaultContainerdStates, ", ")+")")
 }
@@ -41,10 +41,11 @@ func (f *observeFlags) options() exporter.NodeOptions {
 }
 
 // nriBeside runs the metrics and events the flags ask for beside the NRI
-// plugin, fed with its outcomes.
-func (f *observeFlags) nriBeside() func(*policy.Policy, *slog.Logger) (nri.Beside, error) {
+// plugin, fed with its outcomes; it reads the node's cgroups at
+// cgroupRoot (nri's --cgroup-root).
+func (f *observeFlags) nriBeside(cgroupRoot string) func(*policy.Policy, *slog.Logger) (nri.Beside, error) {
 	return func(pol *policy.Policy, log *slog.Logger) (nri.Beside, error) {
-		exp, err := f.options().New(shmstats.Options{Policy: pol}, "", log)
+		exp, err := f.options().New(shmstats.Options{Policy: pol, Cgroup: cgroupRoot}, "", log)
 		if err != nil {
 			return nri.Beside{}, err
 		}
