@@ -76,6 +76,9 @@ type (
 		Devices    []specs.LinuxDevice    `json:"devices,omitempty"`
 		Namespaces []specs.LinuxNamespace `json:"namespaces,omitempty"`
 		Resources  *specResources         `json:"resources,omitempty"`
+		// CgroupsPath names the container's cgroup: the restart sweep
+		// finds the pod's memory cgroup from it.
+		CgroupsPath string `json:"cgroupsPath,omitempty"`
 	}
 	specResources struct {
 		Memory *specMemory `json:"memory,omitempty"`
@@ -96,7 +99,7 @@ func (f *specFields) spec() *specs.Spec {
 		s.Hooks = &specs.Hooks{Prestart: f.Hooks.Prestart}
 	}
 	if l := f.Linux; l != nil {
-		s.Linux = &specs.Linux{Devices: l.Devices, Namespaces: l.Namespaces}
+		s.Linux = &specs.Linux{Devices: l.Devices, Namespaces: l.Namespaces, CgroupsPath: l.CgroupsPath}
 		if r := l.Resources; r != nil {
 			s.Linux.Resources = &specs.LinuxResources{}
 			if r.Memory != nil {

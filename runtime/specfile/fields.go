@@ -246,6 +246,8 @@ func (d *fieldDecoder) linux(v any, f *specFields) {
 			l.Namespaces = list(d, v, d.namespace)
 		case "resources":
 			l.Resources = d.resources(v)
+		case "cgroupspath":
+			l.CgroupsPath = d.str(v)
 		}
 	}) {
 		f.Linux = &l

@@ -1,6 +1,7 @@
 package specfile
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,5 +118,47 @@ func BenchmarkPlanApply(b *testing.B) {
 		if _, err := c.Marshal(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestFixturesCgroupsPath: every captured spec's linux.cgroupsPath is read
+// as encoding/json reads it (the restart sweep finds the pod's memory
+// cgroup from it), containerd's CRI containers' included.
+func TestFixturesCgroupsPath(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(fixtureDir, "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("fixtures: %v", err)
+	}
+	var cri int
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref struct {
+			Linux struct {
+				CgroupsPath string `json:"cgroupsPath"`
+			} `json:"linux"`
+		}
+		if err := json.Unmarshal(data, &ref); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Parse(f, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if cfg.Spec.Linux != nil {
+			got = cfg.Spec.Linux.CgroupsPath
+		}
+		if got != ref.Linux.CgroupsPath {
+			t.Errorf("%s: cgroupsPath %q, want %q", filepath.Base(f), got, ref.Linux.CgroupsPath)
+		}
+		if strings.HasPrefix(got, "/kubepods/") {
+			cri++
+		}
+	}
+	if cri == 0 {
+		t.Error("no fixture of a pod's container with a cgroupsPath")
 	}
 }

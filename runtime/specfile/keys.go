@@ -23,7 +23,7 @@ type keyRule map[string]keyRule
 func readKeys() keyRule {
 	return keyRule{
 		"process": nil, "root": nil, "mounts": nil, "hooks": nil, "annotations": nil,
-		"linux": {"devices": nil, "namespaces": nil, "resources": {"memory": nil}},
+		"linux": {"devices": nil, "namespaces": nil, "resources": {"memory": nil}, "cgroupspath": nil},
 	}
 }
 
