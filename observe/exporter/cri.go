@@ -36,13 +36,20 @@ type criExits struct {
 	conns map[string]*criclient.Conn
 }
 
-// newCRIExits returns the criExits of where stats looks.
-func newCRIExits(stats shmstats.Options) *criExits {
+// newCRIExits returns the criExits of where stats looks, or of the
+// endpoints given (unix:// or a path, as this process reaches them).
+func newCRIExits(stats shmstats.Options, endpoints []string) *criExits {
+	c := &criExits{conns: map[string]*criclient.Conn{}}
+	if endpoints != nil {
+		for _, e := range endpoints {
+			c.sockets = append(c.sockets, strings.TrimPrefix(e, "unix://"))
+		}
+		return c
+	}
 	states := stats.Containerd
 	if states == nil {
 		states = shmstats.DefaultContainerdStates
 	}
-	c := &criExits{conns: map[string]*criclient.Conn{}}
 	for _, s := range states {
 		p := filepath.Join(s, "containerd.sock")
 		if stats.HostRoot != "" && stats.HostRoot != "/" {

@@ -45,6 +45,10 @@ type Options struct {
 	Stats shmstats.Options
 	// Interval between samples (0: metrics.DefaultInterval).
 	Interval time.Duration
+	// CRIEndpoints are the CRI sockets (as this process reaches them) to
+	// ask how a container that left the samples ended; nil: the socket in
+	// each containerd state dir of Stats (criExits).
+	CRIEndpoints []string
 	// RecordsLog is a log_file (as this process sees it) to follow for
 	// enforce records; "" for none (an in-process Enforcer feeds Observe).
 	RecordsLog string
@@ -95,7 +99,7 @@ func New(o Options) (*Exporter, error) {
 	e.counters = metrics.NewCounters(reg)
 	exits := o.Exits
 	if exits == nil {
-		e.cri = newCRIExits(o.Stats)
+		e.cri = newCRIExits(o.Stats, o.CRIEndpoints)
 		exits = e.cri
 	}
 	e.sampler = metrics.NewSampler(reg, metrics.SamplerOptions{Stats: o.Stats, Interval: o.Interval, Log: o.Log, Exits: exits, Alert: e.memoryAlert})

@@ -219,7 +219,7 @@ func TestCRIExits(t *testing.T) {
 	})
 	// The k3s state dir, whose containerd does not know them, is asked
 	// first; the dockerd one has no socket.
-	c := newCRIExits(shmstats.Options{HostRoot: root, Containerd: []string{"/run/k3s/containerd", "/var/run/docker/containerd/daemon", "/run/containerd"}})
+	c := newCRIExits(shmstats.Options{HostRoot: root, Containerd: []string{"/run/k3s/containerd", "/var/run/docker/containerd/daemon", "/run/containerd"}}, nil)
 	defer c.Close()
 	for _, tc := range []struct {
 		id   string
@@ -235,7 +235,7 @@ func TestCRIExits(t *testing.T) {
 			t.Errorf("Exit(%s) = %+v, %v; want %+v, %v", tc.id, got, err, tc.want, tc.err)
 		}
 	}
-	none := newCRIExits(shmstats.Options{HostRoot: root, Containerd: []string{"/nowhere"}})
+	none := newCRIExits(shmstats.Options{HostRoot: root, Containerd: []string{"/nowhere"}}, nil)
 	if _, err := none.Exit(context.Background(), "oom"); err == nil || errors.Is(err, metrics.ErrNoSuchContainer) || !strings.Contains(err.Error(), "no containerd socket") {
 		t.Errorf("without a socket: %v", err)
 	}

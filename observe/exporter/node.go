@@ -27,6 +27,9 @@ type NodeOptions struct {
 	// Containerd are the containerd state dirs the metrics read (nil for
 	// the defaults).
 	Containerd []string
+	// CRIEndpoints are the CRI sockets asked how a container ended (nil:
+	// <state>/containerd.sock of each state dir, containerd's default).
+	CRIEndpoints []string
 }
 
 // Enabled says whether anything is to run.
@@ -47,7 +50,7 @@ func (o NodeOptions) New(stats shmstats.Options, recordsLog string, log *slog.Lo
 	}
 	exp, err := New(Options{
 		Address: o.Address, Stats: stats, Interval: o.Interval, RecordsLog: recordsLog,
-		Events: o.Events, Node: o.Node, Log: log,
+		Events: o.Events, Node: o.Node, Log: log, CRIEndpoints: o.CRIEndpoints,
 	})
 	if err != nil {
 		return nil, exitcode.New(2, err)

@@ -24,6 +24,7 @@ type observeFlags struct {
 	events     bool
 	interval   time.Duration
 	containerd []string
+	cri        []string
 }
 
 func (f *observeFlags) register(cmd *cobra.Command) {
@@ -32,12 +33,13 @@ func (f *observeFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.events, "events", false, "post Kubernetes Events on the pods whose /dev/shm gpurun sized or could not (ShmSized, ShmNotSized), swept at a restart (ShmSwept), or whose memory /dev/shm fills (ShmNearMemoryLimit, ShmOOMKilled) (needs the pod's service account and NODE_NAME)")
 	fl.DurationVar(&f.interval, "metrics-interval", metrics.DefaultInterval, "how often the metrics sample every container's /dev/shm")
 	fl.StringArrayVar(&f.containerd, "containerd-state", nil, "a containerd state dir the metrics read, on the node (repeatable; default "+strings.Join(shmstats.DefaultContainerdStates, ", ")+")")
+	fl.StringArrayVar(&f.cri, "cri-endpoint", nil, "a CRI socket to ask how a container that left the samples ended (an OOM kill), as this process reaches it (repeatable; default: containerd.sock in each --containerd-state, containerd's default place)")
 }
 
 // options are the exporter's settings the flags give, on the node
 // NODE_NAME names.
 func (f *observeFlags) options() exporter.NodeOptions {
-	return exporter.NodeOptions{Address: f.address, Events: f.events, Node: os.Getenv("NODE_NAME"), Interval: f.interval, Containerd: f.containerd}
+	return exporter.NodeOptions{Address: f.address, Events: f.events, Node: os.Getenv("NODE_NAME"), Interval: f.interval, Containerd: f.containerd, CRIEndpoints: f.cri}
 }
 
 // nriBeside runs the metrics and events the flags ask for beside the NRI
