@@ -274,7 +274,9 @@ func (g *Cgroups) limitFrom(base, cg string, version int) limitAt {
 		return at
 	}
 	at := g.limitFrom(base, path.Dir(cg), version)
-	if n, ok := g.readLimit(filepath.Join(base, cg, filesOf(version).limit)); ok && (at.bytes <= 0 || n < at.bytes) {
+	// The nearest cgroup of the smallest limit names it: a container whose
+	// limit is its pod's (a pod of one container) is limited by its own.
+	if n, ok := g.readLimit(filepath.Join(base, cg, filesOf(version).limit)); ok && (at.bytes <= 0 || n <= at.bytes) {
 		at = limitAt{bytes: n, cgroup: cg}
 	}
 	if g.limits == nil {

@@ -103,6 +103,12 @@ func TestCgroupsRead(t *testing.T) {
 			c.v1(pod, "", -1, 0, 0, 0)
 			c.v1(ctr, itoa64(16*gib), 15*gib, gib/2, 7*gib, 2)
 		}, true, Memory{Cgroup: ctr, Version: 1, Limit: 16 * gib, LimitOf: LimitContainer, LimitCgroup: ctr, Usage: 15 * gib, WorkingSet: 15*gib - gib/2, Shmem: 7 * gib, OOMKills: 2}, ""},
+		{"v1, a pod of one container: its limit is the container's own", func(c *cgroupTree) {
+			c.procCgroup("10", "4:memory:"+ctr+"\n")
+			c.v1("/kubepods", itoa64(60*gib), -1, 0, 0, 0)
+			c.v1(pod, itoa64(512<<20), -1, 0, 0, 0)
+			c.v1(ctr, itoa64(512<<20), gib/4, 0, 0, 0)
+		}, true, Memory{Cgroup: ctr, Version: 1, Limit: 512 << 20, LimitOf: LimitContainer, LimitCgroup: ctr, Usage: gib / 4, WorkingSet: gib / 4, OOMKills: 0}, ""},
 		{"v1, the pod's limit", func(c *cgroupTree) {
 			c.procCgroup("10", "4:memory:"+ctr+"\n")
 			c.v1("/kubepods", itoa64(60*gib), -1, 0, 0, 0)

@@ -117,6 +117,8 @@ func ToSpec(runtime string, pod *api.PodSandbox, ctr *api.Container) *specs.Spec
 		v := limit.GetValue()
 		s.Linux.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &v}}
 	}
+	// The restart sweep finds the pod's memory cgroup from it.
+	s.Linux.CgroupsPath = l.GetCgroupsPath()
 	return s
 }
 

@@ -305,3 +305,13 @@ func mapsEqual(a, b map[string]string) bool {
 	}
 	return true
 }
+
+// TestToSpecCgroupsPath: the container's cgroups path reaches the spec, so
+// that the restart sweep finds the pod's memory cgroup.
+func TestToSpecCgroupsPath(t *testing.T) {
+	const p = "/kubepods/burstable/pod7e4a1f7c/3f2a"
+	s := ToSpec("containerd", &api.PodSandbox{Id: "pod"}, &api.Container{Id: "c", Linux: &api.LinuxContainer{CgroupsPath: p}})
+	if s.Linux.CgroupsPath != p {
+		t.Errorf("cgroupsPath %q, want %q", s.Linux.CgroupsPath, p)
+	}
+}
