@@ -21,7 +21,7 @@ import (
 const shmDirFile = ".shmdir"
 
 // recordMagic starts every record: what it is, and its format's version.
-const recordMagic = "gpurun-shmsweep 1\n"
+const recordMagic = "gpurun-shmsweep 2\n"
 
 // ErrBadName is a sandbox id or container name that is not a path
 // component the state directory can use.
@@ -39,18 +39,26 @@ func checkName(what, name string) error {
 
 // record is one container's snapshot: the device of the pod's /dev/shm
 // and the inode numbers of its regular files when the container started,
-// sorted.
+// sorted; and what the sweeps at its restarts have removed so far.
 type record struct {
 	dev    uint64
 	inodes []uint64
+	swept  Totals
+}
+
+// Totals are what the sweeps removed from a pod's /dev/shm so far.
+type Totals struct {
+	Bytes, Files int64
 }
 
 // encode writes r compactly: the magic line, then as unsigned varints the
-// device, the count and the inodes' differences (consecutive inodes, as
-// tmpfs hands them out, take a byte each).
+// swept bytes and files, the device, the count and the inodes' differences
+// (consecutive inodes, as tmpfs hands them out, take a byte each).
 func (r record) encode() []byte {
-	b := make([]byte, 0, len(recordMagic)+2*binary.MaxVarintLen64+2*len(r.inodes))
+	b := make([]byte, 0, len(recordMagic)+4*binary.MaxVarintLen64+2*len(r.inodes))
 	b = append(b, recordMagic...)
+	b = binary.AppendUvarint(b, uint64(r.swept.Bytes))
+	b = binary.AppendUvarint(b, uint64(r.swept.Files))
 	b = binary.AppendUvarint(b, r.dev)
 	b = binary.AppendUvarint(b, uint64(len(r.inodes)))
 	prev := uint64(0)
@@ -65,9 +73,9 @@ func (r record) encode() []byte {
 func decodeRecord(b []byte) (record, error) {
 	rest, ok := bytes.CutPrefix(b, []byte(recordMagic))
 	if !ok {
-		return record{}, errors.New("not a gpurun-shmsweep 1 record")
+		return record{}, fmt.Errorf("not a %s record", strings.TrimSpace(recordMagic))
 	}
-	var v [2]uint64
+	var v [4]uint64 // swept bytes, swept files, device, count
 	for i := range v {
 		n := 0
 		if v[i], n = binary.Uvarint(rest); n <= 0 {
@@ -75,12 +83,12 @@ func decodeRecord(b []byte) (record, error) {
 		}
 		rest = rest[n:]
 	}
-	if v[1] > uint64(len(rest)) {
+	if v[3] > uint64(len(rest)) || v[0] > 1<<62 || v[1] > 1<<62 {
 		return record{}, errors.New("truncated record")
 	}
-	r := record{dev: v[0], inodes: make([]uint64, 0, v[1])}
+	r := record{swept: Totals{Bytes: int64(v[0]), Files: int64(v[1])}, dev: v[2], inodes: make([]uint64, 0, v[3])}
 	prev := uint64(0)
-	for range v[1] {
+	for range v[3] {
 		d, n := binary.Uvarint(rest)
 		if n <= 0 || (len(r.inodes) > 0 && d == 0) {
 			return record{}, errors.New("truncated or unsorted record")
@@ -217,4 +225,40 @@ func shmDirGone(dir string) bool {
 	}
 	_, err = os.Lstat(string(b))
 	return errors.Is(err, fs.ErrNotExist)
+}
+
+// Swept returns what the sweeps have removed from the pod sandboxID's
+// /dev/shm so far, over its containers' records: for `gpurun stats`. A
+// sandbox without records has swept nothing (no error); a record that
+// cannot be read is left out, and its error returned with the rest.
+func Swept(o Options, sandboxID string) (Totals, error) {
+	o = o.withDefaults()
+	if err := checkName("sandbox id", sandboxID); err != nil {
+		return Totals{}, err
+	}
+	dir := filepath.Join(o.StateDir, sandboxID)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Totals{}, nil
+	}
+	if err != nil {
+		return Totals{}, fmt.Errorf("sweep records: %w", err)
+	}
+	var t Totals
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
+			continue
+		}
+		r, found, err := store{dir: o.StateDir, sandbox: sandboxID, container: e.Name()}.read()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if found {
+			t.Bytes += r.swept.Bytes
+			t.Files += r.swept.Files
+		}
+	}
+	return t, errors.Join(errs...)
 }

@@ -88,6 +88,7 @@ func TestRecordEncoding(t *testing.T) {
 	for _, r := range []record{
 		{dev: 53, inodes: []uint64{}},
 		{dev: 1<<40 + 7, inodes: []uint64{2, 3, 4, 1000, 1 << 62, 1<<64 - 1}},
+		{dev: 9, inodes: []uint64{5}, swept: Totals{Bytes: 700 << 20, Files: 7}},
 	} {
 		got, err := decodeRecord(r.encode())
 		if err != nil || !reflect.DeepEqual(got, r) {
@@ -103,9 +104,9 @@ func TestRecordEncoding(t *testing.T) {
 	}
 	good := record{dev: 1, inodes: []uint64{7, 9}}.encode()
 	for _, bad := range [][]byte{
-		nil, []byte("gpurun-shmsweep 2\n"), good[:len(good)-1], append(slices.Clone(good), 0),
-		[]byte(recordMagic + "\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"),
-		[]byte(recordMagic + "\x01\x02\x05\x00"), // a repeated inode
+		nil, []byte(recordMagic), []byte("gpurun-shmsweep 1\n\x01\x02\x05\x06"), good[:len(good)-1], append(slices.Clone(good), 0),
+		[]byte(recordMagic + "\x00\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"),
+		[]byte(recordMagic + "\x00\x00\x01\x02\x05\x00"), // a repeated inode
 	} {
 		if r, err := decodeRecord(bad); err == nil {
 			t.Errorf("decodeRecord(%q) = %v, want an error", bad, r)

@@ -178,8 +178,9 @@ func Sweep(o Options, s Start) (Result, error) {
 		return res, nil // nothing new, nothing gone: the record stands
 	}
 	drop, err := root.sweep(o, s, w.files, &res)
-	if next := sortedUnique(w.inos, drop); !slices.Equal(next, rec.inodes) {
-		if werr := st.write(record{dev: root.dev, inodes: next}); werr != nil {
+	swept := Totals{Bytes: rec.swept.Bytes + res.SweptBytes, Files: rec.swept.Files + int64(len(res.Swept))}
+	if next := sortedUnique(w.inos, drop); !slices.Equal(next, rec.inodes) || swept != rec.swept {
+		if werr := st.write(record{dev: root.dev, inodes: next, swept: swept}); werr != nil {
 			err = errors.Join(err, werr)
 		}
 	}

@@ -2,6 +2,7 @@ package shmsweep
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -347,6 +348,33 @@ func TestSweepSnapshotFollowsInstances(t *testing.T) {
 	}
 	if !os.SameFile(before, after) {
 		t.Errorf("a restart with nothing new rewrote the record")
+	}
+}
+
+// TestSwept: the records add up what each container's restarts swept,
+// for gpurun stats; a sandbox with none swept nothing.
+func TestSwept(t *testing.T) {
+	f := newFixture(t, false)
+	if got, err := Swept(f.opts(), "sbx1"); err != nil || got != (Totals{}) {
+		t.Fatalf("before any record: %+v, %v", got, err)
+	}
+	f.sweep()
+	var want Totals
+	for i := range 3 {
+		name := fmt.Sprintf("leftover-%d", i)
+		f.file(name, 10)
+		res := f.sweep()
+		if len(res.Swept) != 1 {
+			t.Fatalf("restart %d: %+v", i, res)
+		}
+		want.Bytes += res.SweptBytes
+		want.Files++
+	}
+	if got, err := Swept(f.opts(), "sbx1"); err != nil || got != want || want.Bytes == 0 {
+		t.Errorf("Swept = %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := Swept(f.opts(), "../x"); err == nil {
+		t.Error("a sandbox id that is no name: no error")
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -175,6 +176,7 @@ func (c *collector) measure(all []found) []Container {
 	if c.o.Orphans {
 		c.orphans(out)
 	}
+	c.swept(out)
 	for i := range out {
 		out[i].Suggestion = Suggest(&out[i], c.pol)
 	}
@@ -413,4 +415,23 @@ func (c *collector) livePID(path string) (int, bool) {
 		return 0, false
 	}
 	return pid, true
+}
+
+// swept fills Shm.SweptBytes and SweptFiles of each container in a pod
+// from the restart sweep's records of its sandbox (one read per pod).
+func (c *collector) swept(out []Container) {
+	o := shmsweep.Options{StateDir: c.host(cmp.Or(c.o.SweepState, shmsweep.DefaultStateDir))}
+	bySandbox := map[string]shmsweep.Totals{}
+	for i := range out {
+		p := out[i].Pod
+		if p == nil || p.SandboxID == "" {
+			continue
+		}
+		t, ok := bySandbox[p.SandboxID]
+		if !ok {
+			t, _ = shmsweep.Swept(o, p.SandboxID) // a record not read: counted as none
+			bySandbox[p.SandboxID] = t
+		}
+		out[i].Shm.SweptBytes, out[i].Shm.SweptFiles = t.Bytes, t.Files
+	}
 }

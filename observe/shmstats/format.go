@@ -80,7 +80,7 @@ func (c Container) Label() string {
 // limit with /dev/shm a large part of it, and the per-container errors.
 func WriteTable(w io.Writer, cs []Container) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTAINER\tENGINE\tNAME/POD\tSIZE\tUSED\tPEAK\t%\tMEM\tLIMIT\tSHM/LIMIT\tSHM/MEM\tORPHANED\tSHARED\tGPU\tDECISION")
+	fmt.Fprintln(tw, "CONTAINER\tENGINE\tNAME/POD\tSIZE\tUSED\tPEAK\t%\tMEM\tLIMIT\tSHM/LIMIT\tSHM/MEM\tORPHANED\tSWEPT\tSHARED\tGPU\tDECISION")
 	for _, c := range cs {
 		fmt.Fprintln(tw, strings.Join(row(c), "\t"))
 	}
@@ -101,9 +101,12 @@ func row(c Container) []string {
 		size, used, peak = human(c.Shm.Size), human(c.Shm.Used), human(c.Shm.Peak)
 		pct = fmt.Sprintf("%.1f%%", c.Shm.Percent)
 	}
-	orph := "-"
+	orph, swept := "-", "-"
 	if c.Shm.Orphaned >= 0 {
 		orph = human(c.Shm.Orphaned)
+	}
+	if c.Shm.SweptFiles > 0 {
+		swept = human(c.Shm.SweptBytes)
 	}
 	shared := "-"
 	switch {
@@ -121,7 +124,7 @@ func row(c Container) []string {
 		gpu = "yes"
 	}
 	mem, limit, ofLimit, ofMem := memoryColumns(c)
-	return []string{ShortID(c.ID), c.Engine, c.Label(), size, used, peak, pct, mem, limit, ofLimit, ofMem, orph, shared, gpu, c.Decision.Words()}
+	return []string{ShortID(c.ID), c.Engine, c.Label(), size, used, peak, pct, mem, limit, ofLimit, ofMem, orph, swept, shared, gpu, c.Decision.Words()}
 }
 
 // memoryColumns are MEM (the working set), LIMIT (with whose, when not the

@@ -228,7 +228,7 @@ func TestWriteTableGolden(t *testing.T) {
 	trainer := Container{Engine: EngineContainerd, Namespace: "k8s.io", ID: strings.Repeat("a", 64), Name: "trainer", PID: 4242, GPU: true,
 		Pod:      &Pod{Namespace: "ml", Name: "job-0", UID: "u", Container: "trainer"},
 		Decision: Decision{Action: "remount", Size: 8 * gib, InEffect: true},
-		Shm:      Shm{Kind: "engine-host-tmpfs", Device: "0:50", Tmpfs: true, Size: 8 * gib, Used: 7*gib + 600<<20, Peak: 7*gib + 600<<20, Orphaned: -1, Percent: 95}}
+		Shm:      Shm{Kind: "engine-host-tmpfs", Device: "0:50", Tmpfs: true, Size: 8 * gib, Used: 7*gib + 600<<20, Peak: 7*gib + 600<<20, Orphaned: -1, Percent: 95, SweptBytes: 700 << 20, SweptFiles: 7}}
 	trainer.Memory = mem(15*gib+200<<20, 16*gib, LimitContainer, trainer.Shm.Used)
 	sidecar := Container{Engine: EngineContainerd, Namespace: "k8s.io", ID: strings.Repeat("b", 64), Name: "sidecar", PID: 4243,
 		Pod:        &Pod{Namespace: "ml", Name: "job-0", UID: "u", Container: "sidecar"},

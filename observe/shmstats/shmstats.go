@@ -70,6 +70,9 @@ type Options struct {
 	DockerClient DockerAPI
 	// Proc is where this process's procfs is mounted; "" means "/proc".
 	Proc string
+	// SweepState is the restart sweep's records dir, a node path read
+	// under HostRoot ("" means engine/shmsweep's default).
+	SweepState string
 	// Specs, when set, keeps the containers' specs between Collects
 	// (a sampler's, `stats --watch`): nil reads every config.json each
 	// time.
@@ -198,6 +201,12 @@ type Shm struct {
 	// OrphanedFiles names those files, as paths inside /dev/shm, at most
 	// a few.
 	OrphanedFiles []string `json:"orphaned_files,omitempty"`
+	// SweptBytes and SweptFiles are what gpurun's node doors removed from
+	// a pod's /dev/shm at its containers' restarts so far: the files dead
+	// earlier instances left (the restart sweep's records, under
+	// Options.SweepState); 0 outside a pod.
+	SweptBytes int64 `json:"swept_bytes"`
+	SweptFiles int64 `json:"swept_files"`
 	// Percent is 100 × Used / Size, 0 for a size of 0.
 	Percent float64 `json:"percent"`
 }

@@ -64,7 +64,7 @@ func TestCollectContainerdBundles(t *testing.T) {
 	bundle(t, state, "k8s.io", "notstarted", "containerd-2.4-cri-container.json", 0)
 	bundle(t, state, "k8s.io", "exited", "containerd-2.4-cri-container.json", 1<<30)
 
-	cs, err := Collect(context.Background(), Options{Docker: "none", Containerd: []string{state}, Podman: []string{}, Policy: policy.Default(), Peaks: NewPeaks()})
+	cs, err := Collect(context.Background(), Options{Docker: "none", Containerd: []string{state}, Podman: []string{}, Policy: policy.Default(), Peaks: NewPeaks(), SweepState: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestJSONFieldNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{`"engine"`, `"id"`, `"pid"`, `"gpu"`, `"decision"`, `"action"`, `"size_bytes"`, `"target_bytes"`, `"reason"`,
-		`"shm"`, `"kind"`, `"host_ipc"`, `"used_bytes"`, `"peak_bytes"`, `"orphaned_bytes"`, `"percent"`, `"pod"`, `"suggestion"`, `"settings"`} {
+		`"shm"`, `"kind"`, `"host_ipc"`, `"used_bytes"`, `"peak_bytes"`, `"orphaned_bytes"`, `"swept_bytes"`, `"swept_files"`, `"percent"`, `"pod"`, `"suggestion"`, `"settings"`} {
 		if !strings.Contains(string(data), k) {
 			t.Errorf("JSON lacks %s: %s", k, data)
 		}
