@@ -33,6 +33,19 @@ const (
 	// libfabric, Ray or shared-memory context near the line: frames,
 	// paths, launchers.
 	EvidenceContext Evidence = "context"
+	// EvidenceRestart: the container ran before in the same pod, or its
+	// /dev/shm was already full when it started: kubectl logs --previous,
+	// the kubelet's Back-off restarting failed container, CrashLoopBackOff,
+	// a restart count above 0 (kubectl describe's Restart Count, kubectl
+	// get pods' RESTARTS), df showing /dev/shm at 100%, an ls of /dev/shm
+	// listing NCCL's, PyTorch's, SGLang's or Python's segments, gpurun's
+	// ShmSwept Event.
+	EvidenceRestart Evidence = "restart"
+	// EvidenceOOM: the container or a process of it was killed for memory:
+	// OOMKilled, kubectl describe's Exit Code 137 under Terminated, a
+	// shell's Killed with exit code 137, the kernel's OOM killer, gpurun's
+	// OOM Event.
+	EvidenceOOM Evidence = "oom-kill"
 )
 
 // The marks signatures refer to (Signature.Mark, NearMark, Both). The
@@ -69,6 +82,26 @@ const (
 	// MarkFailure: a word of failure or shortage: out of, not enough,
 	// failed, unable, could not, increase.
 	MarkFailure = "failure"
+	// MarkRestart: a restart of the container, or a /dev/shm already full
+	// or holding segments when it started (EvidenceRestart).
+	MarkRestart = "restart"
+	// MarkShmFailed: a segment in /dev/shm that could not be created,
+	// extended or written for want of room (the Mark of NCCL's, PyTorch's
+	// and shm-path-enospc's signatures), or whose name was already taken
+	// (File exists).
+	MarkShmFailed = "shm-failed"
+	// MarkOOM: a kill for memory (EvidenceOOM).
+	MarkOOM = "oom"
+	// MarkShmHeld: /dev/shm held a large share of the memory: df showing
+	// at least shmHeldMin used on /dev/shm, the kernel's OOM report with
+	// at least that much shmem-rss, gpurun's ShmNearMemoryLimit Event, or
+	// its OOM Event with a quarter of the limit or more in /dev/shm.
+	MarkShmHeld = "shm-held"
+	// MarkKilled: a shell's report of a process killed (SIGKILL), and
+	// MarkTerminated: kubectl describe's State or Last State: Terminated;
+	// the exit code 137 that follows them is a kill for memory.
+	MarkKilled     = "killed"
+	MarkTerminated = "terminated"
 )
 
 // Ecosystems returns the ecosystems explain recognises from a log's
@@ -99,6 +132,17 @@ type markDef struct {
 	// folding.
 	Keywords []string
 	Pattern  *regexp.Regexp
+	// Check, when set, must also hold for the whole line in lower case:
+	// a number on it that a pattern cannot compare (df's Used column).
+	Check func(lower []byte) bool
+	// Requires, when set, is a mark that must have been set on this line
+	// or within Within lines before it (an exit code under kubectl's
+	// Terminated, after a shell's Killed).
+	Requires string
+	Within   int
+	// Event says the word reads gpurun's own Events: on an Event's line
+	// (ownEvent) only such words set marks.
+	Event bool
 }
 
 // vocabulary is the evidence vocabulary: what a line mentions (the shm
@@ -106,7 +150,7 @@ type markDef struct {
 // of it is a finding by itself; the signatures combine the marks.
 var vocabulary = sync.OnceValue(func() []markDef {
 	re := regexp.MustCompile
-	return []markDef{
+	return append([]markDef{
 		// The shm filesystem: its path, the size settings of Docker,
 		// compose and Kubernetes (dshm is the usual name of the emptyDir
 		// mounted there), POSIX shm calls and the names of libraries'
@@ -271,7 +315,7 @@ var vocabulary = sync.OnceValue(func() []markDef {
 			Marks: []string{MarkContext}, Ecosystem: "triton",
 			Keywords: []string{"triton_python_backend", "tritonserver", "python backend"},
 		},
-	}
+	}, kubeVocabulary()...)
 })
 
 // jsonMessage reads the message out of a JSON record, one a line, as

@@ -8,7 +8,12 @@
 // creation) in or next to an error of space, existence, permission or
 // creation, in any wording; and SIGBUS in any of its spellings, possible
 // alone and likely near shared memory or a DataLoader, NCCL, MPI, UCX or Ray
-// context. Each
+// context. Two more tell why such a failure happened, in the forms
+// Kubernetes users paste beside a log (kubectl describe pod, get pods, get
+// events, logs --previous, df and ls of /dev/shm, the kernel's OOM report,
+// gpurun's own Events): a restart of the container in a pod whose
+// /dev/shm outlived its earlier instance, and a kill for memory while
+// /dev/shm held much of it. Each
 // finding says which kinds it rests on, and its confidence follows from
 // them. Look-alikes (CUDA out of memory, the GPU's on-chip shared memory,
 // System V limits, CMA refused in a container, too many open files, NCCL
@@ -72,6 +77,14 @@ const (
 	KindSize Kind = "shm-size"
 	// KindPermission: /dev/shm is not writable by the job.
 	KindPermission Kind = "shm-permission"
+	// KindLeftovers: a restarted container found the pod's /dev/shm full
+	// of what its earlier instance left; gpurun's restart sweep, or a new
+	// pod, clears it.
+	KindLeftovers Kind = "shm-leftovers"
+	// KindMemory: /dev/shm's pages, charged to the container's memory
+	// limit, left its processes too little; lower /dev/shm or raise the
+	// limit.
+	KindMemory Kind = "shm-memory"
 	// KindOther: a look-alike, a failure that is not about /dev/shm;
 	// Report.Others says what it is instead.
 	KindOther Kind = "not-shm"

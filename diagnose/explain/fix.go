@@ -52,24 +52,23 @@ func ecosystemSteps() map[string][]Step {
 // suggest returns the fix for findings: the policy's size for a container
 // with memory bytes (0: unknown), at least the largest size a finding
 // names, the ways to apply it, and each ecosystem's own step (ecosystems,
-// in the order of Ecosystems). Nil when nothing was found.
+// in the order of Ecosystems); the restart sweep for leftovers, the
+// memory limit's steps for a kill for memory, the mode for permissions.
+// Nil when nothing was found.
 func suggest(pol *policy.Policy, memory int64, findings []Finding, ecosystems []string) *Fix {
-	var sized, perm bool
+	kinds := map[Kind]bool{}
 	var implied int64
 	for _, f := range findings {
-		switch f.Kind {
-		case KindSize:
-			sized = true
+		kinds[f.Kind] = true
+		if f.Kind == KindSize {
 			implied = max(implied, f.ImpliedBytes)
-		case KindPermission:
-			perm = true
 		}
 	}
-	if !sized && !perm {
+	if len(kinds) == 0 {
 		return nil
 	}
 	fix := &Fix{}
-	if sized {
+	if kinds[KindSize] {
 		size, why := pol.Target(policy.Request{MemoryLimit: memory})
 		if memory <= 0 && pol.Absolute == 0 {
 			why += "; gpurun run gives each GPU container a size from the memory it may use"
@@ -80,15 +79,66 @@ func suggest(pol *policy.Policy, memory int64, findings []Finding, ecosystems []
 		}
 		docker := policy.FormatDocker(size)
 		fix.SizeBytes, fix.Size, fix.Why = size, docker, why
-		fix.Steps = append(remedy.For(remedy.Target{}, size),
-			Step{Where: "check", How: "gpurun doctor   (in the container: /dev/shm's size, what fills it, whether it fits)"})
+		fix.Steps = append(remedy.For(remedy.Target{}, size), checkStep())
 		steps := ecosystemSteps()
 		for _, e := range ecosystems {
 			fix.Steps = append(fix.Steps, steps[e]...)
 		}
 	}
-	if perm {
+	if kinds[KindLeftovers] {
+		fix.Steps = append(fix.Steps, leftoverSteps()...)
+	}
+	if kinds[KindMemory] {
+		fix.Steps = append(fix.Steps, memorySteps(pol, memory, kinds[KindSize])...)
+	}
+	if !kinds[KindSize] && (kinds[KindLeftovers] || kinds[KindMemory]) {
+		fix.Steps = append(fix.Steps, checkStep())
+	}
+	if kinds[KindPermission] {
 		fix.Steps = append(fix.Steps, Step{Where: "permissions", How: "chmod 1777 /dev/shm in the container, or fix the mode of what is mounted there"})
 	}
 	return fix
+}
+
+// checkStep is how to look at a container's /dev/shm.
+func checkStep() Step {
+	return Step{Where: "check", How: "gpurun doctor   (in the container: /dev/shm's size, what fills it, whether it fits)"}
+}
+
+// leftoverSteps clear what an earlier instance of a container left in
+// its pod's /dev/shm: remedy's steps (a new pod now, gpurun's restart
+// sweep from then on) for a pod the log does not name, and why a wrapper
+// that deletes segments at the container's start is no fix. Their names
+// say "leftovers", apart from the size fix's steps of the same names.
+func leftoverSteps() []Step {
+	pod := remedy.PodTarget{Namespace: "NAMESPACE", Name: "POD", OwnerKind: "controller"}
+	var steps []Step
+	for _, s := range remedy.Leftovers(pod) {
+		steps = append(steps, Step{Where: "leftovers " + s.Where, How: s.How})
+	}
+	return append(steps, Step{Where: "leftovers wrapper", How: "not safe in general: a command: wrapper that deletes segments at the container's start " +
+		"may delete what the pod's init containers and sidecars, which share its /dev/shm, keep there on purpose"})
+}
+
+// memorySteps make the processes and /dev/shm fit in the memory limit:
+// a higher limit, or a smaller /dev/shm (the policy's size for a container
+// with memory bytes, with its commands unless sized already gave them),
+// and fewer segments kept.
+func memorySteps(pol *policy.Policy, memory int64, sized bool) []Step {
+	steps := []Step{{Where: "memory limit", How: "raise it to hold the processes and what they keep in /dev/shm (tmpfs pages count against it): " +
+		"resources.limits.memory in the pod, docker run --memory, compose mem_limit"}}
+	if memory <= 0 {
+		steps = append(steps, Step{Where: "smaller shm", How: "or give /dev/shm less, so that a job that overfills it gets No space left on device, which names the cause, " +
+			"instead of an OOM kill: gpurun's policy (size, max in /etc/gpurun/config.toml; --memory sizes this fix for the container's limit), " +
+			"a Memory emptyDir's sizeLimit (without one it may take the whole limit), --shm-size, shm_size"})
+	} else {
+		size, why := pol.Target(policy.Request{MemoryLimit: memory})
+		steps = append(steps, Step{Where: "smaller shm", How: fmt.Sprintf("or give /dev/shm at most %s (%s), so that a job that overfills it gets "+
+			"No space left on device, which names the cause, instead of an OOM kill", policy.FormatDocker(size), why)})
+		if !sized {
+			steps = append(steps, remedy.For(remedy.Target{}, size)...)
+		}
+	}
+	return append(steps, Step{Where: "free", How: "unlink what the job no longer needs in /dev/shm (SharedMemory.unlink(), shared tensors it still holds, " +
+		"segments an earlier instance left); ls -la /dev/shm shows what is there"})
 }

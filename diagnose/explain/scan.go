@@ -90,9 +90,11 @@ type scanner struct {
 	// keyword indexes.
 	kwPos   [64 * kwWords]int
 	vocabKw [][]int
-	// bothMark says which marks a Both signature waits for; npending
-	// counts the Near candidates waiting.
+	// bothMark says which marks a Both signature waits for; bothDue says
+	// a signature's Mark set one on the line; npending counts the Near
+	// candidates waiting.
 	bothMark []bool
+	bothDue  bool
 	npending int
 	// first, second and third say which keywords have a byte as their
 	// first, second or third: keys tries only those whose first three
@@ -113,23 +115,28 @@ type scanner struct {
 	// are, the marks by name, the line each was last seen on and that
 	// line's text, and the ecosystems seen.
 	vocab []markDef
-	// vocabMarks are each vocabulary word's marks, as indexes.
+	// vocabMarks are each vocabulary word's marks, as indexes, and
+	// vocabReq its Requires (-1: none).
 	vocabMarks [][]int
+	vocabReq   []int
 	markIndex  map[string]int
 	lastMark   []int
 	markLine   []int
 	markText   [][]byte
-	// nearMark, bothMarks and markOf are each signature's NearMark,
-	// Both and Mark as indexes (-1: none); an AfterAround signature's
-	// nearMark is a mark of its own, set where its After matched. window
-	// is how far a candidate waits for its nearMark: Near, or AfterWithin.
+	// nearMark and bothMarks are each signature's NearMark and Both as
+	// indexes (-1: none), marksOf its Mark and MarkAnchor (Anchor); an
+	// AfterAround signature's nearMark is a mark of its own, set where its
+	// After matched. window is how far a candidate waits for its
+	// nearMark: Near, or AfterWithin.
 	nearMark []int
 	window   []int
 	// waiters are, for each mark, the signatures whose candidates wait
 	// for it.
 	waiters   [][]int
 	bothMarks [][2]int
-	markOf    []int
+	marksOf   [][]int
+	// bothSigs are the signatures with Both, which both tries.
+	bothSigs []int
 	// sigEco and vocabEco are each signature's and vocabulary word's
 	// ecosystem as a bit of ecos, the ecosystems seen.
 	sigEco, vocabEco []uint64
@@ -148,6 +155,15 @@ type scanner struct {
 	// msg holds a JSON record's message; msgLines says the line was one.
 	msg      []byte
 	msgLines bool
+	// kubectl get pods' table (restartsTable): the RESTARTS column, and
+	// the line of its header or of its last row (never: none); kwRestart
+	// is the keyword that a header holds, as a set.
+	rtCol, rtLine int
+	kwRestart     kwset
+	// kwOwn are the keywords of gpurun's Events' lines (ownEvent);
+	// vocabEvent has a bit for each vocabulary word that reads them.
+	kwOwn      kwset
+	vocabEvent uint64
 }
 
 type histEntry struct {
@@ -170,12 +186,13 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		found:      make([]*found, len(sigs)),
 		pending:    make([][]candidate, len(sigs)),
 		prevN:      never,
+		rtLine:     never,
 		vocab:      vocab,
 		markIndex:  map[string]int{},
 		nearMark:   make([]int, len(sigs)),
 		window:     make([]int, len(sigs)),
 		bothMarks:  make([][2]int, len(sigs)),
-		markOf:     make([]int, len(sigs)),
+		marksOf:    make([][]int, len(sigs)),
 	}
 	index := map[string]int{}
 	mask := func(words []string) (m kwset) {
@@ -247,9 +264,12 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 		}
 		s.afterMask[i] = mask(sig.AfterKeywords)
 		s.unlessMask[i] = mask(sig.UnlessKeywords)
-		s.nearMark[i], s.markOf[i] = -1, mark(sig.Mark)
+		s.nearMark[i] = -1
 		if sig.Anchor {
-			s.markOf[i] = mark(MarkAnchor)
+			s.marksOf[i] = append(s.marksOf[i], mark(MarkAnchor))
+		}
+		if sig.Mark != "" {
+			s.marksOf[i] = append(s.marksOf[i], mark(sig.Mark))
 		}
 		if sig.Near > 0 {
 			s.nearMark[i], s.window[i] = mark(cmp.Or(sig.NearMark, MarkAnchor)), sig.Near
@@ -265,12 +285,21 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 			s.waiters[k] = append(s.waiters[k], i)
 		}
 	}
-	s.vocabMarks = make([][]int, len(vocab))
+	s.vocabMarks, s.vocabReq = make([][]int, len(vocab)), make([]int, len(vocab))
 	for i, v := range vocab {
 		for _, m := range v.Marks {
 			s.vocabMarks[i] = append(s.vocabMarks[i], s.markIndex[m])
 		}
+		s.vocabReq[i] = -1
+		if v.Requires != "" {
+			s.vocabReq[i] = s.markIndex[v.Requires]
+		}
+		if v.Event {
+			s.vocabEvent |= 1 << i
+		}
 	}
+	_, own := gpurunReasons()
+	s.kwRestart, s.kwOwn = mask([]string{"restart"}), mask(own)
 	for i := range sigs {
 		for w := range kwWords {
 			s.anyCond[w] |= s.afterMask[i][w] | s.unlessMask[i][w]
@@ -280,6 +309,9 @@ func newScanner(sigs []Signature, vocab []markDef) *scanner {
 			if k >= 0 {
 				s.bothMark[k] = true
 			}
+		}
+		if s.bothMarks[i][0] >= 0 {
+			s.bothSigs = append(s.bothSigs, i)
 		}
 	}
 	return s
@@ -302,6 +334,12 @@ func (s *scanner) marked(i, n int) bool {
 		}
 	}
 	return true
+}
+
+// required reports whether vocabulary word i's Requires mark was set on
+// line n or within its Within lines before.
+func (s *scanner) required(i, n int) bool {
+	return s.lastMark[s.vocabReq[i]] >= n-s.vocab[i].Within
 }
 
 // near reports whether vocabulary word i's pattern matches the line in
@@ -494,6 +532,12 @@ func (s *scanner) piece(n int, seg []byte) {
 func (s *scanner) segment(n int, text []byte) {
 	keys := s.keys(text)
 	marked := false
+	// One of gpurun's Events: a fact about /dev/shm (context), read only
+	// by the words of its vocabulary.
+	own := keys.meets(s.kwOwn) && ownEvent(s.lower)
+	if own {
+		s.mark(s.markIndex[MarkContext], n, text)
+	}
 	if !keys.empty() {
 		if keys.meets(s.anyCond) {
 			for i := range s.sigs {
@@ -512,7 +556,10 @@ func (s *scanner) segment(n int, text []byte) {
 		for vs := s.having(keys, &s.vocabOf); vs != 0; vs &= vs - 1 {
 			i := bits.TrailingZeros64(vs)
 			v := &s.vocab[i]
-			if v.Pattern != nil && (s.marked(i, n) || !s.near(i, keys)) {
+			if own && s.vocabEvent&(1<<i) == 0 ||
+				s.vocabReq[i] >= 0 && !s.required(i, n) ||
+				v.Pattern != nil && (s.marked(i, n) || !s.near(i, keys)) ||
+				v.Check != nil && !v.Check(s.lower) {
 				continue
 			}
 			for _, k := range s.vocabMarks[i] {
@@ -522,12 +569,12 @@ func (s *scanner) segment(n int, text []byte) {
 			s.ecos |= s.vocabEco[i]
 		}
 	}
-	var hit, tried uint64
-	if keys.meets(s.anySig) {
-		hit, tried = s.match([]LineRef{{N: n}}, text, -1, 0, keys)
+	if s.rtLine == n-1 || keys.meets(s.kwRestart) {
+		s.restartsTable(n, text)
 	}
-	if marked {
-		s.both(n, text)
+	var hit, tried uint64
+	if keys.meets(s.anySig) && !own {
+		hit, tried = s.match([]LineRef{{N: n}}, text, -1, 0, keys)
 	}
 
 	// A line wrapped at a terminal's width: try the two lines joined when
@@ -559,6 +606,13 @@ func (s *scanner) segment(n int, text []byte) {
 	s.hist[1] = histEntry{n: n}
 	if string(content) == "." || isIdent(content, true) {
 		s.hist[1].content, s.hist[1].text = string(content), clip(text, 0)
+	}
+
+	// Both signatures, once the vocabulary or a signature's Mark set one
+	// of their marks on the line.
+	if marked || s.bothDue {
+		s.both(n, text)
+		s.bothDue = false
 	}
 
 	s.prevN, s.prevHit, s.prevTried = n, hit, tried
@@ -629,8 +683,13 @@ func (s *scanner) match(refs []LineRef, text []byte, boundary int, skip uint64, 
 			continue
 		}
 		s.record(m.sig, got, sz)
-		if k := s.markOf[m.sig]; k >= 0 {
-			s.mark(k, got[len(got)-1].N, nil)
+		for _, k := range s.marksOf[m.sig] {
+			if s.bothMark[k] { // a Both signature shows the line
+				s.mark(k, got[len(got)-1].N, []byte(got[len(got)-1].Text))
+				s.bothDue = true
+			} else {
+				s.mark(k, got[len(got)-1].N, nil)
+			}
 		}
 	}
 	return hit, tried
@@ -742,10 +801,8 @@ func (s *scanner) withMark(refs []LineRef, k int) []LineRef {
 // both records the Both signatures whose two marks were both seen within
 // BothWithin lines, one of them on line n.
 func (s *scanner) both(n int, text []byte) {
-	for i, b := range s.bothMarks {
-		if b[0] < 0 {
-			continue
-		}
+	for _, i := range s.bothSigs {
+		b := s.bothMarks[i]
 		sig := &s.sigs[i]
 		a, c := s.lastMark[b[0]], s.lastMark[b[1]]
 		if a != n && c != n || min(a, c) < n-sig.BothWithin ||

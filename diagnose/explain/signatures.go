@@ -230,6 +230,8 @@ func signatures() []Signature {
 				re(`(?i)unable to write to file </?torch_[^>]*>(?::\s[^()]*\((?P<errno>\d+)\))?`),
 				re(`(?i)unable to allocate shared memory\(shm\) for file(?: </?torch_[^>]*>)?(?::\s[^()]*\((?P<errno>\d+)\))?`),
 			},
+			// A restart near it is shm-restart-leftovers.
+			Mark: MarkShmFailed,
 		},
 		{
 			ID:         "torch-dataloader-queue-empty",
@@ -285,6 +287,8 @@ func signatures() []Signature {
 			Keywords: []string{"posix_fallocate"},
 			Patterns: []*regexp.Regexp{re(`(?i)posix_fallocate failed\s*:?\s*No space left on device`)},
 			Anchor:   true,
+			// A restart near it is shm-restart-leftovers.
+			Mark: MarkShmFailed,
 		},
 		{
 			ID:         "nccl-shm-extend",
@@ -300,6 +304,8 @@ func signatures() []Signature {
 			Keywords: []string{"failed to extend"},
 			Patterns: []*regexp.Regexp{re(`(?i)failed to extend \S*(?:/dev/shm|nccl)\S* to (?P<bytes>\d+) bytes`)},
 			Anchor:   true,
+			// A restart near it is shm-restart-leftovers.
+			Mark: MarkShmFailed,
 		},
 		{
 			ID:         "nccl-shm-segment",
@@ -319,6 +325,8 @@ func signatures() []Signature {
 			UnlessKeywords: []string{"cuda failure", "permission denied", "not permitted"},
 			UnlessWithin:   3,
 			Anchor:         true,
+			// A restart near it is shm-restart-leftovers.
+			Mark: MarkShmFailed,
 		},
 		{
 			ID:         "nccl-shm-permission",
@@ -433,6 +441,8 @@ func signatures() []Signature {
 			Unless:         re(`(?i)\bmount`),
 			UnlessKeywords: []string{"mount"},
 			Anchor:         true,
+			// A restart near it is shm-restart-leftovers.
+			Mark: MarkShmFailed,
 		},
 		{
 			ID:         "nccl-unhandled-system-error",
@@ -631,6 +641,8 @@ func signatures() []Signature {
 			NoSize:   "df says what /dev/shm had, not what the job needs",
 			Keywords: []string{"100%"},
 			Patterns: []*regexp.Regexp{re(`\b100%\s+(?:/dev/shm|/run/shm)\b`)},
+			// A kill for memory with it: more room would not help.
+			YieldsTo: []string{"oom-kill-shm"},
 		},
 		{
 			ID:         "shm-mention-space",
@@ -645,9 +657,10 @@ func signatures() []Signature {
 			NoSize:     "the lines do not say how much",
 			Both:       [2]string{MarkShm, MarkSpace},
 			BothWithin: 3,
-			// dockerd out of mount slots, the GPU's own memory, and an mmap
-			// refused for want of mappings (mmap-enomem).
-			Unless:         re(`(?i)\bmounting\b|CUDA out of memory|CUDA error: out of memory|` + mmapENOMEM),
+			// dockerd out of mount slots, the GPU's own memory, the OOM
+			// killer (oom-kill-shm, worker-killed), and an mmap refused for
+			// want of mappings (mmap-enomem).
+			Unless:         re(`(?i)\bmounting\b|CUDA out of memory|CUDA error: out of memory|out of memory: Kill(?:ed)? process|` + mmapENOMEM),
 			UnlessKeywords: []string{"mounting", "out of memory", "mmap"},
 		},
 		{
@@ -710,6 +723,42 @@ func signatures() []Signature {
 			BothWithin:     8,
 			Unless:         crossProcess(),
 			UnlessKeywords: crossProcessKeywords(),
+		},
+		{
+			ID:         "shm-restart-leftovers",
+			Title:      "A restarted container found the pod's /dev/shm full of what its earlier instance left",
+			Confidence: Likely,
+			Kind:       KindLeftovers,
+			Evidence:   []Evidence{EvidenceMessage, EvidenceRestart},
+			Cause: "A pod's /dev/shm (the sandbox's tmpfs, or a Memory emptyDir) lives as long as the pod, not the container: the segments a killed " +
+				"container left there — NCCL's nccl-*, PyTorch's torch_*, SGLang's sgl_shm_*, Python SharedMemory's psm_* — are still there when the kubelet " +
+				"restarts it, so the new instance finds less room (No space left on device) or a name already taken (File exists), dies, and leaves more. " +
+				"The log shows both such a failure and a restart (or a /dev/shm already full or holding segments). Docker gives a restarted container a " +
+				"fresh /dev/shm; Kubernetes does not. The first instance may have failed for want of room of its own: then see the size fix too.",
+			Fix: "gpurun's restart sweep clears it: on nodes set up by gpurun, sweep = \"restart\" (the default) removes, before a container starts again, " +
+				"the files its earlier instance left that no live process holds (see Fix). Without gpurun on the node, kubectl delete pod gives the pod a " +
+				"fresh /dev/shm. A larger /dev/shm only puts the next failure off.",
+			NoSize: "the message does not say how much the earlier instance left; ls -la /dev/shm in the container shows it",
+			// A segment that could not be created, extended or written
+			// (the Mark of NCCL's, PyTorch's and shm-path-enospc's
+			// signatures) or whose name was taken, near a restart.
+			Both:       [2]string{MarkShmFailed, MarkRestart},
+			BothWithin: podNear,
+		},
+		{
+			ID:         "oom-kill-shm",
+			Title:      "Killed for memory while /dev/shm held a large share of it",
+			Confidence: Likely,
+			Kind:       KindMemory,
+			Evidence:   []Evidence{EvidenceOOM, EvidenceMention},
+			Cause: "The container (or a process of it) was killed for memory — OOMKilled, exit code 137, the kernel's memory cgroup OOM killer — " +
+				"while /dev/shm held a large share of that memory (df, the kernel's shmem-rss, gpurun's Events say how much). tmpfs pages count against " +
+				"the memory limit of the container that wrote them and stay counted while the files exist: a full /dev/shm sized at half the limit " +
+				"leaves the processes only the other half. The kill itself says nothing about /dev/shm.",
+			Fix:        "Lower /dev/shm's size or raise the memory limit so that both fit, and free the segments the job no longer needs (see Fix).",
+			NoSize:     "the kill names no size; the lines with it say how much /dev/shm held",
+			Both:       [2]string{MarkOOM, MarkShmHeld},
+			BothWithin: podNear,
 		},
 		{
 			ID:         "sigbus-in-context",
@@ -815,6 +864,9 @@ func signatures() []Signature {
 			NoSize:   notShm,
 			Keywords: []string{"killed", "kill process"},
 			Patterns: []*regexp.Regexp{re(`(?i)is killed by signal: Killed|\bOOMKilled\b|Out of memory: Kill(?:ed)? process`)},
+			// With /dev/shm holding much of the memory, the kill is
+			// oom-kill-shm's.
+			YieldsTo: []string{"oom-kill-shm"},
 		},
 		{
 			ID:            "checkpoint-write-failed",
