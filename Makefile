@@ -222,10 +222,14 @@ lint: $(HELM)
 	$(STATICCHECK) -tags '$(E2E_TAGS)' ./integration/...
 	set -e; for mode in $(HELM_LINT_MODES); do $(HELM) lint --strict --quiet --set mode=$$mode deploy/helm/gpurun; done
 
+# make install also links kubectl's plugin (kubectl gpurun doctor pod/NAME)
+# and its completion to gpurun.
 install: build
 	install -D -m 0755 bin/gpurun $(DESTDIR)$(BINDIR)/gpurun
 	install -D -m 0755 bin/gpurun-full $(DESTDIR)$(BINDIR)/gpurun-full
 	install -D -m 0755 bin/gpurun-runtime $(DESTDIR)$(BINDIR)/gpurun-runtime
+	ln -sfn gpurun $(DESTDIR)$(BINDIR)/kubectl-gpurun
+	ln -sfn gpurun $(DESTDIR)$(BINDIR)/kubectl_complete-gpurun
 
 # Packages for workstations and Docker hosts (docs/packages.md): static
 # binaries for each of DIST_ARCHES, and a .deb and an .rpm of each, with the

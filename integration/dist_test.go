@@ -104,6 +104,8 @@ var distFiles = []string{
 	"/usr/bin/gpurun-full",
 	"/usr/bin/gpurun-runtime",
 	"/usr/libexec/docker/cli-plugins/docker-gpurun",
+	"/usr/bin/kubectl-gpurun",
+	"/usr/bin/kubectl_complete-gpurun",
 	"/etc/gpurun/config.toml",
 	"/usr/share/bash-completion/completions/gpurun",
 	"/usr/share/fish/vendor_completions.d/gpurun.fish",
@@ -266,6 +268,8 @@ func checkDeb(t *testing.T, deb, arch, pkgVersion, dist string, manFiles []strin
 		"/usr/bin/gpurun-runtime":                       "-rwxr-xr-x root/root",
 		"/etc/gpurun/config.toml":                       "-rw-r--r-- root/root",
 		"/usr/libexec/docker/cli-plugins/docker-gpurun": "lrwxrwxrwx root/root",
+		"/usr/bin/kubectl-gpurun":                       "lrwxrwxrwx root/root",
+		"/usr/bin/kubectl_complete-gpurun":              "lrwxrwxrwx root/root",
 	} {
 		if modes[name] != mode {
 			t.Errorf("%s: %q, want %q", name, modes[name], mode)
@@ -311,7 +315,7 @@ func checkRPM(t *testing.T, path, arch, pkgVersion string, manFiles []string) {
 			if f[2] != "17" {
 				t.Errorf("config.toml file flags %s, want 17 (config, noreplace)", f[2])
 			}
-		case "/usr/libexec/docker/cli-plugins/docker-gpurun":
+		case "/usr/libexec/docker/cli-plugins/docker-gpurun", "/usr/bin/kubectl-gpurun", "/usr/bin/kubectl_complete-gpurun":
 			if len(f) < 4 || f[3] != "/usr/bin/gpurun" {
 				t.Errorf("plugin link: %q", line)
 			}

@@ -40,6 +40,14 @@ type RunOptions struct {
 	// ConfigPath is gpurun's --config ("" for $GPURUN_CONFIG, else the
 	// default path).
 	ConfigPath string
+	// Pod, Job and Deployment name a Kubernetes pod ([NAMESPACE/]NAME) or
+	// owner to look at through the API server (as does a CONTAINER of
+	// kubectl's TYPE/NAME form); Kube says which cluster, PodContainer
+	// which container of the pod, GPURunNamespace where gpurun runs.
+	Pod, Job, Deployment string
+	Kube                 KubeOptions
+	PodContainer         string
+	GPURunNamespace      string
 	// JSON prints the report as JSON.
 	JSON bool
 	// Getenv reads the environment (os.Getenv).
@@ -55,6 +63,15 @@ const runTimeout = 2 * time.Minute
 // carries the exit status (exitcode): 1 a problem found, 2 a bad flag or a
 // check that could not be made.
 func Run(ctx context.Context, o RunOptions) error {
+	kind, name, isKube, err := o.kubeObject()
+	if err != nil {
+		return exitcode.New(2, err)
+	}
+	if isKube {
+		ctx, cancel := context.WithTimeout(ctx, runTimeout)
+		defer cancel()
+		return o.runPod(ctx, kind, name)
+	}
 	probeSize, err := o.check()
 	if err != nil {
 		return exitcode.New(2, err)

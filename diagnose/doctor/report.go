@@ -60,6 +60,9 @@ type Check struct {
 	// Data holds the numbers behind the detail, where a tool may want them
 	// (sizes in bytes, counts); keys are documented per check.
 	Data map[string]any `json:"data,omitempty"`
+	// Subject is what the check looked at where a report covers several
+	// ("pod train-0": the pods of a Job); "" for the report's Target.
+	Subject string `json:"subject,omitempty"`
 }
 
 // Report is the outcome of one doctor run.
@@ -181,10 +184,20 @@ func (r *Report) WriteText(w io.Writer, color bool) error {
 		nameWidth = max(nameWidth, len(c.Name))
 	}
 	indent := strings.Repeat(" ", 9+nameWidth+2)
+	subject := ""
+	fixOf := map[string]string{}
 	for _, c := range r.Checks {
+		if c.Subject != subject {
+			subject, fixOf = c.Subject, map[string]string{}
+			b.WriteString("\n" + paint(colorBold, subject+":") + "\n")
+		}
 		tag := fmt.Sprintf("%-8s", c.Status)
 		fmt.Fprintf(&b, "%s %-*s  %s\n", paint(statusColor(c.Status), tag), nameWidth, c.Name, wrapLines(c.Detail, indent))
-		if c.Fix != "" {
+		if first, ok := fixOf[c.Fix]; ok && c.Fix != "" && r.Mode.kube() {
+			// Several checks of a pod often call for the one fix.
+			fmt.Fprintf(&b, "%sfix: as for %s above\n", indent, first)
+		} else if c.Fix != "" {
+			fixOf[c.Fix] = c.Name
 			for i, line := range strings.Split(c.Fix, "\n") {
 				lead := "     "
 				if i == 0 {
@@ -230,6 +243,10 @@ func describeMode(m Mode) string {
 		return "Docker container"
 	case ModeCRI:
 		return "CRI container"
+	case ModePod:
+		return "Kubernetes pod"
+	case ModeOwner:
+		return "Kubernetes"
 	}
 	return string(m)
 }

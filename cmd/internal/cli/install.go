@@ -65,10 +65,11 @@ gpurun's own policy file is --policy (or $GPURUN_CONFIG).`,
 		Example: `  sudo gpurun install docker --dry-run                        # show the daemon.json diff
   sudo gpurun install docker --set-as-default --reload        # every container on a Docker host
   sudo gpurun install containerd --set-as-default --restart   # every pod on a Kubernetes node
-  gpurun install docker-cli-plugin                            # docker gpurun run ...`,
+  gpurun install docker-cli-plugin                            # docker gpurun run ...
+  gpurun install kubectl-plugin                               # kubectl gpurun doctor pod/NAME`,
 	}
 	cmd.AddCommand(newInstallDockerCmd(g, false), newInstallContainerdCmd(g, false))
-	cmd.AddCommand(newInstallCLIPluginCmd(g, false))
+	cmd.AddCommand(newInstallCLIPluginCmd(g, false), newInstallKubectlPluginCmd(g, false))
 	cmd.AddCommand(newInstallHooksCmd(g, install.EnginePodman, false), newInstallHooksCmd(g, install.EngineCRIO, false))
 	return cmd
 }
@@ -86,7 +87,7 @@ still names gpurun), and un-chains gpurun's policy; nothing else changes.`,
   gpurun uninstall docker-cli-plugin`,
 	}
 	cmd.AddCommand(newInstallDockerCmd(g, true), newInstallContainerdCmd(g, true))
-	cmd.AddCommand(newInstallCLIPluginCmd(g, true))
+	cmd.AddCommand(newInstallCLIPluginCmd(g, true), newInstallKubectlPluginCmd(g, true))
 	cmd.AddCommand(newInstallHooksCmd(g, install.EnginePodman, true), newInstallHooksCmd(g, install.EngineCRIO, true))
 	return cmd
 }

@@ -58,6 +58,7 @@ func Main(b Binary) int {
 		}
 		args = rest
 	}
+	args = kubectlCompleteArgs(os.Args[0], args)
 	return exit(run(NewRoot(g, b.AddCommands), g, b, args, env))
 }
 
