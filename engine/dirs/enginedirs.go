@@ -28,6 +28,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpurun/gpurun/oci"
 )
 
@@ -351,13 +353,28 @@ func (d Dirs) PodShmDir(sh oci.Shm, pod oci.Pod) (string, bool) {
 	}
 	switch sh.Kind {
 	case oci.ShmEngine:
-		if sh.Engine != pod.Engine || d.Confirm(sh) != "" {
+		if sh.Engine != pod.Engine {
 			return "", false
 		}
 		named, ok, err := d.Shm(sh, pod)
-		return named, ok && err == nil
+		if !ok || err != nil {
+			return "", false
+		}
+		// A tmpfs under a root the policy does not list is the pod's only
+		// when it is the filesystem the pod's sandbox sees at /dev/shm.
+		if proof := d.Confirm(sh); proof != "" && !sameFilesystem(named, proof) {
+			return "", false
+		}
+		return named, true
 	case oci.ShmUser:
 		return sh.Source, sh.Type == "bind" && PodEmptyDir(sh.Source, pod.UID)
 	}
 	return "", false
+}
+
+// sameFilesystem reports whether the directories a and b are on one
+// filesystem (their device numbers), false when either cannot be read.
+func sameFilesystem(a, b string) bool {
+	var x, y unix.Stat_t
+	return unix.Stat(a, &x) == nil && unix.Stat(b, &y) == nil && x.Dev == y.Dev
 }

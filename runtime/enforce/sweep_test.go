@@ -2,6 +2,8 @@ package enforce
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -68,6 +70,37 @@ func TestSweepTarget(t *testing.T) {
 			want := shmsweep.Start{ShmDir: tt.want, SandboxID: podID, Container: "trainer", ContainerID: ctrID, CgroupsPath: "/kubepods/pod" + uid + "/" + ctrID}
 			if len(h.sweeps) != 1 || h.sweeps[0] != want {
 				t.Errorf("sweeps %+v, want %+v", h.sweeps, want)
+			}
+		})
+	}
+}
+
+// TestSweepTargetProved: NRI names a pod's tmpfs from its mounts; under a
+// state dir the policy does not list, it is the pod's (and swept) only when
+// it is the filesystem the pod's sandbox sees at /dev/shm.
+func TestSweepTargetProved(t *testing.T) {
+	state := t.TempDir()
+	shm := filepath.Join(state, "io.containerd.grpc.v1.cri", "sandboxes", podID, "shm")
+	if err := os.MkdirAll(shm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, proof string
+		swept       bool
+	}{
+		{"the sandbox sees that filesystem", shm, true},
+		{"the sandbox sees another", "/proc", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "")
+			c := container(sandboxBind(state, podID), criAnnotations(podID))
+			c.Spec.Annotations[oci.AnnotationCRIContainerName] = "trainer"
+			d := dirs.Dirs{PodID: podID, FromMounts: true, PodShm: tt.proof}
+			if _, err := h.e.Run(Subject{ID: ctrID}, nil, func() (Request, error) { return Request{Container: c, Dirs: d}, nil }); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(h.sweeps) == 1 && h.sweeps[0].ShmDir == shm; got != tt.swept {
+				t.Errorf("swept %+v, want a sweep of %s: %v", h.sweeps, shm, tt.swept)
 			}
 		})
 	}
