@@ -235,26 +235,33 @@ func waitEvent(t *testing.T, c *harness.Cluster, ds, ns, uid, reason string) eve
 	var found *event
 	var last string
 	if err := waitUntil(observeTimeout, func() (bool, string) {
-		out, err := c.Kubectl("get", "events", "-n", ns, "-o", "json")
-		if err != nil {
-			return false, out
-		}
-		last = out
-		var list struct{ Items []event }
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			return false, err.Error()
-		}
-		for i, ev := range list.Items {
-			if ev.Reason == reason && ev.InvolvedObject.UID == uid {
-				found = &list.Items[i]
-			}
-		}
-		return found != nil, fmt.Sprintf("%d events", len(list.Items))
+		var err error
+		found, last, err = findEvent(c, ns, uid, reason)
+		return found != nil, fmt.Sprint(err)
 	}); err != nil {
 		logs, _ := c.Kubectl("logs", "-n", "gpurun-system", "daemonset/"+ds, "--tail=30")
 		t.Fatalf("%s Event on pod uid %s: %v\n%s\n--- %s log ---\n%s", reason, uid, err, last, ds, logs)
 	}
 	return *found
+}
+
+// findEvent returns the Event reason on the pod of uid in ns, nil when
+// there is none (yet), and the events' JSON it looked in.
+func findEvent(c *harness.Cluster, ns, uid, reason string) (*event, string, error) {
+	out, err := c.Kubectl("get", "events", "-n", ns, "-o", "json")
+	if err != nil {
+		return nil, out, err
+	}
+	var list struct{ Items []event }
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		return nil, out, err
+	}
+	for i, ev := range list.Items {
+		if ev.Reason == reason && ev.InvolvedObject.UID == uid {
+			return &list.Items[i], out, nil
+		}
+	}
+	return nil, out, fmt.Errorf("none of %d events", len(list.Items))
 }
 
 // cgroupUse is a container cgroup's CPU time and memory.

@@ -14,6 +14,8 @@ package integration
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -152,6 +154,7 @@ func (e *clusterEnv) run(t *testing.T) {
 	} else {
 		// The webhook does not depend on the runtime: one cluster.
 		t.Run("webhook", e.testWebhook)
+		t.Run("doctor --pod", e.testDoctorPod)
 	}
 }
 
@@ -174,7 +177,10 @@ func testNamespace(t *testing.T, c *harness.Cluster) string {
 	t.Helper()
 	ns := "t-" + strings.ToLower(strings.NewReplacer("/", "-", " ", "-", ".", "-", "_", "-").Replace(t.Name()))
 	if len(ns) > 60 {
-		ns = ns[:60]
+		// Subtests whose names differ only past the cut keep namespaces
+		// of their own.
+		sum := sha256.Sum256([]byte(ns))
+		ns = strings.TrimRight(ns[:51], "-") + "-" + hex.EncodeToString(sum[:4])
 	}
 	ns = strings.TrimRight(ns, "-")
 	c.MustKubectl("create", "namespace", ns)
@@ -325,9 +331,10 @@ func (e *clusterEnv) agentOverlayWith(t *testing.T, mode string, literals, args 
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--install-state=%s"}
       - {op: add, path: /spec/template/spec/containers/0/readinessProbe/exec/command/-, value: "--state=%s"}
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--containerd-state=%s"}
+      - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--cri-endpoint=/host%s"}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: %q}}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "6443"}}
-%s`, c.BinDir, c.Containerd.ConfigPath, dropIn, more.String(), c.PolicyPath, c.AgentState, c.InstallState, c.AgentState, c.Containerd.StateDir, harness.ClusterNodeIP, ops.String())
+%s`, c.BinDir, c.Containerd.ConfigPath, dropIn, more.String(), c.PolicyPath, c.AgentState, c.InstallState, c.AgentState, c.Containerd.StateDir, c.Containerd.Address, harness.ClusterNodeIP, ops.String())
 	}
 	return overShipped(t, c, mode, k)
 }
@@ -597,6 +604,12 @@ func (e *clusterEnv) testRuntimeClass(t *testing.T) {
 			t.Errorf("the host's /dev/shm changed from %d to %d bytes", hostBefore, after)
 		}
 	})
+	t.Run("whole life", func(t *testing.T) {
+		t.Run("restart sweep", func(t *testing.T) { t.Parallel(); e.testRestartSweep(t, "gpurun", "gpurun-node") })
+		t.Run("crashloop without gpurun", func(t *testing.T) { t.Parallel(); e.testCrashloopWithoutGpurun(t) })
+		t.Run("never removed", func(t *testing.T) { t.Parallel(); e.testNeverRemoved(t, "gpurun", "gpurun-node") })
+		t.Run("OOM kill", func(t *testing.T) { t.Parallel(); e.testOOMShare(t, "gpurun", "gpurun-node") })
+	})
 	t.Run("observe", e.testObserve)
 	t.Run("kubectl delete daemonset", func(t *testing.T) {
 		e.testDeleteDaemonSet(t, ns, map[string]bool{"before": false, "gpu-env": true, "not-gpu": true}, podSpec{name: "after", containers: []containerSpec{
@@ -618,6 +631,7 @@ func (e *clusterEnv) testDefaultRuntime(t *testing.T) {
 			{podSpec{name: "not-gpu", containers: []containerSpec{{name: "app"}}}, wantEngine},
 		})
 	})
+	t.Run("restart sweep", func(t *testing.T) { e.testRestartSweep(t, "", "gpurun-node") })
 	t.Run("kubectl delete daemonset", func(t *testing.T) {
 		e.testDeleteDaemonSet(t, ns, map[string]bool{"gpu": false, "not-gpu": false}, podSpec{name: "after", containers: []containerSpec{
 			{name: "trainer", env: []string{gpuEnv}}}})
@@ -738,6 +752,7 @@ func (e *clusterEnv) testNRI(t *testing.T) {
 	if now, _ := os.ReadFile(c.Containerd.ConfigPath); !bytes.Equal(now, e.original) {
 		t.Error("the NRI mode changed containerd's config")
 	}
+	t.Run("restart sweep", func(t *testing.T) { e.testRestartSweep(t, "", "gpurun-nri") })
 	t.Run("refused without hostPID", func(t *testing.T) { e.testNRIRefused(t, ns) })
 }
 

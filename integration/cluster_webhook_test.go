@@ -184,7 +184,45 @@ spec:
 		t.Fatalf("the refused pod, created again with the webhook up: %v", err)
 	}
 	e.runShmCases(t, ns, []shmCase{{refused, wantTarget(2 * policy.GiB)}})
+	t.Run("admission warnings", e.testAdmissionWarnings)
+	// Last, as it takes gpurun off the node again: the webhook's emptyDir
+	// is the pod's /dev/shm, and the node agent's gpurun-runtime (the
+	// default handler) sweeps it at each restart.
+	t.Run("restart sweep with the node agent", func(t *testing.T) {
+		e.installAgent(t, "default-runtime")
+		e.testRestartSweep(t, "", "gpurun-node")
+	})
 	_ = overlay
+}
+
+// testAdmissionWarnings: the decision's warnings reach kubectl's own
+// output, as "Warning: gpurun: …" lines on its standard error: a GPU pod
+// whose Memory emptyDir at /dev/shm asks for more than its memory limit.
+func (e *clusterEnv) testAdmissionWarnings(t *testing.T) {
+	c := e.c.For(t)
+	ns := testNamespace(t, c)
+	gpuKey, gpuVal, _ := strings.Cut(gpuEnv, "=")
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: big-shm, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 4Gi}}]
+  containers:
+  - name: trainer
+    image: %s
+    imagePullPolicy: Never
+    command: [sleep, "2147483647"]
+    env: [{name: %s, value: %q}]
+    resources: {limits: {memory: 2Gi}}
+    volumeMounts: [{name: dshm, mountPath: /dev/shm}]
+`, ns, harness.BusyboxRef, gpuKey, gpuVal)
+	stdout, stderr, err := c.KubectlWarnings([]byte(pod), "apply", "-f", "-")
+	want := "Warning: gpurun: container trainer: volume dshm (emptyDir, medium Memory, sizeLimit 4Gi) is not below the 2GiB memory limit, which /dev/shm counts against"
+	if err != nil || !strings.Contains(stderr, want) || !strings.Contains(stdout, "pod/big-shm created") {
+		t.Errorf("kubectl apply: %v\nstdout: %s\nstderr: %s\nwant on stderr: %s", err, stdout, stderr, want)
+	}
+	t.Logf("kubectl apply printed:\n%s%s", stdout, stderr)
 }
 
 // waitDeployment waits until the webhook's Deployment has rolled out.

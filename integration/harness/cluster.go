@@ -627,6 +627,8 @@ func (c *Cluster) startKubelet(n *ClusterNode) error {
   "enforceNodeAllocatable": ["pods"],
   "failCgroupV1": false,
   "failSwapOn": false,
+  "featureGates": {"KubeletCrashLoopBackOffMax": true},
+  "crashLoopBackOff": {"maxContainerRestartPeriod": "1s"},
   "containerRuntimeEndpoint": %q,
   "podLogsDir": %q,
   "volumePluginDir": %q,

@@ -30,6 +30,24 @@ func (c *Cluster) KubectlIn(stdin []byte, args ...string) (string, error) {
 }
 
 func (c *Cluster) kubectl(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	stdout, stderr, err := c.kubectlOut(ctx, stdin, args...)
+	if err != nil {
+		return stdout, fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr))
+	}
+	return stdout, nil
+}
+
+// KubectlWarnings runs kubectl with stdin and returns its standard output
+// and its standard error apart, as a user's terminal shows them: the
+// warnings an admission webhook returns ("Warning: …") are on the latter.
+func (c *Cluster) KubectlWarnings(stdin []byte, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
+	defer cancel()
+	return c.kubectlOut(ctx, stdin, args...)
+}
+
+// kubectlOut runs kubectl against the cluster, in its network namespace.
+func (c *Cluster) kubectlOut(ctx context.Context, stdin []byte, args ...string) (string, string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.k8sBin, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	cmd.Env = append(envWithout("KUBECONFIG"), "HOME="+c.Dir)
 	if stdin != nil {
@@ -37,10 +55,8 @@ func (c *Cluster) kubectl(ctx context.Context, stdin []byte, args ...string) (st
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := c.ns.Command(cmd); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
+	err := c.ns.Command(cmd)
+	return stdout.String(), stderr.String(), err
 }
 
 // MustKubectl is Kubectl failing the test on error.
