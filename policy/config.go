@@ -170,8 +170,8 @@ type Policy struct {
 	ReserveBytes   int64
 	Mode           Mode
 	Sweep          Sweep
-	EnforceMin       bool
-	FailClosed       bool
+	EnforceMin     bool
+	FailClosed     bool
 	// AllowedAnnotations request a size, capped by AnnotationMax (0 = Max).
 	AllowedAnnotations []string
 	AnnotationMax      int64

@@ -171,7 +171,7 @@ func TestTarget(t *testing.T) {
 		{"limit 2g gives 1g", def, Request{MemoryLimit: 2 * GiB, HostMemory: 64 * GiB}, GiB, "= 1GiB"},
 		{"small limit raised to min", def, Request{MemoryLimit: 2*GiB - 512*MiB, HostMemory: 64 * GiB}, GiB, "raised to min 1GiB"},
 		{"min gives way to the reserve", def, Request{MemoryLimit: 512 * MiB, HostMemory: 64 * GiB}, 384 * MiB, "raised to min 1GiB, capped at 384MiB to leave the processes 25% of the 512MiB memory limit"},
-		{"reserve as a size", mustParse(`size = "100%"`+"\nmemory_reserve = \"2g\""), Request{MemoryLimit: 16 * GiB}, 14 * GiB, "capped at 14GiB to leave the processes 2GiB of the 16GiB memory limit"},
+		{"reserve as a size", mustParse(`size = "100%"` + "\nmemory_reserve = \"2g\""), Request{MemoryLimit: 16 * GiB}, 14 * GiB, "capped at 14GiB to leave the processes 2GiB of the 16GiB memory limit"},
 		{"reserve never below the engines' 64 MiB", mustParse(`memory_reserve = "2g"`), Request{MemoryLimit: GiB}, 64 * MiB, "capped at 64MiB"},
 		{"reserve of the host's memory", mustParse(`size = "100%"`), Request{HostMemory: 64 * GiB}, 48 * GiB, "of the 64GiB host's memory (memory_reserve)"},
 		{"memory unknown", def, Request{}, GiB, "memory unknown"},
