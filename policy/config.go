@@ -282,25 +282,16 @@ func (f File) Validate(name string) (*Policy, error) {
 	if name != "(defaults)" {
 		p.Source = name
 	}
-	switch Match(f.Match) {
-	case MatchGPU, MatchAll:
-		p.Match = Match(f.Match)
-	default:
-		return nil, bad("match", fmt.Errorf("got %q, want \"gpu\" or \"all\"", f.Match))
-	}
-	switch Mode(f.Mode) {
-	case ModeSize, ModeIPCHost, ModeMount:
-		p.Mode = Mode(f.Mode)
-	default:
-		return nil, bad("mode", fmt.Errorf("got %q, want \"size\", \"ipc-host\" or \"mount\"", f.Mode))
-	}
-	switch Sweep(f.Sweep) {
-	case SweepRestart, SweepOff:
-		p.Sweep = Sweep(f.Sweep)
-	default:
-		return nil, bad("sweep", fmt.Errorf("got %q, want \"restart\" or \"off\"", f.Sweep))
-	}
 	var err error
+	if p.Match, err = oneOf(f.Match, MatchGPU, MatchAll); err != nil {
+		return nil, bad("match", err)
+	}
+	if p.Mode, err = oneOf(f.Mode, ModeSize, ModeIPCHost, ModeMount); err != nil {
+		return nil, bad("mode", err)
+	}
+	if p.Sweep, err = oneOf(f.Sweep, SweepRestart, SweepOff); err != nil {
+		return nil, bad("sweep", err)
+	}
 	if p.Percent, p.Absolute, err = percentOrSize(f.Size, false); err != nil {
 		return nil, bad("size", err)
 	}
@@ -355,6 +346,23 @@ func (f File) Validate(name string) (*Policy, error) {
 		}
 	}
 	return p, nil
+}
+
+// oneOf returns v as one of the values of a key's type, or an error that
+// names them ("got \"x\", want \"a\", \"b\" or \"c\"").
+func oneOf[T ~string](v string, values ...T) (T, error) {
+	words := make([]string, len(values))
+	for i, w := range values {
+		if string(w) == v {
+			return w, nil
+		}
+		words[i] = strconv.Quote(string(w))
+	}
+	want := words[len(words)-1]
+	if len(words) > 1 {
+		want = strings.Join(words[:len(words)-1], ", ") + " or " + want
+	}
+	return "", fmt.Errorf("got %q, want %s", v, want)
 }
 
 // percentOrSize parses a value that is a percentage ("50%") or a size

@@ -42,13 +42,38 @@ func criInternal(key string) bool {
 func ToSpec(runtime string, pod *api.PodSandbox, ctr *api.Container) *specs.Spec {
 	s := &specs.Spec{
 		Version:     specs.Version,
-		Annotations: map[string]string{},
+		Annotations: annotations(runtime, pod, ctr),
 		Process: &specs.Process{
 			Env:  api.DupStringSlice(ctr.GetEnv()),
 			Args: api.DupStringSlice(ctr.GetArgs()),
 		},
 		Linux: &specs.Linux{},
 	}
+	for _, m := range ctr.GetMounts() {
+		if m != nil {
+			s.Mounts = append(s.Mounts, m.ToOCI(nil))
+		}
+	}
+	if h := ctr.GetHooks(); h != nil {
+		s.Hooks = &specs.Hooks{
+			//lint:ignore SA1019 Prestart is deprecated, but it is where `docker run --gpus` and the NVIDIA runtime put their hook.
+			Prestart:        ociHooks(h.GetPrestart()),
+			CreateRuntime:   ociHooks(h.GetCreateRuntime()),
+			CreateContainer: ociHooks(h.GetCreateContainer()),
+			StartContainer:  ociHooks(h.GetStartContainer()),
+			Poststart:       ociHooks(h.GetPoststart()),
+			Poststop:        ociHooks(h.GetPoststop()),
+		}
+	}
+	linux(s.Linux, ctr.GetLinux())
+	return s
+}
+
+// annotations are the spec's annotations: the pod's (less the CRI's
+// internal ones), the container's, the CRI annotations a runtime writes
+// where NRI's do not carry them, and the CDI devices NRI names.
+func annotations(runtime string, pod *api.PodSandbox, ctr *api.Container) map[string]string {
+	s := &specs.Spec{Annotations: map[string]string{}}
 	for k, v := range pod.GetAnnotations() {
 		if !criInternal(k) {
 			s.Annotations[k] = v
@@ -86,40 +111,26 @@ func ToSpec(runtime string, pod *api.PodSandbox, ctr *api.Container) *specs.Spec
 	if names := cdiNames(s.Annotations, ctr.GetCDIDevices()); names != "" {
 		s.Annotations[CDIAnnotation] = names
 	}
+	return s.Annotations
+}
 
-	for _, m := range ctr.GetMounts() {
-		if m != nil {
-			s.Mounts = append(s.Mounts, m.ToOCI(nil))
-		}
-	}
-	if h := ctr.GetHooks(); h != nil {
-		s.Hooks = &specs.Hooks{
-			//lint:ignore SA1019 Prestart is deprecated, but it is where `docker run --gpus` and the NVIDIA runtime put their hook.
-			Prestart:        ociHooks(h.GetPrestart()),
-			CreateRuntime:   ociHooks(h.GetCreateRuntime()),
-			CreateContainer: ociHooks(h.GetCreateContainer()),
-			StartContainer:  ociHooks(h.GetStartContainer()),
-			Poststart:       ociHooks(h.GetPoststart()),
-			Poststop:        ociHooks(h.GetPoststop()),
-		}
-	}
-
-	l := ctr.GetLinux()
+// linux fills the spec's Linux part from NRI's: the namespaces, devices,
+// memory limit and cgroups path.
+func linux(out *specs.Linux, l *api.LinuxContainer) {
 	for _, ns := range l.GetNamespaces() {
-		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.LinuxNamespaceType(ns.GetType()), Path: ns.GetPath()})
+		out.Namespaces = append(out.Namespaces, specs.LinuxNamespace{Type: specs.LinuxNamespaceType(ns.GetType()), Path: ns.GetPath()})
 	}
 	for _, d := range l.GetDevices() {
 		if d != nil {
-			s.Linux.Devices = append(s.Linux.Devices, d.ToOCI())
+			out.Devices = append(out.Devices, d.ToOCI())
 		}
 	}
 	if limit := l.GetResources().GetMemory().GetLimit(); limit != nil {
 		v := limit.GetValue()
-		s.Linux.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &v}}
+		out.Resources = &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &v}}
 	}
 	// The restart sweep finds the pod's memory cgroup from it.
-	s.Linux.CgroupsPath = l.GetCgroupsPath()
-	return s
+	out.CgroupsPath = l.GetCgroupsPath()
 }
 
 func ociHooks(hs []*api.Hook) []specs.Hook {
