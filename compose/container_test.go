@@ -205,6 +205,7 @@ func TestDecideMapping(t *testing.T) {
 		{name: "match all", body: "", config: `match = "all"`, action: ActionAdd, size: 8 * GiB, reason: `policy match "all"`},
 		{name: "shm_size at least min", body: "    gpus: all\n    shm_size: 2g\n", action: ActionKeep, reason: "chosen explicitly (shm_size: 2g)"},
 		{name: "shm_size below min", body: "    gpus: all\n    shm_size: 256m\n", action: ActionKeep, warning: "--enforce-min raises it"},
+		{name: "shm_size leaving too little of the memory limit", body: "    gpus: all\n    mem_limit: 16g\n    shm_size: 14g\n", action: ActionKeep, warning: "shm_size: 14g leaves the processes less than 25% of the 16GiB memory limit"},
 		{name: "shm_size below min, enforce_min", body: "    gpus: all\n    shm_size: 256m\n", opts: Options{EnforceMin: true}, action: ActionRaise, size: GiB, reason: "raised to it", warning: "enforce_min raises it to 1GiB"},
 		{name: "shm_size below min, enforce_min from the policy", body: "    gpus: all\n    shm_size: 256m\n", config: "enforce_min = true", action: ActionRaise, size: GiB, warning: "enforce_min raises it to 1GiB"},
 		{name: "shm_size not a size", body: "    gpus: all\n    shm_size: ${SHM}\n", opts: Options{EnforceMin: true}, action: ActionKeep, reason: "not checked"},

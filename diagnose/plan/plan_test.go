@@ -42,6 +42,19 @@ spec:
     resources: {limits: {nvidia.com/gpu: 1, memory: 16Gi}}
 `
 
+// bigShmPod asks for a /dev/shm above its memory limit.
+const bigShmPod = `apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 32Gi}}]
+  containers:
+  - name: trainer
+    image: x
+    volumeMounts: [{name: dshm, mountPath: /dev/shm}]
+    resources: {limits: {nvidia.com/gpu: 1, memory: 16Gi}}
+`
+
 func TestRun(t *testing.T) {
 	podYAML, err := os.ReadFile(filepath.Join(pods, "kubeflow-pytorchjob-worker.yaml"))
 	if err != nil {
@@ -80,6 +93,9 @@ func TestRun(t *testing.T) {
 		{"the decision's warnings", func(o *Options) {
 			o.PodPath, o.In = "-", strings.NewReader(ncclPod)
 		}, 0, []string{"warning:  container trainer: NCCL_SHM_DISABLE=1 is set, but /dev/shm will be 8GiB"}},
+		{"a sizeLimit above the memory limit", func(o *Options) {
+			o.PodPath, o.In = "-", strings.NewReader(bigShmPod)
+		}, 0, []string{"warning:  container trainer: volume dshm (emptyDir, medium Memory, sizeLimit 32Gi) is not below the 16GiB memory limit"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer

@@ -105,6 +105,7 @@ func TestPrepare(t *testing.T) {
 		{name: "memory limit", args: "-m 2g --gpus all img", want: "--shm-size=1073741824 -m 2g --gpus all img", action: oci.ActionSetSize},
 		{name: "explicit size kept", args: "--shm-size 256m --gpus all img", want: "--shm-size 256m --gpus all img", action: oci.ActionNone, warn: "below the policy minimum"},
 		{name: "enforce_min raises it, after the user's", pol: enforce, args: "--shm-size=256m --gpus all img cmd", want: "--shm-size=256m --gpus all --shm-size=1073741824 img cmd", action: oci.ActionSetSize, warn: "enforce_min raises it to 1GiB"},
+		{name: "a size the memory limit leaves no room for", args: "--memory 4g --shm-size 4g --gpus all img", want: "--memory 4g --shm-size 4g --gpus all img", action: oci.ActionNone, warn: "--shm-size 4g is not below the 4GiB memory limit, which /dev/shm counts against"},
 		{name: "ipc host", args: "--ipc=host --shm-size 1g --gpus all img", want: "--ipc=host --shm-size 1g --gpus all img", action: oci.ActionNone, warn: "no effect with --ipc=host"},
 		{name: "ipc container: the donor's tmpfs, not docker run's to grow", args: "--ipc container:trainer --gpus all img", want: "--ipc container:trainer --gpus all img", action: oci.ActionRemount, skipped: "gpurun resize trainer 32g"},
 		{name: "ipc none in mode mount: no /dev/shm to size", pol: mount, args: "--ipc none --gpus all img", want: "--ipc none --gpus all img", action: oci.ActionInject, skipped: "use --ipc private"},
