@@ -5,14 +5,14 @@
 package cliplugin
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/gpurun/gpurun/internal/execlink"
 )
 
 // The docker CLI runs a plugin named NAME from an executable called
@@ -272,76 +272,24 @@ type CLIPlugin struct {
 // Path is the plugin's path: Dir/docker-gpurun.
 func (p CLIPlugin) Path() string { return filepath.Join(p.Dir, CLIPluginFile) }
 
+// links are the plugin's one link.
+func (p CLIPlugin) links() execlink.Links {
+	return execlink.Links{What: "docker CLI plugin", Dir: p.Dir, Names: []string{CLIPluginFile}, Target: p.Target, DryRun: p.DryRun, Out: p.Out}
+}
+
 // Install links Dir/docker-gpurun to Target, creating Dir. A link that
 // already points at Target is left alone; a link elsewhere is replaced
 // atomically; anything else at that path is an error, left untouched.
 func (p CLIPlugin) Install() error {
-	if !filepath.IsAbs(p.Target) {
-		return fmt.Errorf("docker CLI plugin: target %q is not an absolute path", p.Target)
+	if err := p.links().Install(); err != nil {
+		return err
 	}
-	fi, err := os.Stat(p.Target)
-	if err != nil {
-		return fmt.Errorf("docker CLI plugin: %w", err)
+	if !p.DryRun {
+		fmt.Fprintf(p.Out, "try: docker %s --help\n", CLIPluginName)
 	}
-	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("docker CLI plugin: %s is not an executable file", p.Target)
-	}
-	path := p.Path()
-	prev, err := os.Readlink(path)
-	switch {
-	case err == nil && prev == p.Target:
-		fmt.Fprintf(p.Out, "%s -> %s: already installed\n", path, p.Target)
-		return nil
-	case err == nil:
-		// A link to another gpurun: point it at this one.
-	case errors.Is(err, fs.ErrNotExist):
-		prev = ""
-	default:
-		if _, statErr := os.Lstat(path); statErr == nil {
-			return fmt.Errorf("docker CLI plugin: %s exists and is not a symbolic link; remove it first", path)
-		}
-		return fmt.Errorf("docker CLI plugin: %w", err)
-	}
-	what := fmt.Sprintf("link %s -> %s", path, p.Target)
-	if prev != "" {
-		what += " (was -> " + prev + ")"
-	}
-	if p.DryRun {
-		fmt.Fprintf(p.Out, "would %s\n", what)
-		return nil
-	}
-	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
-		return fmt.Errorf("docker CLI plugin: %w", err)
-	}
-	tmp := filepath.Join(p.Dir, fmt.Sprintf(".%s.%d.tmp", CLIPluginFile, os.Getpid()))
-	_ = os.Remove(tmp)
-	if err := os.Symlink(p.Target, tmp); err != nil {
-		return fmt.Errorf("docker CLI plugin: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("docker CLI plugin: %w", err)
-	}
-	fmt.Fprintf(p.Out, "%s; try: docker %s --help\n", what, CLIPluginName)
 	return nil
 }
 
-// Uninstall removes Dir/docker-gpurun; a missing plugin is not an error.
-func (p CLIPlugin) Uninstall() error {
-	path := p.Path()
-	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
-		fmt.Fprintf(p.Out, "%s: not installed\n", path)
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("docker CLI plugin: %w", err)
-	}
-	if p.DryRun {
-		fmt.Fprintf(p.Out, "would remove %s\n", path)
-		return nil
-	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("docker CLI plugin: %w", err)
-	}
-	fmt.Fprintf(p.Out, "removed %s\n", path)
-	return nil
-}
+// Uninstall removes Dir/docker-gpurun; a missing plugin is not an error,
+// and a file there that is not a symbolic link is left alone.
+func (p CLIPlugin) Uninstall() error { return p.links().Uninstall() }
