@@ -1,7 +1,11 @@
-// Package kube is the little of the Kubernetes API gpurun's node-side and
-// webhook commands use, over plain HTTPS with k8s.io/api's JSON shapes: the
-// binary is one for every command, and client-go's typed clients would
-// register every API group at the start of every gpurun command.
+// Package kube is the little of the Kubernetes API gpurun's commands use,
+// over plain HTTPS with k8s.io/api's JSON shapes: from a pod's service
+// account (InCluster) or a kubeconfig (FromKubeconfig: client-go's
+// loading rules and transport, as kubectl's, for its credentials), one
+// request at a time (Do, DRA) or as a cache kept by a list and a watch
+// (Watched). The binary is one for every command, and client-go's typed
+// clients and informers would register every API group at the start of
+// every gpurun command and double the binary.
 package kube
 
 import (
@@ -118,22 +122,7 @@ func (k *Kube) Do(ctx context.Context, method, path, contentType string, body, o
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var status struct {
-			Message string `json:"message"`
-		}
-		_ = json.Unmarshal(data, &status)
-		msg := status.Message
-		if msg == "" {
-			msg = strings.TrimSpace(string(data))
-		}
-		err := fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
-		switch resp.StatusCode {
-		case http.StatusNotFound:
-			return fmt.Errorf("%w: %w", ErrNotFound, err)
-		case http.StatusConflict:
-			return fmt.Errorf("%w: %w", ErrConflict, err)
-		}
-		return err
+		return statusError(method, path, resp, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -141,6 +130,50 @@ func (k *Kube) Do(ctx context.Context, method, path, contentType string, body, o
 		}
 	}
 	return nil
+}
+
+// StatusError is the API server's answer other than 2xx. It wraps
+// ErrNotFound (404) and ErrConflict (409).
+type StatusError struct {
+	Method, Path string
+	// Code is the HTTP status; Message the Status object's message (else
+	// the body).
+	Code    int
+	Status  string
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s %s: %s: %s", e.Method, e.Path, e.Status, e.Message)
+}
+
+// Is makes errors.Is(err, ErrNotFound) and errors.Is(err, ErrConflict)
+// true of a 404 and a 409.
+func (e *StatusError) Is(target error) bool {
+	return target == ErrNotFound && e.Code == http.StatusNotFound || target == ErrConflict && e.Code == http.StatusConflict
+}
+
+// Code returns the HTTP status of an API server's answer that err
+// wraps, 0 for none (no answer at all).
+func Code(err error) int {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.Code
+	}
+	return 0
+}
+
+// statusError reads an answer other than 2xx.
+func statusError(method, path string, resp *http.Response, data []byte) error {
+	var status struct {
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(data, &status)
+	msg := status.Message
+	if msg == "" {
+		msg = strings.TrimSpace(string(data))
+	}
+	return &StatusError{Method: method, Path: path, Code: resp.StatusCode, Status: resp.Status, Message: msg}
 }
 
 // OwnPod reads the pod this process runs in, with the pod's service

@@ -37,6 +37,10 @@ type Container struct {
 	// Resources are the Kubernetes extended resources the container asks
 	// for. Decide judges them (Evidence).
 	Resources []Resource
+	// Claims are the Kubernetes DRA resource claims the container uses,
+	// resolved as far as the front door could. Decide judges them
+	// (Evidence.Claim).
+	Claims []Claim
 	// Privileged names the user's request for every device of the host
 	// ("--privileged", "privileged: true"), "" when none: a GPU container
 	// where the host has GPUs.

@@ -14,10 +14,11 @@ import (
 // Evidence is the one table of what makes a container a GPU container.
 // Front doors hand Decide raw facts — a device request's driver,
 // capabilities and ids, the runtime handler's or RuntimeClass's name, an
-// extended resource, a CDI name, a device node, the environment — and
-// never judge them; this table does, for every door alike. EvidenceOf
-// builds it from the policy's lists; device nodes and CDI kinds are
-// judged by ClassifyDevice.
+// extended resource, a DRA resource claim's requests and classes, a CDI
+// name, a device node, the environment — and never judge them; this
+// table does, for every door alike. EvidenceOf builds it from the
+// policy's lists; device nodes and CDI kinds are judged by
+// ClassifyDevice.
 type Evidence struct {
 	// Drivers are device-request drivers that give GPUs (docker --gpus
 	// driver=, compose's deploy devices' driver). A request with driver
@@ -55,6 +56,26 @@ type Evidence struct {
 	// else <domain>): NVIDIA's NRI plugin (GPU Operator 26.3+) injects the
 	// devices nvidia.cdi.k8s.io names.
 	CDIAnnotationDomains []string
+	// DeviceClasses are the Kubernetes DRA DeviceClasses whose devices are
+	// GPUs, as the GPU vendors' DRA drivers install them (their charts'
+	// and manifests' DeviceClass objects), and the policy's
+	// gpu_device_classes. A container that uses a resource claim with a
+	// request for one is a GPU container (Claim).
+	DeviceClasses []string
+	// DRADrivers are the DRA drivers whose devices are GPUs (the driver
+	// names they publish ResourceSlices under), and the policy's
+	// gpu_dra_drivers: a DeviceClass whose selectors name one, and a
+	// claim allocated from one, are GPUs.
+	DRADrivers []string
+	// DRAResources are extended resources, outside ResourceDomains, that
+	// GPU DeviceClasses map to (DeviceClass extendedResourceName,
+	// KEP-5004): the scheduler allocates such a limit through DRA. Exact
+	// names. DeviceClassResourceDomain/<class> is one too where the class
+	// is a GPU's.
+	DRAResources []string
+	// UnresolvedGPU counts a resource claim whose object could not be
+	// read as a GPU: the policy's unresolved_claims is "gpu".
+	UnresolvedGPU bool
 }
 
 // DriverCDI is the device-request driver of CDI devices (docker 25+
@@ -76,8 +97,36 @@ func EvidenceOf(p *policy.Policy) Evidence {
 		Hooks:                []string{"nvidia-container-runtime-hook", "nvidia-container-toolkit"},
 		DevicesDir:           "/var/run/nvidia-container-devices",
 		CDIAnnotationDomains: []string{"nvidia.cdi.k8s.io"},
+		DeviceClasses:        append(slices.Clone(gpuDeviceClasses), p.GPUDeviceClasses...),
+		DRADrivers:           append(slices.Clone(gpuDRADrivers), p.GPUDRADrivers...),
+		DRAResources:         []string{"intel.com/gpu", "intel.com/gaudi"},
+		UnresolvedGPU:        p.UnresolvedClaims != policy.UnresolvedIgnore,
 	}
 }
+
+// gpuDeviceClasses are the DeviceClasses the GPU vendors' DRA drivers
+// install, each a GPU (or a part of one):
+//   - NVIDIA, kubernetes-sigs/dra-driver-nvidia-gpu,
+//     deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml,
+//     deviceclass-mig.yaml and deviceclass-vfio-gpu.yaml (all three select
+//     driver gpu.nvidia.com; its compute-domain classes are IMEX channels,
+//     not GPUs);
+//   - AMD, ROCm/k8s-gpu-dra-driver, helm-charts-k8s/templates/deviceclass.yaml;
+//   - Intel, intel/intel-resource-drivers-for-kubernetes,
+//     deployments/gpu/base/device-class.yaml (gpu.intel.com,
+//     gpu-vfio.intel.com) and deployments/gaudi/base/device-class.yaml.
+var gpuDeviceClasses = []string{
+	"gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com",
+	"gpu.amd.com",
+	"gpu.intel.com", "gpu-vfio.intel.com", "gaudi.intel.com",
+}
+
+// gpuDRADrivers are those drivers' names: NVIDIA's gpu.nvidia.com
+// (cmd/gpu-kubelet-plugin/main.go, DriverName), AMD's gpu.amd.com
+// (pkg/consts/consts.go, DriverName), Intel's gpu.intel.com and
+// gaudi.intel.com (pkg/gpu/device/device.go and pkg/gaudi/device/device.go:
+// DriverName is the CDI class and vendor, "gpu" or "gaudi" and "intel.com").
+var gpuDRADrivers = []string{"gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com", "gaudi.intel.com"}
 
 // Runtime reports whether a runtime handler name gives a container GPUs.
 func (ev Evidence) Runtime(name string) bool {
@@ -85,14 +134,18 @@ func (ev Evidence) Runtime(name string) bool {
 }
 
 // Resource reports whether an extended resource name asks for a GPU: one
-// of ResourceDomains, or a name Resources lists (exactly, or its domain as
-// "domain/*").
+// of ResourceDomains, a name Resources lists (exactly, or its domain as
+// "domain/*"), one of DRAResources, or a GPU DeviceClass's own
+// (deviceclass.resource.kubernetes.io/<class>).
 func (ev Evidence) Resource(name string) bool {
-	domain, _, ok := strings.Cut(name, "/")
+	domain, rest, ok := strings.Cut(name, "/")
 	if !ok {
 		return false
 	}
-	if slices.Contains(ev.ResourceDomains, domain) {
+	if slices.Contains(ev.ResourceDomains, domain) || slices.Contains(ev.DRAResources, name) {
+		return true
+	}
+	if domain == DeviceClassResourceDomain && ev.DeviceClass(rest, nil) {
 		return true
 	}
 	for _, r := range ev.Resources {
@@ -148,12 +201,12 @@ type GPUInfo struct {
 }
 
 // DetectGPU judges a container's facts with the table: the device
-// requests, runtime and extended resources a front door recorded in the
-// user's words; a request for every host device when the host has GPUs
-// (hostGPUs, 0 when unknown); the environment variables of Env; the
-// spec's device nodes and CDI annotations (cdi.k8s.io/*), judged by
-// ClassifyDevice; the device plugin's DevicesDir mounts; and the prestart
-// hooks of Hooks.
+// requests, runtime, extended resources and DRA resource claims a front
+// door recorded in the user's words; a request for every host device when
+// the host has GPUs (hostGPUs, 0 when unknown); the environment variables
+// of Env; the spec's device nodes and CDI annotations (cdi.k8s.io/*),
+// judged by ClassifyDevice; the device plugin's DevicesDir mounts; and the
+// prestart hooks of Hooks.
 func (ev Evidence) DetectGPU(c *Container, hostGPUs int) GPUInfo {
 	var g GPUInfo
 	counts := map[string]int{}
@@ -178,6 +231,17 @@ func (ev Evidence) DetectGPU(c *Container, hostGPUs int) GPUInfo {
 			add("request", int(r.Count), r.Words)
 		}
 	}
+	claimAll := false
+	for _, cl := range c.Claims {
+		if gpu, n, words := ev.Claim(cl); gpu {
+			claimAll = claimAll || n == 0
+			add("claim", n, words)
+		}
+	}
+	if claimAll {
+		// A claim for every GPU of the node, or of a count not told.
+		counts["claim"] = 0
+	}
 	if c.Privileged != "" && hostGPUs > 0 {
 		add("privileged", hostGPUs, fmt.Sprintf("%s (every device of the host, its %d GPU(s))", c.Privileged, hostGPUs))
 	}
@@ -185,6 +249,23 @@ func (ev Evidence) DetectGPU(c *Container, hostGPUs int) GPUInfo {
 	if s == nil {
 		s = &specs.Spec{}
 	}
+	ev.specEvidence(s, containerName(c), add)
+	// The count is the best-informed signal's: device nodes and CDI names
+	// count exactly; the env may say "all".
+	for _, n := range counts {
+		if n > g.Count {
+			g.Count = n
+		}
+	}
+	return g
+}
+
+// specEvidence judges what the spec says of a container's GPUs: the
+// environment variables of Env, device nodes, CDI annotations and the
+// NRI annotations of CDIAnnotationDomains for the container name, the
+// device plugin's DevicesDir mounts and the prestart hooks of Hooks; add
+// records each signal found.
+func (ev Evidence) specEvidence(s *specs.Spec, name string, add func(kind string, n int, evidence string)) {
 	if s.Process != nil {
 		for _, key := range ev.Env {
 			if v, ok := LookupEnv(s.Process.Env, key); ok {
@@ -202,35 +283,18 @@ func (ev Evidence) DetectGPU(c *Container, hostGPUs int) GPUInfo {
 		}
 	}
 	for _, k := range sortedKeys(s.Annotations) {
-		if !strings.HasPrefix(k, CDIAnnotationPrefix) {
-			continue
-		}
-		v, n, gpu := s.Annotations[k], 0, false
-		for _, name := range strings.Split(v, ",") {
-			if dev := ClassifyDevice(strings.TrimSpace(name)); dev.GPU {
-				gpu = true
-				n += dev.Count
+		if strings.HasPrefix(k, CDIAnnotationPrefix) {
+			if n, gpu := cdiNames(s.Annotations[k], false); gpu {
+				add("cdi", n, "annotation "+k+"="+s.Annotations[k])
 			}
-		}
-		if gpu {
-			add("cdi", n, "annotation "+k+"="+v)
 		}
 	}
-	if name := containerName(c); name != "" {
+	if name != "" {
 		for _, domain := range ev.CDIAnnotationDomains {
-			k, v, ok := effectiveAnnotation(s.Annotations, domain, name)
-			if !ok {
-				continue
-			}
-			n, gpu := 0, false
-			for _, d := range strings.Split(v, ",") {
-				if dev := ClassifyDevice(strings.TrimSpace(d)); dev.GPU && IsCDIName(strings.TrimSpace(d)) {
-					gpu = true
-					n += dev.Count
+			if k, v, ok := effectiveAnnotation(s.Annotations, domain, name); ok {
+				if n, gpu := cdiNames(v, true); gpu {
+					add("cdi", n, "annotation "+k+"="+v)
 				}
-			}
-			if gpu {
-				add("cdi", n, "annotation "+k+"="+v)
 			}
 		}
 	}
@@ -252,14 +316,20 @@ func (ev Evidence) DetectGPU(c *Container, hostGPUs int) GPUInfo {
 			}
 		}
 	}
-	// The count is the best-informed signal's: device nodes and CDI names
-	// count exactly; the env may say "all".
-	for _, n := range counts {
-		if n > g.Count {
-			g.Count = n
+}
+
+// cdiNames judges a comma-separated list of CDI names (or, unless
+// cdiOnly, device paths): whether one is a GPU, and how many GPUs they
+// count.
+func cdiNames(v string, cdiOnly bool) (n int, gpu bool) {
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if dev := ClassifyDevice(name); dev.GPU && (!cdiOnly || IsCDIName(name)) {
+			gpu = true
+			n += dev.Count
 		}
 	}
-	return g
+	return n, gpu
 }
 
 // containerName is the container's name in its pod: the front door's

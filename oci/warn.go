@@ -28,6 +28,10 @@ const (
 	// WarnNCCLShmDisabled: NCCL_SHM_DISABLE=1 is set while /dev/shm will
 	// be big enough for NCCL's shared-memory transport.
 	WarnNCCLShmDisabled WarningKind = "nccl-shm-disabled"
+	// WarnClaimUnresolved: a DRA resource claim's object could not be
+	// read when the container was decided; the policy's
+	// unresolved_claims said how it counted.
+	WarnClaimUnresolved WarningKind = "claim-unresolved"
 )
 
 // Warning is a one-line notice of a choice in the container that defeats
@@ -47,8 +51,9 @@ type explicit struct {
 	size  int64
 }
 
-// warnings are the Warnings of a plan: what the user asked for that the
-// engine ignores (whatever the policy says), and, for a container the
+// warnings are the Warnings of a plan: the resource claims that could not
+// be read and how they counted, what the user asked for that the engine
+// ignores (whatever the policy says), and, for a container the
 // policy applies to, a size below the minimum or above what the memory
 // limit allows, and NCCL's shared-memory transport turned off for
 // nothing. enforceMin names how this front door's user turns enforce_min
@@ -59,6 +64,7 @@ func warnings(c *Container, p *policy.Policy, pl Plan, enforceMin string) []Warn
 	add := func(k WarningKind, format string, a ...any) {
 		out = append(out, Warning{Kind: k, Message: fmt.Sprintf(format, a...)})
 	}
+	out = append(out, claimWarnings(c, p)...)
 	if pl.Shm.Kind == ShmHost && c.ShmChoice != "" {
 		add(WarnSizeIgnored, "%s has no effect with %s: the container uses the host's /dev/shm (Podman refuses the combination); keep one of them", c.ShmChoice, hostIPCWords(c))
 	}

@@ -68,6 +68,23 @@ const (
 	SweepOff Sweep = "off"
 )
 
+// UnresolvedClaims says how a pod's DRA resource claim that cannot be
+// read (its ResourceClaim or ResourceClaimTemplate not created yet, or not
+// readable) counts: as a GPU, or not at all.
+type UnresolvedClaims string
+
+// The values of UnresolvedClaims.
+const (
+	// UnresolvedGPU counts a claim that cannot be read as a GPU: the pod
+	// is sized as a GPU pod. The default: an unsized GPU pod fails hours
+	// into its job (Bus error), while a /dev/shm given to a pod that has
+	// no GPU costs nothing until written.
+	UnresolvedGPU UnresolvedClaims = "gpu"
+	// UnresolvedIgnore leaves a claim that cannot be read out of the
+	// decision: the pod is judged by its other evidence.
+	UnresolvedIgnore UnresolvedClaims = "ignore"
+)
+
 // File is the configuration file as written, before validation. Sizes are
 // strings in Docker's notation ("1g", "512m") or Kubernetes' binary one
 // ("1Gi"); size may also be a percentage ("50%").
@@ -125,6 +142,16 @@ type File struct {
 	// compose's runtime: (the NVIDIA toolkit registers the same names in
 	// dockerd and containerd). Exact names.
 	GPURuntimeClasses []string `toml:"gpu_runtime_classes" comment:"Runtime handler names that make a container a GPU container: a pod's RuntimeClass (the NVIDIA GPU Operator's), docker's --runtime and compose's runtime: (the NVIDIA toolkit's nvidia, nvidia-cdi, nvidia-legacy). Exact names."`
+	// GPUDeviceClasses are DRA DeviceClasses, beyond the GPU drivers'
+	// own, whose devices are GPUs: a pod's resource claim that requests
+	// one makes the containers that use the claim GPU containers.
+	GPUDeviceClasses []string `toml:"gpu_device_classes" comment:"Kubernetes DRA DeviceClasses whose devices are GPUs, beyond the GPU drivers' own (gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com, gpu.amd.com, gpu.intel.com, gpu-vfio.intel.com, gaudi.intel.com): a container that uses a resource claim requesting one is a GPU container. Exact names. Read by gpurun webhook and gpurun plan --pod."`
+	// GPUDRADrivers are DRA drivers, beyond the GPU vendors', whose
+	// devices are GPUs: a DeviceClass whose selectors name one, or a
+	// claim allocated from one, is a GPU.
+	GPUDRADrivers []string `toml:"gpu_dra_drivers" comment:"Kubernetes DRA drivers whose devices are GPUs, beyond gpu.nvidia.com, gpu.amd.com, gpu.intel.com and gaudi.intel.com: a DeviceClass whose selectors name one (device.driver == \"...\") and a claim allocated from one are GPUs. Exact names."`
+	// UnresolvedClaims is "gpu" or "ignore".
+	UnresolvedClaims string `toml:"unresolved_claims" comment:"A pod's DRA resource claim whose ResourceClaim or ResourceClaimTemplate cannot be read when the pod is decided (not created yet: kubectl apply of a directory creates in any order; or not readable): \"gpu\" counts it as a GPU, so that the pod is sized; \"ignore\" leaves it out. Either way the webhook and gpurun plan --pod warn, naming the claim."`
 }
 
 // OptOutAnnotation, set to "true" on a pod or container, makes every front
@@ -153,6 +180,9 @@ func DefaultFile() File {
 		ComposeDefault:    "8gb",
 		GPUResources:      []string{},
 		GPURuntimeClasses: []string{"nvidia", "nvidia-cdi", "nvidia-legacy"},
+		GPUDeviceClasses:  []string{},
+		GPUDRADrivers:     []string{},
+		UnresolvedClaims:  string(UnresolvedGPU),
 	}
 }
 
@@ -181,6 +211,9 @@ type Policy struct {
 	ComposeDefault     int64
 	GPUResources       []string
 	GPURuntimeClasses  []string
+	GPUDeviceClasses   []string
+	GPUDRADrivers      []string
+	UnresolvedClaims   UnresolvedClaims
 	// Source is the file the policy came from, or "" for the defaults.
 	Source string
 }
@@ -278,6 +311,8 @@ func (f File) Validate(name string) (*Policy, error) {
 		EngineRoots:        f.EngineRoots,
 		GPUResources:       f.GPUResources,
 		GPURuntimeClasses:  f.GPURuntimeClasses,
+		GPUDeviceClasses:   f.GPUDeviceClasses,
+		GPUDRADrivers:      f.GPUDRADrivers,
 	}
 	if name != "(defaults)" {
 		p.Source = name
@@ -325,27 +360,69 @@ func (f File) Validate(name string) (*Policy, error) {
 	if p.Runtime == "" {
 		return nil, bad("runtime", fmt.Errorf("must name a low-level runtime, such as \"runc\""))
 	}
+	if p.UnresolvedClaims, err = oneOf(f.UnresolvedClaims, UnresolvedGPU, UnresolvedIgnore); err != nil {
+		return nil, bad("unresolved_claims", err)
+	}
+	if key, err := p.checkLists(); err != nil {
+		return nil, bad(key, err)
+	}
+	return p, nil
+}
+
+// checkLists checks the entries of the policy's lists; key names the
+// list of a bad one.
+func (p *Policy) checkLists() (key string, err error) {
 	for _, a := range p.AllowedAnnotations {
 		if strings.TrimSpace(a) == "" {
-			return nil, bad("allowed_annotations", fmt.Errorf("empty annotation name"))
+			return "allowed_annotations", fmt.Errorf("empty annotation name")
 		}
 	}
 	for _, r := range p.GPUResources {
 		if err := checkResourceName(r); err != nil {
-			return nil, bad("gpu_resources", err)
+			return "gpu_resources", err
 		}
 	}
 	for _, r := range p.GPURuntimeClasses {
 		if strings.TrimSpace(r) == "" || strings.ContainsAny(r, " /") {
-			return nil, bad("gpu_runtime_classes", fmt.Errorf("%q is not a RuntimeClass name", r))
+			return "gpu_runtime_classes", fmt.Errorf("%q is not a RuntimeClass name", r)
+		}
+	}
+	for _, c := range p.GPUDeviceClasses {
+		if !isDNSSubdomain(c) {
+			return "gpu_device_classes", fmt.Errorf("%q is not a DeviceClass name (a DNS subdomain: lower-case letters, digits, '-' and '.')", c)
+		}
+	}
+	for _, d := range p.GPUDRADrivers {
+		if !isDNSSubdomain(d) {
+			return "gpu_dra_drivers", fmt.Errorf("%q is not a DRA driver name (a DNS subdomain: lower-case letters, digits, '-' and '.')", d)
 		}
 	}
 	for _, r := range p.EngineRoots {
 		if !strings.HasPrefix(r, "/") {
-			return nil, bad("engine_roots", fmt.Errorf("%q is not an absolute path", r))
+			return "engine_roots", fmt.Errorf("%q is not an absolute path", r)
 		}
 	}
-	return p, nil
+	return "", nil
+}
+
+// isDNSSubdomain reports whether s is a Kubernetes object name of the
+// DNS subdomain kind (RFC 1123): DeviceClasses and DRA drivers are named
+// so.
+func isDNSSubdomain(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // oneOf returns v as one of the values of a key's type, or an error that

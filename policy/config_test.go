@@ -95,6 +95,21 @@ compose_default = "4gb"
 		{name: "reserve of everything", toml: `memory_reserve = "100%"`, wantErr: `key "memory_reserve": invalid percentage "100%": want at least 0% and less than 100%`},
 		{name: "bad reserve", toml: `memory_reserve = "some"`, wantErr: `key "memory_reserve": invalid size "some"`},
 		{name: "not toml", toml: "match = ", wantErr: "config test.toml:1:"},
+		{name: "DRA defaults", toml: "", check: func(t *testing.T, p *Policy) {
+			if p.UnresolvedClaims != UnresolvedGPU || len(p.GPUDeviceClasses) != 0 || len(p.GPUDRADrivers) != 0 {
+				t.Errorf("unresolved_claims %q, gpu_device_classes %q, gpu_dra_drivers %q", p.UnresolvedClaims, p.GPUDeviceClasses, p.GPUDRADrivers)
+			}
+		}},
+		{name: "DRA keys", toml: "gpu_device_classes = [\"a100-80gb.example.com\", \"tpu\"]\ngpu_dra_drivers = [\"accel.example.com\"]\nunresolved_claims = \"ignore\"\n", check: func(t *testing.T, p *Policy) {
+			if p.UnresolvedClaims != UnresolvedIgnore || len(p.GPUDeviceClasses) != 2 || p.GPUDeviceClasses[1] != "tpu" || len(p.GPUDRADrivers) != 1 || p.GPUDRADrivers[0] != "accel.example.com" {
+				t.Errorf("unresolved_claims %q, gpu_device_classes %q, gpu_dra_drivers %q", p.UnresolvedClaims, p.GPUDeviceClasses, p.GPUDRADrivers)
+			}
+		}},
+		{name: "bad unresolved_claims", toml: `unresolved_claims = "refuse"`, wantErr: `config test.toml: key "unresolved_claims": got "refuse", want "gpu" or "ignore"`},
+		{name: "a device class with upper case", toml: `gpu_device_classes = ["GPU.example.com"]`, wantErr: `key "gpu_device_classes": "GPU.example.com" is not a DeviceClass name`},
+		{name: "an empty device class", toml: `gpu_device_classes = [""]`, wantErr: `key "gpu_device_classes"`},
+		{name: "a driver with a slash", toml: `gpu_dra_drivers = ["example.com/gpu"]`, wantErr: `key "gpu_dra_drivers": "example.com/gpu" is not a DRA driver name`},
+		{name: "a driver label ending in a dash", toml: `gpu_dra_drivers = ["gpu-.example.com"]`, wantErr: `key "gpu_dra_drivers"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

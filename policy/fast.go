@@ -75,6 +75,12 @@ func parseFast(data []byte, f *File) bool {
 			out.GPUResources, ok = tomlStrings(v)
 		case "gpu_runtime_classes":
 			out.GPURuntimeClasses, ok = tomlStrings(v)
+		case "gpu_device_classes":
+			out.GPUDeviceClasses, ok = tomlStrings(v)
+		case "gpu_dra_drivers":
+			out.GPUDRADrivers, ok = tomlStrings(v)
+		case "unresolved_claims":
+			out.UnresolvedClaims, ok = tomlString(v)
 		}
 		if !ok {
 			return false

@@ -36,6 +36,9 @@ engine_roots = [
 ]
 gpu_resources = []
 gpu_runtime_classes = ["nvidia"]
+gpu_device_classes = ["a100.example.com"]
+gpu_dra_drivers = ["gpu.example.com"]
+unresolved_claims = "ignore"
 `, true},
 	{"quoted key", `"match" = "all"`, true},
 	{"escapes", `log_file = "/tmp/a\tb\u00e9.log"`, true},

@@ -11,20 +11,15 @@ import (
 	"regexp"
 	"strings"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/gpurun/gpurun/kube"
 )
 
 // KubeOptions say which cluster and namespace doctor --pod reads, as
-// kubectl's flags of the same names do: the kubeconfig files of
-// $KUBECONFIG (else ~/.kube/config, else the pod's service account when
-// doctor runs in one), --kubeconfig instead, --context, -n.
-type KubeOptions struct {
-	Kubeconfig string
-	Context    string
-	// Namespace is -n; "" is the context's namespace, else "default".
-	Namespace string
-}
+// kubectl's flags of the same names do (kube.KubeconfigOptions: the
+// kubeconfig files of $KUBECONFIG, else ~/.kube/config, else the pod's
+// service account when doctor runs in one; --kubeconfig instead,
+// --context, -n).
+type KubeOptions = kube.KubeconfigOptions
 
 // KubeClient reads objects and logs from an API server with the
 // credentials a kubeconfig gives (client-go's: tokens, client
@@ -34,42 +29,23 @@ type KubeClient struct {
 	hc   *http.Client
 }
 
-// NewKubeClient loads the kubeconfig as kubectl does and returns a client
-// and the namespace -n or the context names.
+// NewKubeClient loads the kubeconfig as kubectl does (kube.FromKubeconfig)
+// and returns a client and the namespace -n or the context names.
 func NewKubeClient(o KubeOptions) (*KubeClient, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.Context}
-	overrides.Context.Namespace = o.Namespace
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
-	if clientcmd.IsEmptyConfig(err) {
-		return nil, "", errors.New("no kubeconfig: none at --kubeconfig, $KUBECONFIG or ~/.kube/config, and not in a pod with a service account")
+	if o.Timeout == 0 {
+		o.Timeout = apiTimeout
 	}
+	k, ns, err := kube.FromKubeconfig(o)
 	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+		return nil, "", err
 	}
-	ns, _, err := cc.Namespace()
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: namespace: %w", err)
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = apiTimeout
-	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
-	}
-	return NewKubeClientFor(cfg.Host, hc), ns, nil
+	return NewKubeClientFor(k.Base, k.Client), ns, nil
 }
 
 // NewKubeClientFor is a client of the API server at base (its URL) over
 // hc, which carries the credentials.
 func NewKubeClientFor(base string, hc *http.Client) *KubeClient {
-	if !strings.Contains(base, "://") {
-		base = "https://" + base
-	}
-	return &KubeClient{base: strings.TrimRight(base, "/"), hc: hc}
+	return &KubeClient{base: kube.BaseURL(base), hc: hc}
 }
 
 // maxObjectBytes bounds one answer of the API server.

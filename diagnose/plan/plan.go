@@ -7,11 +7,13 @@ package plan
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/gpurun/gpurun/internal/exitcode"
+	"github.com/gpurun/gpurun/kube"
 	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/oci"
@@ -21,9 +23,21 @@ import (
 
 // Options are gpurun plan's.
 type Options struct {
-	// SpecPath is a bundle's config.json; PodPath a Pod or workload, "-"
-	// for In. Exactly one is given.
+	// SpecPath is a bundle's config.json; PodPath a file or directory of
+	// Pods or workloads (every document of each file), "-" for In.
+	// Exactly one is given.
 	SpecPath, PodPath string
+	// Files are more files or directories (-f), "-" for In: the
+	// ResourceClaims, ResourceClaimTemplates and DeviceClasses the pods'
+	// claims name (and more pods).
+	Files []string
+	// FromCluster resolves the claims the files do not from the cluster
+	// Kube names (its kubeconfig, context and namespace: the namespace of
+	// a pod that names none).
+	FromCluster bool
+	Kube        kube.KubeconfigOptions
+	// Cluster, when set, stands for the cluster in tests.
+	Cluster podspec.Claims
 	// HostMemory is the host's memory as a size ("64g"); "" means this
 	// host's, from Facts.
 	HostMemory string
@@ -59,7 +73,10 @@ func Run(o Options) error {
 		}
 	}
 	if o.PodPath != "" {
-		return pod(o, pol, peak)
+		return planPods(o, pol, peak)
+	}
+	if len(o.Files) > 0 || o.FromCluster {
+		return exitcode.New(2, errors.New("plan: -f and --from-cluster resolve a pod's claims: they go with --pod"))
 	}
 	return spec(o, pol, peak)
 }
@@ -107,24 +124,82 @@ func spec(o Options, pol *policy.Policy, peak int64) error {
 	return err
 }
 
-// pod prints the webhook's decision for the pod at o.PodPath.
-func pod(o Options, pol *policy.Policy, peak int64) error {
-	var stdin []byte
-	if o.PodPath == "-" {
-		b, err := io.ReadAll(o.In)
-		if err != nil {
-			return exitcode.New(2, fmt.Errorf("plan: read standard input: %w", err))
-		}
-		stdin = b
-	}
-	p, err := podspec.LoadFile(o.PodPath, stdin)
+// planPods prints the webhook's decision for each pod of o.PodPath (and of
+// o.Files), their claims resolved from the objects of those files, and
+// from the cluster with o.FromCluster.
+func planPods(o Options, pol *policy.Policy, peak int64) error {
+	set, err := o.load()
 	if err != nil {
 		return exitcode.New(2, fmt.Errorf("plan: %w", err))
 	}
-	d, err := podspec.Decide(p, pol)
+	claims, namespace, err := o.claims(set)
 	if err != nil {
-		return exitcode.New(2, fmt.Errorf("plan: %s: %w", o.PodPath, err))
+		return exitcode.New(2, fmt.Errorf("plan: %w", err))
 	}
+	for i, src := range set.Pods {
+		p := src.Pod
+		if p.Namespace == "" && namespace != "" {
+			p = p.DeepCopy()
+			p.Namespace = namespace
+		}
+		d, err := podspec.DecideWith(p, pol, claims)
+		if err != nil {
+			return exitcode.New(2, fmt.Errorf("plan: %s: %w", src.From, err))
+		}
+		if i > 0 && !o.JSON {
+			fmt.Fprintln(o.Out)
+		}
+		if err := printPod(o, pol, peak, src.From, len(set.Pods) > 1, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// load reads o.PodPath and o.Files; standard input once, for whichever
+// names it.
+func (o Options) load() (*podspec.Set, error) {
+	set := &podspec.Set{Objects: podspec.Objects{Where: "in the files given (-f FILE, or --from-cluster)"}}
+	var stdin []byte
+	paths := append([]string{o.PodPath}, o.Files...)
+	for _, path := range paths {
+		if path == "-" && stdin == nil {
+			b, err := io.ReadAll(o.In)
+			if err != nil {
+				return nil, fmt.Errorf("read standard input: %w", err)
+			}
+			stdin = b
+		}
+		if err := set.LoadPath(path, stdin); err != nil {
+			return nil, err
+		}
+	}
+	return set, set.Check(paths)
+}
+
+// claims is what resolves the pods' claims: the objects of the files,
+// then with --from-cluster the cluster's; and the namespace of a pod that
+// names none (-n, else the context's with --from-cluster).
+func (o Options) claims(set *podspec.Set) (podspec.Claims, string, error) {
+	if !o.FromCluster {
+		return &set.Objects, o.Kube.Namespace, nil
+	}
+	set.Objects.Where = "in the files given"
+	cluster := o.Cluster
+	namespace := o.Kube.Namespace
+	if cluster == nil {
+		k, ns, err := kube.FromKubeconfig(o.Kube)
+		if err != nil {
+			return nil, "", fmt.Errorf("--from-cluster: %w", err)
+		}
+		cluster, namespace = kube.DRA{Kube: k}, ns
+	}
+	return podspec.FirstOf(&set.Objects, cluster), namespace, nil
+}
+
+// printPod prints one pod's decision, with the suggestion for a measured
+// peak; named says to name the pod (several were read).
+func printPod(o Options, pol *policy.Policy, peak int64, from string, named bool, d podspec.Decision) error {
 	var m *shmstats.Measured
 	if peak > 0 {
 		// Without an emptyDir the pod gets its runtime's /dev/shm: 64 MiB
@@ -138,19 +213,30 @@ func pod(o Options, pol *policy.Policy, peak int64) error {
 		}
 	}
 	if o.JSON {
+		type podJSON struct {
+			Pod string `json:"pod,omitempty"`
+			podspec.Decision
+		}
+		out := podJSON{Decision: d}
+		if named {
+			out.Pod = from
+		}
 		if m != nil {
 			return encode(o.Out, struct {
-				podspec.Decision
+				podJSON
 				Suggestion *shmstats.Suggestion `json:"suggestion"`
-			}{d, shmstats.SuggestFor(*m, pol)})
+			}{out, shmstats.SuggestFor(*m, pol)})
 		}
-		return encode(o.Out, d)
+		return encode(o.Out, out)
 	}
 	text := FormatDecision(d)
+	if named {
+		text = "pod:      " + from + "\n" + text
+	}
 	if m != nil {
 		text += FormatMeasured(*m, pol)
 	}
-	_, err = fmt.Fprint(o.Out, text)
+	_, err := fmt.Fprint(o.Out, text)
 	return err
 }
 

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/gpurun/gpurun/engine/criclient"
 	"github.com/gpurun/gpurun/engine/dockerapi"
 	"github.com/gpurun/gpurun/internal/exitcode"
+	"github.com/gpurun/gpurun/kube"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -27,6 +29,16 @@ type RunOptions struct {
 	Force bool
 	// DryRun says what would be resized, and changes nothing.
 	DryRun bool
+	// Pod says Container is a Kubernetes pod, [NAMESPACE/]NAME, whose
+	// Memory emptyDir at /dev/shm (gpurun webhook's) gets the new
+	// sizeLimit through the API server (KEP-6030), from the cluster Kube
+	// names; Wait bounds the wait for its kubelet to confirm the resize
+	// (0: no wait), read every Poll (0: a second). KubeClient, when set,
+	// stands for the cluster (tests).
+	Pod        bool
+	Kube       kube.KubeconfigOptions
+	Wait, Poll time.Duration
+	KubeClient *kube.Kube
 	// LoadPolicy loads gpurun's policy.
 	LoadPolicy func() (*policy.Policy, error)
 	// Getenv reads the environment (os.Getenv): DOCKER_HOST and the CRI
@@ -50,6 +62,9 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	if err := Check(size, pol, o.Force); err != nil {
 		return exitcode.New(2, err)
+	}
+	if o.Pod {
+		return runPod(ctx, o, size)
 	}
 	t, done, err := o.target(ctx)
 	if err != nil {

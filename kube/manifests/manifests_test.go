@@ -870,10 +870,23 @@ func (r *rendered) checkWebhook(t *testing.T, namespace string) {
 			t.Errorf("Role rule %+v: want secrets, create, or get/update of %q (--secret) only", rule, secret)
 		}
 	}
+	// Cluster-wide: get/patch of its own configuration, and read access
+	// (get, list, watch: its cache) to the DRA objects claims name.
+	dra := false
 	for _, rule := range crole.Rules {
+		if slices.Equal(rule.APIGroups, []string{"resource.k8s.io"}) {
+			dra = slices.Equal(rule.Resources, []string{"resourceclaims", "resourceclaimtemplates", "deviceclasses"}) && slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) && len(rule.ResourceNames) == 0
+			if !dra {
+				t.Errorf("ClusterRole rule %+v: want get, list and watch of resourceclaims, resourceclaimtemplates and deviceclasses only", rule)
+			}
+			continue
+		}
 		if !slices.Equal(rule.Resources, []string{"mutatingwebhookconfigurations"}) || !slices.Equal(rule.ResourceNames, []string{mwcName}) || slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "patch" }) {
 			t.Errorf("ClusterRole rule %+v: want get/patch of %q only", rule, mwcName)
 		}
+	}
+	if !dra {
+		t.Errorf("ClusterRole %s: no read access to resource.k8s.io's claims, templates and device classes: the webhook cannot resolve a pod's claims", crole.Name)
 	}
 }
 

@@ -64,12 +64,20 @@ type ContainerPlan struct {
 // pod's decision combines them the way the node modes do (each container
 // grows the pod's one tmpfs, never shrinking it): the largest size an
 // acting plan asks for. A pod that is hostIPC, or where a container mounts
-// its own /dev/shm, or that opts out, is left alone.
+// its own /dev/shm, or that opts out, is left alone. Nothing resolves the
+// pod's DRA resource claims (DecideWith resolves them).
 func Decide(pod *corev1.Pod, pol *policy.Policy) (Decision, error) {
+	return DecideWith(pod, pol, nil)
+}
+
+// DecideWith is Decide with the pod's DRA resource claims resolved
+// through claims (nil: none can be; the policy's unresolved_claims judges
+// them).
+func DecideWith(pod *corev1.Pod, pol *policy.Policy, claims Claims) (Decision, error) {
 	if pol == nil {
 		pol = policy.Default()
 	}
-	members, err := Translate(pod)
+	members, err := TranslateWith(pod, claims)
 	if err != nil {
 		return Decision{}, err
 	}

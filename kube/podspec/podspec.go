@@ -6,10 +6,11 @@
 // At the API server a pod's /dev/shm is what the runtime will give it: the
 // pod sandbox's 64 MiB tmpfs, unless the pod is hostIPC or a container
 // mounts a volume at /dev/shm. Its GPU signals are its containers'
-// extended resources, their literal environment, the pod's CDI annotations
-// and its RuntimeClass, handed to oci.Decide as they are (its table,
-// oci.Evidence, judges them). The memory a container may use is the pod's:
-// the pod-level limit where set,
+// extended resources, their DRA resource claims (resolved through Claims:
+// each claim's requests and their DeviceClasses), their literal
+// environment, the pod's CDI annotations and its RuntimeClass, handed to
+// oci.Decide as they are (its table, oci.Evidence, judges them). The
+// memory a container may use is the pod's: the pod-level limit where set,
 // else the sum of its containers' limits (or an init container's, if
 // larger) when every container has one; with none, the node is not known
 // yet, so the target is the policy's compose_default, as for a compose
@@ -88,12 +89,20 @@ func isSidecar(c corev1.Container) bool {
 
 // Translate returns the pod's containers in the intermediate form: init
 // containers first, then containers. Ephemeral containers are left out:
-// they are added later, never at a pod's creation.
+// they are added later, never at a pod's creation. Nothing resolves the
+// pod's DRA resource claims: each is handed over as unresolved
+// (TranslateWith resolves them).
 func Translate(pod *corev1.Pod) ([]Member, error) {
+	return TranslateWith(pod, nil)
+}
+
+// TranslateWith is Translate with the pod's DRA resource claims resolved
+// through claims (nil: none can be).
+func TranslateWith(pod *corev1.Pod, claims Claims) ([]Member, error) {
 	limit, _ := MemoryLimit(pod)
 	var out []Member
 	add := func(c corev1.Container, init bool) error {
-		m, err := translate(pod, c, limit)
+		m, err := translate(pod, c, limit, claims)
 		if err != nil {
 			kind := "container"
 			if init {
@@ -119,7 +128,7 @@ func Translate(pod *corev1.Pod) ([]Member, error) {
 }
 
 // translate builds one container's form.
-func translate(pod *corev1.Pod, c corev1.Container, limit int64) (Member, error) {
+func translate(pod *corev1.Pod, c corev1.Container, limit int64, claims Claims) (Member, error) {
 	m := Member{Name: c.Name}
 	var opts []oci.Opt
 	// The runtime sees the pod's annotations that matter here (the size
@@ -146,6 +155,7 @@ func translate(pod *corev1.Pod, c corev1.Container, limit int64) (Member, error)
 		}
 		opts = append(opts, oci.WithResource(fmt.Sprintf("resources.%s %s: %s", where, name, q.String()), name, q.Value()))
 	}
+	opts = append(opts, claimOpts(pod, c, claims)...)
 	if rc := pod.Spec.RuntimeClassName; rc != nil && *rc != "" {
 		opts = append(opts, oci.WithRuntime("runtimeClassName: "+*rc, *rc))
 	}

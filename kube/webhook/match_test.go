@@ -48,8 +48,12 @@ func evalCondition(t *testing.T, expr string, pod *corev1.Pod) bool {
 }
 
 // asksForGPU is the Go judgement the condition must agree with: any
-// container's or init container's limits name a GPU resource.
+// container's or init container's limits name a GPU resource, or the pod
+// names resource claims.
 func asksForGPU(ev oci.Evidence, pod *corev1.Pod) bool {
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return true
+	}
 	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for _, c := range cs {
 			for name := range c.Resources.Limits {
@@ -76,6 +80,14 @@ func TestGPURequestCondition(t *testing.T) {
 	pod := func(init []corev1.Container, cs ...corev1.Container) *corev1.Pod {
 		return &corev1.Pod{Spec: corev1.PodSpec{InitContainers: init, Containers: cs}}
 	}
+	claims := func(p *corev1.Pod, names ...string) *corev1.Pod {
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{}
+		for _, n := range names {
+			tmpl := n + "-template"
+			p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: n, ResourceClaimTemplateName: &tmpl})
+		}
+		return p
+	}
 	custom := oci.EvidenceOf(&policy.Policy{GPUResources: []string{"example.com/*", "acme.io/tpu", "nvidia.com/*"}})
 	tests := []struct {
 		name string
@@ -97,6 +109,13 @@ func TestGPURequestCondition(t *testing.T) {
 		{"a policy's exact name", custom, pod(nil, ctr("a", limits("acme.io/tpu", "1"))), true},
 		{"not the policy's exact name", custom, pod(nil, ctr("a", limits("acme.io/tpu-v2", "1"))), false},
 		{"no domains at all", oci.Evidence{}, pod(nil, ctr("a", limits("nvidia.com/gpu", "1"))), false},
+		{"a GPU DeviceClass's resource", oci.EvidenceOf(nil), pod(nil, ctr("a", limits("deviceclass.resource.kubernetes.io/gpu.intel.com", "1"))), true},
+		{"another DeviceClass's resource", oci.EvidenceOf(nil), pod(nil, ctr("a", limits("deviceclass.resource.kubernetes.io/dranet", "1"))), false},
+		{"Intel's DRA extended resource", oci.EvidenceOf(nil), pod(nil, ctr("a", limits("intel.com/gpu", "1"))), true},
+		{"Intel's QAT", oci.EvidenceOf(nil), pod(nil, ctr("a", limits("intel.com/qat", "1"))), false},
+		{"a resource claim", oci.EvidenceOf(nil), claims(pod(nil, ctr("a", limits("memory", "1Gi"))), "gpu"), true},
+		{"a resource claim, whatever the table", oci.Evidence{}, claims(pod(nil, ctr("a", corev1.ResourceRequirements{})), "nic"), true},
+		{"an empty list of claims", oci.EvidenceOf(nil), claims(pod(nil, ctr("a", limits("memory", "1Gi")))), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

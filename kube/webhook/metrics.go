@@ -69,6 +69,8 @@ type Metrics struct {
 	tlsReloads *prometheus.CounterVec
 	conns      prometheus.Counter
 	connsOpen  prometheus.Gauge
+	cacheObjs  *prometheus.GaugeVec
+	cacheSync  *prometheus.GaugeVec
 }
 
 // NewMetrics makes the metrics and their registry. cert, when not nil,
@@ -105,8 +107,16 @@ func NewMetrics(cert func() *tls.Certificate) *Metrics {
 			Name: MetricsPrefix + "connections_open",
 			Help: "Connections open on the review port now.",
 		}),
+		cacheObjs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricsPrefix + "claims_cache_objects",
+			Help: "Objects in the cache the webhook resolves pods' DRA resource claims from, by resource (resourceclaims, resourceclaimtemplates, deviceclasses).",
+		}, []string{"resource"}),
+		cacheSync: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricsPrefix + "claims_cache_synced",
+			Help: "1 while the claims cache of a resource is current (listed, and watched since), 0 while its list fails: claims it cannot resolve are judged by the policy's unresolved_claims.",
+		}, []string{"resource"}),
 	}
-	m.Registry.MustRegister(m.duration, m.reviews, m.inFlight, m.ready, m.tlsReloads, m.conns, m.connsOpen,
+	m.Registry.MustRegister(m.duration, m.reviews, m.inFlight, m.ready, m.tlsReloads, m.conns, m.connsOpen, m.cacheObjs, m.cacheSync,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cert != nil {
 		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -200,6 +210,19 @@ func (m *Metrics) ConnState(_ net.Conn, state http.ConnState) {
 	case http.StateClosed, http.StateHijacked:
 		m.connsOpen.Dec()
 	}
+}
+
+// claimsCache records a claims cache's state.
+func (m *Metrics) claimsCache(resource string, objects int, synced bool) {
+	if m == nil {
+		return
+	}
+	m.cacheObjs.WithLabelValues(resource).Set(float64(objects))
+	v := 0.0
+	if synced {
+		v = 1
+	}
+	m.cacheSync.WithLabelValues(resource).Set(v)
 }
 
 // Handler serves the registry in Prometheus' text format.

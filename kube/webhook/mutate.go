@@ -45,8 +45,16 @@ type Mutation struct {
 // Mutate decides a pod and returns the patch that carries the decision
 // out. A pod that already has the webhook's volume is left as it is
 // (re-admission changes nothing); a pod without GPU evidence too, with no
-// annotation; a GPU pod left alone gets the annotation saying why.
+// annotation; a GPU pod left alone gets the annotation saying why. Nothing
+// resolves the pod's DRA resource claims (MutateWith does).
 func Mutate(pod *corev1.Pod, pol *policy.Policy) (Mutation, error) {
+	return MutateWith(pod, pol, nil)
+}
+
+// MutateWith is Mutate with the pod's DRA resource claims resolved
+// through claims (nil: none can be; the policy's unresolved_claims judges
+// them).
+func MutateWith(pod *corev1.Pod, pol *policy.Policy, claims podspec.Claims) (Mutation, error) {
 	var m Mutation
 	for _, v := range pod.Spec.Volumes {
 		if v.Name == VolumeName {
@@ -54,7 +62,7 @@ func Mutate(pod *corev1.Pod, pol *policy.Policy) (Mutation, error) {
 			return m, nil
 		}
 	}
-	d, err := podspec.Decide(pod, pol)
+	d, err := podspec.DecideWith(pod, pol, claims)
 	if err != nil {
 		return m, err
 	}
@@ -115,7 +123,17 @@ func escape(s string) string {
 // Review answers an AdmissionReview: Pods on CREATE are mutated; anything
 // else, or a pod that cannot be read, is allowed unchanged (with a warning
 // for the latter). It returns the response review and the mutation made.
+// An UPDATE — of the pod, or of its resize subresource, where the kubelet
+// or a user changes a Memory emptyDir's sizeLimit in place (KEP-6030) — is
+// never changed: the webhook decides a pod once, at its creation. Nothing
+// resolves a pod's DRA resource claims (ReviewWith does).
 func Review(req *admissionv1.AdmissionReview, pol *policy.Policy) (*admissionv1.AdmissionReview, Mutation) {
+	return ReviewWith(req, pol, nil)
+}
+
+// ReviewWith is Review with pods' DRA resource claims resolved through
+// claims (nil: none can be).
+func ReviewWith(req *admissionv1.AdmissionReview, pol *policy.Policy, claims podspec.Claims) (*admissionv1.AdmissionReview, Mutation) {
 	out := &admissionv1.AdmissionReview{TypeMeta: req.TypeMeta}
 	if out.APIVersion == "" {
 		out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
@@ -137,7 +155,12 @@ func Review(req *admissionv1.AdmissionReview, pol *policy.Policy) (*admissionv1.
 		resp.Warnings = []string{"gpurun: /dev/shm left as it is: " + m.Skipped}
 		return out, m
 	}
-	m, err := Mutate(&pod, pol)
+	if pod.Namespace == "" {
+		// A pod's object may leave its namespace out; the request names
+		// it, and its claims are in it.
+		pod.Namespace = r.Namespace
+	}
+	m, err := MutateWith(&pod, pol, claims)
 	if err != nil {
 		m.Skipped = err.Error()
 		resp.Warnings = []string{"gpurun: /dev/shm left as it is: " + err.Error()}

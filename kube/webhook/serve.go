@@ -17,6 +17,7 @@ import (
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/internal/version"
 	"github.com/gpurun/gpurun/kube"
+	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -50,6 +51,11 @@ type ServeOptions struct {
 	// RequestTimeout bounds reading a request and writing its answer (0:
 	// DefaultRequestTimeout).
 	RequestTimeout time.Duration
+	// ResolveClaims keeps a cache of the cluster's ResourceClaims,
+	// ResourceClaimTemplates and DeviceClasses (ClaimCache, with the pod's
+	// service account) to resolve pods' DRA resource claims; without it,
+	// every claim is judged by the policy's unresolved_claims.
+	ResolveClaims bool
 	// DryRun is gpurun's --dry-run, which the webhook refuses; Verbose
 	// logs at debug level.
 	DryRun, Verbose bool
@@ -105,6 +111,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	cert = current
 	h := &Handler{Policy: func() *policy.Policy { return pol }, Logger: log, Metrics: metrics,
 		MaxBody: o.MaxRequestBytes, Certificate: current}
+	if h.Claims, err = o.claims(keepCtx, log, metrics); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return exitcode.New(2, fmt.Errorf("webhook: %w", err))
@@ -150,7 +159,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	_ = h.Ready() // the ready gauge, from the start
 	log.Info("gpurun webhook serving", "version", version.String(), "listen", ln.Addr().String(), "metrics", metricsAddr,
-		"policy", source, "self_signed", o.SelfSigned, "shutdown_delay", o.ShutdownDelay.String())
+		"policy", source, "self_signed", o.SelfSigned, "resolve_claims", o.ResolveClaims, "shutdown_delay", o.ShutdownDelay.String())
 	select {
 	case err := <-errc:
 		return fmt.Errorf("webhook: %w", err)
@@ -190,6 +199,22 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	log.Info("gpurun webhook stopped", "drained_for", time.Since(began).Round(time.Millisecond).String(), "reviews_while_draining", h.drained.Load())
 	return nil
+}
+
+// claims starts the claims cache (ClaimCache, until ctx ends) where
+// ResolveClaims asks for it, with the pod's service account; nil where it
+// does not.
+func (o ServeOptions) claims(ctx context.Context, log *slog.Logger, m *Metrics) (podspec.Claims, error) {
+	if !o.ResolveClaims {
+		return nil, nil
+	}
+	k, err := kube.InCluster()
+	if err != nil {
+		return nil, exitcode.New(2, fmt.Errorf("webhook: --resolve-claims reads the cluster's claims with the pod's service account: %w", err))
+	}
+	cache := NewClaimCache(k, log, m)
+	go cache.Run(ctx)
+	return cache, nil
 }
 
 // check refuses options that do not go together.

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -45,6 +46,11 @@ type Handler struct {
 	Certificate func() *tls.Certificate
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Claims, when set, resolves pods' DRA resource claims (a
+	// ClaimCache); without, every claim is judged by the policy's
+	// unresolved_claims. Where it has a Ready method the webhook is ready
+	// only once that says nil.
+	Claims podspec.Claims
 
 	draining atomic.Bool
 	drained  atomic.Int64 // reviews answered while draining
@@ -101,6 +107,11 @@ func (h *Handler) ready() error {
 	}
 	if h.Policy == nil || h.Policy() == nil {
 		return errors.New("no policy loaded")
+	}
+	if r, ok := h.Claims.(interface{ Ready() error }); ok {
+		if err := r.Ready(); err != nil {
+			return err
+		}
 	}
 	if h.Certificate != nil {
 		leaf := leafOf(h.Certificate())
@@ -209,7 +220,7 @@ func (h *Handler) answer(body []byte) (answered, int, error) {
 	if review.Request == nil {
 		return answered{}, http.StatusBadRequest, errors.New("the AdmissionReview has no request")
 	}
-	out, m := Review(&review, h.Policy())
+	out, m := ReviewWith(&review, h.Policy(), h.Claims)
 	return answered{req: review.Request, out: out, m: m}, http.StatusOK, nil
 }
 

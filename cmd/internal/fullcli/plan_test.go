@@ -1,7 +1,12 @@
 package fullcli
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -155,5 +160,83 @@ func TestPlanMeasuredPeak(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// kubeconfigFor writes a kubeconfig of the API server at url (its CA in
+// PEM), with the token s3cret and the namespace ml, and returns its path.
+func kubeconfigFor(t *testing.T, url string, caPEM []byte) string {
+	t.Helper()
+	kc := filepath.Join(t.TempDir(), "config")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: %q, certificate-authority-data: %s}}]
+users: [{name: reader, user: {token: s3cret}}]
+contexts: [{name: ml, context: {cluster: test, user: reader, namespace: ml}}]
+current-context: ml
+`, url, base64.StdEncoding.EncodeToString(caPEM))
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// TestPlanPodClaims: -f and --from-cluster reach plan: a pod whose GPU is
+// a claim, its template in another file (-f, repeatable, a directory), or
+// in the cluster that --kubeconfig names (with its token, in the
+// context's namespace).
+func TestPlanPodClaims(t *testing.T) {
+	t.Setenv("GPURUN_CONFIG", "")
+	dra := filepath.Join("..", "..", "..", "kube", "podspec", "testdata", "dra")
+	pod := filepath.Join(dra, "nvidia-fm-partition", "pod.yaml")
+	templates := filepath.Join(dra, "nvidia-fm-partition", "resourceClaimTemplates.yaml")
+	var gets []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			http.Error(w, `{"kind":"Status","code":401,"message":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		gets = append(gets, r.URL.Path)
+		if r.URL.Path != "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates/fm-partition-2gpu" {
+			http.Error(w, `{"kind":"Status","code":404,"message":"not found"}`, http.StatusNotFound)
+			return
+		}
+		fmt.Fprint(w, `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{"namespace":"ml","name":"fm-partition-2gpu"},
+			"spec":{"spec":{"devices":{"requests":[{"name":"gpus","exactly":{"deviceClassName":"gpu.nvidia.com","count":8}}]}}}}`)
+	}))
+	defer srv.Close()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	kc := kubeconfigFor(t, srv.URL, caPEM)
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"the template in another file", []string{"--pod", pod, "-f", templates}, []string{"request gpus: 2 of device class vfio.gpu.nvidia.com"}},
+		{"the template in a directory", []string{"--pod", pod, "--filename", filepath.Join(dra, "nvidia-fm-partition")}, []string{"request gpus: 2 of device class vfio.gpu.nvidia.com"}},
+		{"no template", []string{"--pod", pod}, []string{`warning:  container ctr: resources.claims gpus (resourceClaimTemplateName: fm-partition-2gpu) could not be read (ResourceClaimTemplate fm-partition-2gpu not found in the files given (-f FILE, or --from-cluster)): counted as a GPU`}},
+		{"the template in the cluster", []string{"--pod", pod, "--from-cluster", "--kubeconfig", kc}, []string{"request gpus: 8 of device class gpu.nvidia.com"}},
+		{"-f before the cluster", []string{"--pod", pod, "-f", templates, "--from-cluster", "--kubeconfig", kc}, []string{"request gpus: 2 of device class vfio.gpu.nvidia.com"}},
+		{"another namespace, -n", []string{"--pod", pod, "--from-cluster", "--kubeconfig", kc, "-n", "other"}, []string{"ResourceClaimTemplate other/fm-partition-2gpu not found in the cluster"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := execute(t, append([]string{"plan"}, tc.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("output lacks %q:\n%s", w, stdout)
+				}
+			}
+		})
+	}
+	if !slices.Contains(gets, "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaimtemplates/fm-partition-2gpu") {
+		t.Errorf("the cluster was asked %q", gets)
+	}
+	_, stderr, code := execute(t, "plan", "--spec", "config.json", "-f", templates)
+	if code != 2 || !strings.Contains(stderr, "they go with --pod") {
+		t.Errorf("-f with --spec: exit %d, %s", code, stderr)
 	}
 }

@@ -19,7 +19,19 @@ container — the containers share the one tmpfs — and the annotation
 ` + webhook.DecisionAnnotation + ` with the decision and why. The annotation
 ` + policy.OptOutAnnotation + `: "true" leaves a pod alone; an allowed size
 annotation (gpurun.io/shm-size) asks for a size, capped by max. A pod is
-never denied: one the webhook cannot read is admitted as it is.
+never denied: one the webhook cannot read is admitted as it is. It acts on
+CREATE only: a sizeLimit changed later (by a user, or in place through
+the pod's resize subresource, KEP-6030) is never undone.
+
+DRA: a pod's resource claims (spec.resourceClaims, used by its containers'
+resources.claims) are resolved from a cache of the cluster's
+ResourceClaims, ResourceClaimTemplates and DeviceClasses, listed and
+watched with the pod's service account (--resolve-claims; read access in
+the manifests): a claim for a device of a GPU DeviceClass (the policy's
+gpu_device_classes and gpu_dra_drivers add more) makes its containers GPU
+containers. A claim whose object is not there yet (kubectl apply of a
+directory creates in any order) is judged by the policy's
+unresolved_claims, with a warning in kubectl's output.
 
 TLS: --tls-cert-file and --tls-key-file (cert-manager's Secret, mounted;
 re-read when it changes), or --self-signed: the webhook keeps its own CA
@@ -74,5 +86,6 @@ func newWebhookCmd(g *cli.Globals) *cobra.Command {
 	fl.StringVar(&o.Secret, "secret", "gpurun-webhook-tls", "the Secret holding the webhook's CA and serving pair (--self-signed)")
 	fl.StringVar(&o.WebhookConfig, "webhook-config", "gpurun", "the MutatingWebhookConfiguration whose caBundle gets the CA (--self-signed)")
 	fl.DurationVar(&o.RenewEvery, "renew-every", time.Minute, "how often --self-signed checks the certificate and the caBundle")
+	fl.BoolVar(&o.ResolveClaims, "resolve-claims", true, "resolve pods' DRA resource claims from a cache of the cluster's ResourceClaims, ResourceClaimTemplates and DeviceClasses (list and watch, with the pod's service account); false: the policy's unresolved_claims judges every claim")
 	return cmd
 }

@@ -100,17 +100,33 @@ seconds, the schema says), the 10 s it waits for reviews in flight, and
 
 {{/*
 The webhook's matchConditions expression: a container or init container
-with a GPU in its limits. Generated from gpurun's table of GPU evidence
-(kube/webhook.GPURequestCondition; a test keeps the two equal).
+with a GPU in its limits (an extended resource of a GPU vendor's, or of a
+GPU DeviceClass), or a pod that names DRA resource claims. Generated from
+gpurun's table of GPU evidence (kube/webhook.GPURequestCondition; a test
+keeps the two equal).
 */}}
 {{- define "gpurun.gpuRequestCondition" -}}
-object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits)
-&& c.resources.limits.exists(r, r.startsWith("nvidia.com/") || r.startsWith("amd.com/")
-|| r.startsWith("gpu.intel.com/") || r.startsWith("habana.ai/")))
-|| (has(object.spec.initContainers) && object.spec.initContainers.exists(c,
-has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r,
-r.startsWith("nvidia.com/") || r.startsWith("amd.com/") || r.startsWith("gpu.intel.com/")
-|| r.startsWith("habana.ai/"))))
+object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
+c.resources.limits.exists(r, r.startsWith("nvidia.com/") || r.startsWith("amd.com/") ||
+r.startsWith("gpu.intel.com/") || r.startsWith("habana.ai/") || r in ["intel.com/gpu",
+"intel.com/gaudi", "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+"deviceclass.resource.kubernetes.io/mig.nvidia.com",
+"deviceclass.resource.kubernetes.io/vfio.gpu.nvidia.com",
+"deviceclass.resource.kubernetes.io/gpu.amd.com",
+"deviceclass.resource.kubernetes.io/gpu.intel.com",
+"deviceclass.resource.kubernetes.io/gpu-vfio.intel.com",
+"deviceclass.resource.kubernetes.io/gaudi.intel.com"])) || (has(object.spec.initContainers) &&
+object.spec.initContainers.exists(c, has(c.resources) && has(c.resources.limits) &&
+c.resources.limits.exists(r, r.startsWith("nvidia.com/") || r.startsWith("amd.com/") ||
+r.startsWith("gpu.intel.com/") || r.startsWith("habana.ai/") || r in ["intel.com/gpu",
+"intel.com/gaudi", "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+"deviceclass.resource.kubernetes.io/mig.nvidia.com",
+"deviceclass.resource.kubernetes.io/vfio.gpu.nvidia.com",
+"deviceclass.resource.kubernetes.io/gpu.amd.com",
+"deviceclass.resource.kubernetes.io/gpu.intel.com",
+"deviceclass.resource.kubernetes.io/gpu-vfio.intel.com",
+"deviceclass.resource.kubernetes.io/gaudi.intel.com"]))) || (has(object.spec.resourceClaims) &&
+size(object.spec.resourceClaims) > 0)
 {{- end }}
 
 {{/*
