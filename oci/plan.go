@@ -133,7 +133,7 @@ func decide(in Input) Plan {
 		return d.leave("shares the host's /dev/shm (host IPC); the host's /dev/shm is never resized")
 	}
 	if !pl.Applies {
-		return d.leave("no GPU evidence (requests, env, devices, CDI, hooks); policy match is %q", p.Match)
+		return d.leave("no GPU evidence (requests, env, devices, CDI, hooks, DRA claims); policy match is %q", p.Match)
 	}
 	switch pl.Shm.Kind {
 	case ShmUser:

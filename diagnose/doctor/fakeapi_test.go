@@ -53,6 +53,9 @@ func resources() map[string][2]string {
 		"ReplicaSet": {"apps", "replicasets"}, "StatefulSet": {"apps", "statefulsets"}, "Job": {"batch", "jobs"},
 		"CronJob":                      {"batch", "cronjobs"},
 		"MutatingWebhookConfiguration": {"admissionregistration.k8s.io", "mutatingwebhookconfigurations"},
+		"ResourceClaim":                {"resource.k8s.io", "resourceclaims"},
+		"ResourceClaimTemplate":        {"resource.k8s.io", "resourceclaimtemplates"},
+		"DeviceClass":                  {"resource.k8s.io", "deviceclasses"},
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 // policy decides for it, and what it got.
 type podDiag struct {
 	f *podFacts
-	// d is podspec.Decide's decision for the pod as created (the
-	// webhook's change undone); dErr why there is none.
+	// d is the decision for the pod as created (podFacts.decision);
+	// dErr why there is none.
 	d    podspec.Decision
 	dErr error
 	// memLimit is the pod's memory limit (0: none).
@@ -41,7 +41,7 @@ func podChecks(f *podFacts) []Check {
 	}
 	p := &podDiag{f: f}
 	p.memLimit, _ = podspec.MemoryLimit(f.pod)
-	p.d, p.dErr = podspec.Decide(asCreated(f.pod), f.pol)
+	p.d, p.dErr = f.decision, f.decisionErr
 	p.shm = shmSourceOf(f)
 	p.target = podTarget(f)
 	if p.shm.door == doorUser {
@@ -140,7 +140,8 @@ func asCreated(pod *corev1.Pod) *corev1.Pod {
 }
 
 // decisionCheck says what gpurun decides for the pod as created, as the
-// webhook decides (podspec.Decide), with the warnings the webhook gives.
+// webhook decides (podspec.DecideWith, its claims read), with the
+// warnings the webhook gives.
 func (p *podDiag) decisionCheck() Check {
 	c := Check{Name: "decision", Status: OK}
 	if p.dErr != nil {

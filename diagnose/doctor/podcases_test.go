@@ -3,6 +3,7 @@ package doctor
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -100,6 +101,12 @@ func recordedCases() []podCase {
 
 // notSizedEvent is a ShmNotSized Event on pod early, as gpurun's node
 // agent posts one (observe/events).
+// claimTemplate is a ResourceClaimTemplate of one device of a class
+// (%s).
+const claimTemplate = `{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+  "metadata": {"name": "one-gpu", "namespace": "doctor-batch"},
+  "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": %q, "allocationMode": "ExactCount", "count": 1}}]}}}}`
+
 const notSizedEvent = `{"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "ShmNotSized", "count": 1,
   "metadata": {"name": "early.shmnotsized", "namespace": "doctor-train"},
   "involvedObject": {"kind": "Pod", "namespace": "doctor-train", "name": "early", "uid": "%s"},
@@ -126,7 +133,39 @@ func uidOf(t *testing.T, f *fakeAPI, kind, name string) string {
 // not make: each of the node side's and the webhook's other answers, and
 // what cannot be read.
 func variantCases() []podCase {
-	return append(nodeVariants(), webhookVariants()...)
+	return slices.Concat(nodeVariants(), webhookVariants(), claimVariants())
+}
+
+// claimVariants are pods whose GPU is a DRA claim, from webhook-left-out:
+// the decision reads the claim's template as the webhook does.
+func claimVariants() []podCase {
+	return []podCase{
+		{name: "a GPU from a DRA claim", dir: "webhook-left-out", exit: 1, edit: claimedGPU("gpu.nvidia.com"),
+			checks: map[string]Status{"decision": OK, "shm.door": Problem},
+			detail: map[string]string{"decision": "gpurun gives this pod a /dev/shm of 1GiB: container trainer: GPU container (resources.claims gpu (resourceClaimTemplateName: one-gpu): request gpu: 1 of device class gpu.nvidia.com)",
+				"shm.door": "the policy gives this GPU pod 1GiB"}},
+		{name: "a DRA claim of another device", dir: "webhook-left-out", exit: 0, edit: claimedGPU("nic.example.com"),
+			checks: map[string]Status{"decision": OK, "shm.door": OK},
+			detail: map[string]string{"decision": "not a GPU pod"}},
+		{name: "a DRA claim the doctor may not read", dir: "webhook-left-out", exit: 1, edit: claimedGPU("gpu.nvidia.com"),
+			forbid: []string{"get resourceclaimtemplates.resource.k8s.io doctor-batch"},
+			checks: map[string]Status{"decision": Warn, "shm.door": Problem},
+			detail: map[string]string{"decision": "needs get on resourceclaimtemplates.resource.k8s.io (kubectl auth can-i get resourceclaimtemplates.resource.k8s.io -n doctor-batch)"}},
+	}
+}
+
+// claimedGPU takes the recorded pod's GPU variable away and gives it a
+// claim of a ResourceClaimTemplate one-gpu of the class instead.
+func claimedGPU(class string) func(t *testing.T, f *fakeAPI) {
+	return func(t *testing.T, f *fakeAPI) {
+		f.edit(t, "Pod", named("unsized"), func(m map[string]any) {
+			c := field(m, "spec", "containers").([]any)[0].(map[string]any)
+			delete(c, "env")
+			set(c, []any{map[string]any{"name": "gpu"}}, "resources", "claims")
+			set(m, []any{map[string]any{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}}, "spec", "resourceClaims")
+		})
+		f.add(t, sprintf(claimTemplate, class))
+	}
 }
 
 // nodeVariants are the node side's answers, from agent-not-ready.

@@ -12,6 +12,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpurun/gpurun/kube"
+	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -57,6 +59,11 @@ type podFacts struct {
 	ns              *corev1.Namespace
 	nsErr           error
 	pol             *policy.Policy
+	// decision is podspec.DecideWith's for the pod as created (the
+	// webhook's change undone), its DRA claims read from the API as the
+	// webhook reads them; decisionErr why there is none.
+	decision    podspec.Decision
+	decisionErr error
 	// policyFrom names where pol came from; policyErr why the cluster's
 	// could not be used.
 	policyFrom string
@@ -161,8 +168,21 @@ func (r podReader) gatherPod(ctx context.Context, f *podFacts, pod *corev1.Pod) 
 		f.ns = &nsObj
 	}
 	f.pol, f.policyFrom, f.policyErr = r.policy(ctx)
+	f.decision, f.decisionErr = podspec.DecideWith(asCreated(pod), f.pol, r.claims(ctx, pod))
 	f.agent = r.agent(ctx, pod.Spec.NodeName)
 	f.webhook = r.webhook(ctx)
+}
+
+// claims reads the DRA objects a pod's resource claims name (nil for a
+// pod without claims): the webhook counts a claim of a GPU class as a
+// GPU, and so does the decision doctor shows. A claim the API does not
+// give is judged as the policy's unresolved_claims says, its reason (the
+// permission it needs) among the decision's warnings.
+func (r podReader) claims(ctx context.Context, pod *corev1.Pod) podspec.Claims {
+	if len(pod.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	return kube.DRA{Kube: &kube.Kube{Base: r.k.base, Client: r.k.hc}, Context: ctx, Timeout: apiTimeout}
 }
 
 // events lists the Events of a namespace that a field selector picks.
