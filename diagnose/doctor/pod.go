@@ -125,7 +125,7 @@ func asCreated(pod *corev1.Pod) *corev1.Pod {
 		return out
 	}
 	delete(out.Annotations, webhook.DecisionAnnotation)
-	if strings.HasPrefix(decision, string(podspec.ActionHostIPC)) {
+	if webhook.DecisionAction(decision) == podspec.ActionHostIPC {
 		out.Spec.HostIPC = false
 	}
 	out.Spec.Volumes = slices.DeleteFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == webhook.VolumeName })

@@ -3,8 +3,8 @@ package doctor
 import (
 	"context"
 	"fmt"
-	"strings"
 
+	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/kube/webhook"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -48,7 +48,7 @@ func webhookCheck(ctx context.Context, sys *System, sub subject, pl oci.Plan, lo
 		c.Detail = fmt.Sprintf("%s; the pod's annotations cannot be read from here (%v): if %s says nothing, %s", head, err, howTo, causes)
 	case ok:
 		c.Detail = fmt.Sprintf("%s; it saw pod %s/%s and decided %q", head, ns, name, d)
-		if strings.HasPrefix(d, "emptydir") {
+		if webhook.DecisionAction(d) == podspec.ActionEmptyDir {
 			c.Status = Problem
 			c.Detail = fmt.Sprintf("pod %s/%s: the webhook decided %q, but /dev/shm is the runtime's 64 MiB: another webhook or controller removed the volume or its mount at /dev/shm", ns, name, d)
 		}

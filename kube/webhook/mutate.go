@@ -98,6 +98,19 @@ func DecisionText(d podspec.Decision) string {
 	return head + ": " + d.Reason
 }
 
+// DecisionAction reads the action back from an annotation DecisionText
+// wrote ("emptydir 1Gi: …" is ActionEmptyDir), "" for a text that starts
+// with no action.
+func DecisionAction(text string) podspec.Action {
+	head, _, _ := strings.Cut(text, ":")
+	word, _, _ := strings.Cut(head, " ")
+	switch a := podspec.Action(word); a {
+	case podspec.ActionEmptyDir, podspec.ActionHostIPC, podspec.ActionNone:
+		return a
+	}
+	return ""
+}
+
 // appendTo adds value to the list at path, which has n elements: the list
 // itself when it is empty (it may be absent), else its end.
 func appendTo(path string, n int, value any) Patch {

@@ -298,3 +298,24 @@ func TestHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestDecisionAction: the action read back from the annotation's text, as
+// DecisionText writes it and as a hand or an older webhook may have.
+func TestDecisionAction(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want podspec.Action
+	}{
+		{DecisionText(podspec.Decision{Action: podspec.ActionEmptyDir, Size: 1 << 30, Reason: "container trainer: GPU container"}), podspec.ActionEmptyDir},
+		{DecisionText(podspec.Decision{Action: podspec.ActionHostIPC, Reason: "mode ipc-host"}), podspec.ActionHostIPC},
+		{DecisionText(podspec.Decision{Action: podspec.ActionNone, Reason: "not a GPU pod"}), podspec.ActionNone},
+		{"emptydir: no size", podspec.ActionEmptyDir},
+		{"emptydirs 1Gi: a typo", ""},
+		{"", ""},
+		{"sized by hand", ""},
+	} {
+		if got := DecisionAction(tc.text); got != tc.want {
+			t.Errorf("DecisionAction(%q) = %q, want %q", tc.text, got, tc.want)
+		}
+	}
+}
