@@ -32,51 +32,65 @@ type service struct {
 	ipc       string // the ipc mode as written
 }
 
-// translate turns a service's merged model into the one form through the
-// Opts every front door uses:
+// translate turns a service's merged model into the docker door's settings
+// (translate.Settings, which lays them out as dockerd does):
 //
 //   - deploy.resources.reservations.devices and gpus: device requests in
-//     the file's words (oci.WithDeviceRequest), judged by oci.Decide;
-//   - runtime: the runtime handler (oci.WithRuntime), judged by oci.Decide;
-//   - environment and env_file: the process env (oci.WithEnv);
-//   - devices: by their path in the container, CDI names too
-//     (oci.WithDevices);
-//   - deploy.resources.limits.memory, else mem_limit: oci.WithMemoryLimit;
+//     the file's words, judged by oci.Decide;
+//   - runtime: the runtime handler, judged by oci.Decide;
+//   - environment and env_file: the process env;
+//   - devices: by their path in the container, CDI names too;
+//   - deploy.resources.limits.memory, else mem_limit: the memory limit;
 //   - ipc and shm_size: /dev/shm as dockerd lays it out (translate.IPC),
 //     shm_size being the user's choice; ipc: service:x and container:x
 //     join a namespace whose /dev/shm is not known to the file;
-//   - volumes and tmpfs at /dev/shm: oci.WithUserShm;
-//   - privileged: oci.WithPrivileged.
+//   - volumes and tmpfs at /dev/shm: the user's own mount, which wins;
+//   - privileged.
 //
 // An error means docker would refuse the service too (an IPC mode it does
 // not know, a device that is neither a path nor a CDI name).
 func (p *project) translate(svc map[string]any) (service, error) {
 	var s service
-	var opts []oci.Opt
-
+	set := translate.Settings{Shm: translate.Shm{Size: policy.EngineDefaultShm}}
 	for _, d := range list(dig(svc, "deploy", "resources", "reservations", "devices")) {
 		if dev, _ := d.(map[string]any); dev != nil {
-			opts = append(opts, deployDevice(dev))
+			set.Requests = append(set.Requests, deployDevice(dev))
 		}
 	}
-	opts = append(opts, gpus(svc["gpus"])...)
+	set.Requests = append(set.Requests, gpus(svc["gpus"])...)
 	if rt := str(svc["runtime"]); rt != "" {
-		opts = append(opts, oci.WithRuntime("runtime: "+rt, rt))
+		set.Runtime, set.RuntimeWords = rt, "runtime: "+rt
 	}
-
 	env := p.serviceEnv(svc)
-	kv := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		kv = append(kv, k+"="+env[k])
+		set.Env = append(set.Env, k+"="+env[k])
 	}
-	opts = append(opts, oci.WithEnv(kv...))
-
 	for _, d := range list(svc["devices"]) {
 		if target := deviceTarget(d); target != "" {
-			opts = append(opts, oci.WithDevices(target))
+			set.Devices = append(set.Devices, target)
 		}
 	}
+	if v, ok := svc["privileged"]; ok {
+		if on, err := strconv.ParseBool(str(v)); err == nil && on {
+			set.Privileged = "privileged: true"
+		}
+	}
+	set.Memory, s.memWhat, s.memNote = memoryLimit(svc)
+	s.shmSet, s.shmRaw, s.shmUnread, s.ipc = shmSettings(svc, &set)
+	if words, m, ok := userShm(svc); ok {
+		set.UserShm = &translate.UserShm{Words: words, Mount: m}
+	}
+	c, err := set.Container()
+	if err != nil {
+		return s, err
+	}
+	s.c = c
+	return s, nil
+}
 
+// memoryLimit is a service's memory limit: deploy.resources.limits.memory,
+// else mem_limit; which key gave it, and a note for one that is not a size.
+func memoryLimit(svc map[string]any) (n int64, what, note string) {
 	for _, src := range []struct {
 		what string
 		v    any
@@ -89,58 +103,43 @@ func (p *project) translate(svc map[string]any) (service, error) {
 		}
 		n, err := bytesOf(src.v)
 		if err != nil || n <= 0 {
-			s.memNote = fmt.Sprintf("%s %q is not a size", src.what, str(src.v))
+			note = fmt.Sprintf("%s %q is not a size", src.what, str(src.v))
 			continue
 		}
-		opts = append(opts, oci.WithMemoryLimit(n))
-		s.memWhat = src.what
-		break
+		return n, src.what, note
 	}
+	return 0, "", note
+}
 
-	// /dev/shm: what the IPC mode gives, sized by shm_size; then a mount
-	// of the user's own there, which wins as in dockerd.
-	shm := translate.Shm{Size: policy.EngineDefaultShm}
+// shmSettings sets /dev/shm as the IPC mode gives it, sized by shm_size
+// (the user's choice); ipc: service:x joins that service's container,
+// whose /dev/shm a compose file cannot know (oci.WithJoinedIPC). It
+// returns whether shm_size is set, its value as written, whether that is
+// not a size known here (an unset variable, say), and the ipc mode as
+// written.
+func shmSettings(svc map[string]any, set *translate.Settings) (shmSet bool, raw string, unread bool, ipc string) {
 	if v, ok := svc[ShmKey]; ok && v != nil {
-		s.shmSet, s.shmRaw = true, str(v)
-		shm.Choice = "shm_size: " + s.shmRaw
+		shmSet, raw = true, str(v)
+		set.Shm.Choice = "shm_size: " + raw
 		if n, err := bytesOf(v); err == nil && n > 0 {
-			shm.Size = n
+			set.Shm.Size = n
 		} else {
-			// Chosen, but not known here: the report keeps it unchecked.
-			s.shmUnread = true
+			unread = true // chosen, but not known here: the report keeps it unchecked
 		}
 	}
-	s.ipc = str(svc["ipc"])
-	mode := s.ipc
-	if from, ok := strings.CutPrefix(s.ipc, "service:"); ok {
-		mode = "container:" + from // compose joins that service's container
+	ipc = str(svc["ipc"])
+	set.IPC = ipc
+	if from, ok := strings.CutPrefix(ipc, "service:"); ok {
+		set.IPC = "container:" + from // compose joins that service's container
 	}
-	// The donor's container, and so where its /dev/shm lies, is not known
-	// to a compose file: the namespace is joined (oci.WithJoinedIPC).
-	shm.IPCWords = "ipc: " + s.ipc
-	opts = append(opts, translate.IPC(mode, shm))
-	if words, m, ok := userShm(svc); ok {
-		opts = append(opts, oci.WithUserShm(words, m))
-	}
-
-	if v, ok := svc["privileged"]; ok {
-		if on, err := strconv.ParseBool(str(v)); err == nil && on {
-			opts = append(opts, oci.WithPrivileged("privileged: true"))
-		}
-	}
-
-	c, err := oci.NewContainer(opts...)
-	if err != nil {
-		return s, err
-	}
-	s.c = c
-	return s, nil
+	set.Shm.IPCWords = "ipc: " + ipc
+	return shmSet, raw, unread, ipc
 }
 
 // deployDevice is one entry of deploy.resources.reservations.devices, as
 // compose hands it to dockerd: a device request of its driver,
 // capabilities, device_ids and count (all: -1), named in the file's words.
-func deployDevice(dev map[string]any) oci.Opt {
+func deployDevice(dev map[string]any) oci.DeviceRequest {
 	driver := str(dev["driver"])
 	caps := strs(dev["capabilities"])
 	var desc []string
@@ -150,10 +149,10 @@ func deployDevice(dev map[string]any) oci.Opt {
 	if len(caps) > 0 {
 		desc = append(desc, "capabilities ["+strings.Join(caps, " ")+"]")
 	}
-	return oci.WithDeviceRequest(oci.DeviceRequest{
+	return oci.DeviceRequest{
 		Words:  "deploy.resources.reservations.devices: " + strings.Join(desc, ", "),
 		Driver: driver, Capabilities: caps, DeviceIDs: strs(dev["device_ids"]), Count: requestCount(dev["count"]),
-	})
+	}
 }
 
 // requestCount is a device request's count: a number, -1 for "all" (or any
@@ -172,14 +171,14 @@ func requestCount(v any) int {
 // gpus is the gpus: key: "all" (compose-go makes it [{count: all}]), or a
 // list of device requests: each asks for GPUs, as docker's --gpus does
 // (the gpu capability), in the file's words.
-func gpus(v any) []oci.Opt {
+func gpus(v any) []oci.DeviceRequest {
 	switch g := v.(type) {
 	case string:
 		if g != "" {
-			return []oci.Opt{oci.WithDeviceRequest(oci.DeviceRequest{Words: "gpus: " + g, Capabilities: []string{"gpu"}, Count: requestCount(g)})}
+			return []oci.DeviceRequest{{Words: "gpus: " + g, Capabilities: []string{"gpu"}, Count: requestCount(g)}}
 		}
 	case []any:
-		var opts []oci.Opt
+		var reqs []oci.DeviceRequest
 		for _, r := range g {
 			m, _ := r.(map[string]any)
 			r := oci.DeviceRequest{
@@ -187,9 +186,9 @@ func gpus(v any) []oci.Opt {
 				DeviceIDs: strs(m["device_ids"]), Count: requestCount(m["count"]),
 			}
 			r.Words = "gpus: " + gpusWords(r)
-			opts = append(opts, oci.WithDeviceRequest(r))
+			reqs = append(reqs, r)
 		}
-		return opts
+		return reqs
 	}
 	return nil
 }

@@ -224,9 +224,35 @@ func (g *group) where() string { return fmt.Sprintf("%s:%d", g.pf.f.Name, g.line
 //   - anything else (a GPU service that keeps its own /dev/shm, one left
 //     alone) blocks the line: the services are skipped with a warning.
 func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string][]def, edits map[string][]yamledit.Edit) {
-	var groups []*group
+	groups, groupOf := groupAdds(p, ds)
+	shareLargest(groups)
+	extenders := extendsGraph(p, defs)
+	for _, g := range groups {
+		g.covers = coverage(p, ds, defs, g, extenders)
+		placeLine(g, opts, ds, groupOf)
+	}
+	dropOrphanedLines(groups)
+	into := mergeCovered(groups)
+	var written []*group
+	for _, g := range groups {
+		if !g.ok || into[g] != nil {
+			continue
+		}
+		written = append(written, g)
+		edits[g.pf.abs] = append(edits[g.pf.abs], g.edit)
+		for _, s := range g.services {
+			s.file, s.line = g.pf.f.Name, g.line
+		}
+	}
+	planInherits(ds, defs, groups, written, into)
+}
+
+// groupAdds gathers the services to add shm_size to by the mapping that
+// defines them, in the project's order; a service that is not a mapping
+// in any file is skipped.
+func groupAdds(p *project, ds map[string]*decision) (groups []*group, groupOf map[*decision]*group) {
 	byNode := map[*yaml.Node]*group{}
-	groupOf := map[*decision]*group{}
+	groupOf = map[*decision]*group{}
 	for _, name := range p.names {
 		d := ds[name]
 		if d.action != ActionAdd {
@@ -250,6 +276,12 @@ func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string
 		g.size = max(g.size, d.size)
 		groupOf[d] = g
 	}
+	return groups, groupOf
+}
+
+// shareLargest gives every service of a group the group's size, the
+// largest, saying so in the reason of those that needed less.
+func shareLargest(groups []*group) {
 	for _, g := range groups {
 		var largest []string
 		for _, s := range g.services {
@@ -264,48 +296,52 @@ func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string
 			}
 		}
 	}
-	extenders := extendsGraph(p, defs)
-	for _, g := range groups {
-		g.covers = coverage(p, ds, defs, g, extenders)
-		var blockers []string
-		for _, name := range g.covers {
-			o := ds[name]
-			switch {
-			case slices.Contains(g.services, o):
-			case o.action == ActionAdd && o.size == g.size:
-			case o.action == ActionAdd && groupOf[o].pf == g.pf:
-				// Its own line goes into its own mapping in this file,
-				// nearer than g's (in another file, an override could
-				// bring g's back over it).
-				g.overriders = append(g.overriders, groupOf[o])
-			case o.notGPU && opts.StrictShared:
-				blockers = append(blockers, fmt.Sprintf("%s, which is not a GPU service (--strict-shared)", name))
-			case o.notGPU && (o.shm == oci.ShmHost || o.shm == oci.ShmEngine):
-				blockers = append(blockers, fmt.Sprintf("%s, which is not a GPU service and has ipc: %s (its /dev/shm is not its own: Docker ignores shm_size there and Podman refuses it)", name, o.svc.ipc))
-			case o.notGPU:
-				g.inheritors = append(g.inheritors, name)
-			default:
-				blockers = append(blockers, fmt.Sprintf("%s (%s)", name, o.reason))
-			}
+}
+
+// placeLine inserts g's line unless a service it covers blocks it (then
+// g's services are skipped, saying which and why).
+func placeLine(g *group, opts Options, ds map[string]*decision, groupOf map[*decision]*group) {
+	var blockers []string
+	for _, name := range g.covers {
+		o := ds[name]
+		switch {
+		case slices.Contains(g.services, o):
+		case o.action == ActionAdd && o.size == g.size:
+		case o.action == ActionAdd && groupOf[o].pf == g.pf:
+			// Its own line goes into its own mapping in this file,
+			// nearer than g's (in another file, an override could
+			// bring g's back over it).
+			g.overriders = append(g.overriders, groupOf[o])
+		case o.notGPU && opts.StrictShared:
+			blockers = append(blockers, fmt.Sprintf("%s, which is not a GPU service (--strict-shared)", name))
+		case o.notGPU && (o.shm == oci.ShmHost || o.shm == oci.ShmEngine):
+			blockers = append(blockers, fmt.Sprintf("%s, which is not a GPU service and has ipc: %s (its /dev/shm is not its own: Docker ignores shm_size there and Podman refuses it)", name, o.svc.ipc))
+		case o.notGPU:
+			g.inheritors = append(g.inheritors, name)
+		default:
+			blockers = append(blockers, fmt.Sprintf("%s (%s)", name, o.reason))
 		}
-		if len(blockers) > 0 {
-			for _, s := range g.services {
-				s.skip(fmt.Sprintf("its mapping (%s) is shared: a shm_size line there would also change %s; add shm_size: %s by hand where only the services that may take it get it, or give the others their own shm_size first",
-					g.where(), strings.Join(blockers, " and "), policy.FormatCompose(s.size)))
-			}
-			continue
-		}
-		e, err := g.pf.f.InsertFirst(g.pf.keyOf(g.node), g.node, ShmKey, policy.FormatCompose(g.size))
-		if err != nil {
-			for _, s := range g.services {
-				s.skip(fmt.Sprintf("%v; add shm_size: %s by hand", err, policy.FormatCompose(s.size)))
-			}
-			continue
-		}
-		g.edit, g.ok = e, true
 	}
-	// A line whose overriders get no line of their own would reach them
-	// with the wrong size.
+	if len(blockers) > 0 {
+		for _, s := range g.services {
+			s.skip(fmt.Sprintf("its mapping (%s) is shared: a shm_size line there would also change %s; add shm_size: %s by hand where only the services that may take it get it, or give the others their own shm_size first",
+				g.where(), strings.Join(blockers, " and "), policy.FormatCompose(s.size)))
+		}
+		return
+	}
+	e, err := g.pf.f.InsertFirst(g.pf.keyOf(g.node), g.node, ShmKey, policy.FormatCompose(g.size))
+	if err != nil {
+		for _, s := range g.services {
+			s.skip(fmt.Sprintf("%v; add shm_size: %s by hand", err, policy.FormatCompose(s.size)))
+		}
+		return
+	}
+	g.edit, g.ok = e, true
+}
+
+// dropOrphanedLines takes back a line whose overriders get no line of
+// their own: it would reach them with the wrong size.
+func dropOrphanedLines(groups []*group) {
 	for changed := true; changed; {
 		changed = false
 		for _, g := range groups {
@@ -320,8 +356,12 @@ func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string
 			}
 		}
 	}
-	// A group whose services all take shm_size, of their size, from
-	// another group's line needs no line of its own.
+}
+
+// mergeCovered finds the groups whose services all take shm_size, of their
+// size, from another group's line: they need no line of their own. It
+// returns, for each, the group whose line they take.
+func mergeCovered(groups []*group) map[*group]*group {
 	overrider := map[*group]bool{}
 	for _, g := range groups {
 		for _, h := range g.overriders {
@@ -347,18 +387,7 @@ func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string
 			}
 		}
 	}
-	var written []*group
-	for _, g := range groups {
-		if !g.ok || into[g] != nil {
-			continue
-		}
-		written = append(written, g)
-		edits[g.pf.abs] = append(edits[g.pf.abs], g.edit)
-		for _, s := range g.services {
-			s.file, s.line = g.pf.f.Name, g.line
-		}
-	}
-	planInherits(ds, defs, groups, written, into)
+	return into
 }
 
 // coverage lists the services that take shm_size from g's mapping: those

@@ -12,7 +12,6 @@ import (
 	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/gpurun/gpurun/docker/launch"
 	"github.com/gpurun/gpurun/docker/runargs"
 	"github.com/gpurun/gpurun/docker/translate"
 	"github.com/gpurun/gpurun/oci"
@@ -171,7 +170,7 @@ func TestDockerSpecMatchesLauncher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ls, err := launch.Container(run, env, policy.EngineDefaultShm)
+			ls, err := translate.FromRun(run, env, policy.EngineDefaultShm)
 			if err != nil {
 				t.Fatal(err)
 			}

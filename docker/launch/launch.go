@@ -17,6 +17,7 @@ import (
 	"github.com/gpurun/gpurun/engine/dockerapi"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/policy/remedy"
 )
 
 // Daemon is what only the Docker daemon knows. Every method may fail; the
@@ -84,9 +85,9 @@ func Prepare(ctx context.Context, req Request) Result {
 	if pol == nil {
 		pol = policy.Default()
 	}
-	run, err := runargs.Parse(req.Args)
+	run, runEnv, err := readArgs(req)
 	if err != nil {
-		res.Plan = oci.Plan{Action: oci.ActionNone, Reason: "arguments not understood; docker will say why"}
+		res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
 		res.Notes = append(res.Notes, fmt.Sprintf("not changing the command: %v", err))
 		return res
 	}
@@ -94,21 +95,47 @@ func Prepare(ctx context.Context, req Request) Result {
 		res.Plan = oci.Plan{Action: oci.ActionNone, Reason: "--help: docker prints its usage"}
 		return res
 	}
-
-	runEnv, err := run.Environment(req.LookupEnv, req.ReadFile)
+	pl, notes, err := plan(ctx, req, pol, run, runEnv)
+	res.Notes = append(res.Notes, notes...)
 	if err != nil {
-		// docker will refuse the run with its own message.
 		res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
-		res.Notes = append(res.Notes, fmt.Sprintf("not changing the command: %v", err))
 		return res
 	}
-	decide := func(env []string, defaultShm int64, facts oci.Facts) (oci.Plan, error) {
-		c, err := Container(run, env, defaultShm)
-		if err != nil {
-			return oci.Plan{}, err
-		}
-		return oci.Decide(oci.Input{Container: c, Policy: pol, Facts: facts}), nil
+	res.Plan = pl
+	res.Added, res.Skipped = carryOut(run, pl)
+	if res.Added != "" {
+		res.Args = insertFlag(run, res.Added)
 	}
+	for _, w := range pl.Warnings {
+		res.Warnings = append(res.Warnings, w.Message)
+	}
+	return res
+}
+
+// readArgs reads docker run's arguments and the environment they give the
+// container (-e, --env-file). An error means docker will refuse the run
+// with its own message.
+func readArgs(req Request) (*runargs.Run, []string, error) {
+	run, err := runargs.Parse(req.Args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arguments not understood; docker will say why: %w", err)
+	}
+	if run.Help {
+		return run, nil, nil
+	}
+	env, err := run.Environment(req.LookupEnv, req.ReadFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	return run, env, nil
+}
+
+// plan decides for run, asking the daemon only what the answer depends on:
+// the image's env (it can make a container a GPU one); the host's memory
+// and the daemon's default-shm-size only for a container gpurun would
+// size. When the arguments alone already make it one, the facts are asked
+// at the same time as the image. The notes say what it could not learn.
+func plan(ctx context.Context, req Request, pol *policy.Policy, run *runargs.Run, runEnv []string) (oci.Plan, []string, error) {
 	var local oci.Facts
 	if req.LocalFacts != nil {
 		local, _ = req.LocalFacts()
@@ -117,26 +144,31 @@ func Prepare(ctx context.Context, req Request) Result {
 	if req.DaemonLocal {
 		hostGPUs = local.HostGPUs
 	}
+	decide := func(env []string, defaultShm int64, facts oci.Facts) (oci.Plan, error) {
+		c, err := translate.FromRun(run, env, defaultShm)
+		if err != nil {
+			return oci.Plan{}, err
+		}
+		return oci.Decide(oci.Input{Container: c, Policy: pol, Facts: facts}), nil
+	}
 
-	// Ask the daemon only what the answer depends on: the image's env (it
-	// can make a container a GPU one); the host's memory and the daemon's
-	// default-shm-size only for a container gpurun would size. When the
-	// arguments alone already make it one, the facts are asked at the same
-	// time as the image.
 	daemonUp := req.Daemon != nil
+	var notes []string
 	var hostFacts func() (int64, int64, []string)
 	if pl, err := decide(runEnv, policy.EngineDefaultShm, oci.Facts{HostGPUs: hostGPUs}); err == nil && pl.Applies {
 		hostFacts = startFacts(ctx, req, run, daemonUp, local.HostMemory)
 	}
 	var imageEnv []string
-	if daemonUp {
-		if env, err := req.Daemon.ImageEnv(ctx, run.Image); err == nil {
-			imageEnv = env
-		} else {
-			res.Notes = append(res.Notes, fmt.Sprintf("image %s: environment unknown (%v); deciding from the arguments", run.Image, err))
+	switch {
+	case !daemonUp:
+		notes = append(notes, "no docker daemon to ask; deciding from the arguments")
+	default:
+		env, err := req.Daemon.ImageEnv(ctx, run.Image)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("image %s: environment unknown (%v); deciding from the arguments", run.Image, err))
+			break
 		}
-	} else {
-		res.Notes = append(res.Notes, "no docker daemon to ask; deciding from the arguments")
+		imageEnv = env
 	}
 	env := runargs.MergeEnv(imageEnv, runEnv)
 
@@ -145,42 +177,45 @@ func Prepare(ctx context.Context, req Request) Result {
 		hostFacts() // a probe container started for nothing is still removed
 	}
 	if err != nil {
-		res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
-		res.Notes = append(res.Notes, fmt.Sprintf("not changing the command: %v", err))
-		return res
+		return oci.Plan{}, append(notes, fmt.Sprintf("not changing the command: %v", err)), err
 	}
-	if pl.Applies {
-		if hostFacts == nil {
-			hostFacts = startFacts(ctx, req, run, daemonUp, local.HostMemory)
-		}
-		mem, defaultShm, notes := hostFacts()
-		res.Notes = append(res.Notes, notes...)
-		if pl, err = decide(env, defaultShm, oci.Facts{HostMemory: mem, HostGPUs: hostGPUs}); err != nil {
-			res.Plan = oci.Plan{Action: oci.ActionNone, Reason: err.Error()}
-			return res
-		}
+	if !pl.Applies {
+		return pl, notes, nil
 	}
-	res.Plan = pl
+	if hostFacts == nil {
+		hostFacts = startFacts(ctx, req, run, daemonUp, local.HostMemory)
+	}
+	mem, defaultShm, factNotes := hostFacts()
+	notes = append(notes, factNotes...)
+	pl, err = decide(env, defaultShm, oci.Facts{HostMemory: mem, HostGPUs: hostGPUs})
+	return pl, notes, err
+}
 
+// carryOut turns a plan into the docker run flag that carries it out, or
+// says why docker run cannot and what does instead: docker run can size a
+// container's own /dev/shm (--shm-size) or give it the host's
+// (--ipc=host), not grow another container's shared tmpfs nor add a
+// /dev/shm that --ipc none leaves out.
+func carryOut(run *runargs.Run, pl oci.Plan) (added, skipped string) {
 	switch pl.Action {
 	case oci.ActionSetSize:
-		res.Added = "--shm-size=" + strconv.FormatInt(pl.Size, 10)
+		return "--shm-size=" + strconv.FormatInt(pl.Size, 10), ""
 	case oci.ActionIPCHost:
-		res.Added = "--ipc=host"
+		return "--ipc=host", ""
 	case oci.ActionRemount:
 		// Only a container that joins another's IPC namespace has a shared
 		// tmpfs before it exists (a shareable one is sized by --shm-size).
-		res.Skipped = fmt.Sprintf("docker ignores --shm-size for %s: grow that container's /dev/shm instead, with `gpurun resize %s %s` (now, no restart) or --shm-size=%d when it is created", run.IPC, strings.TrimPrefix(run.IPC, "container:"), policy.FormatDocker(pl.Size), pl.Size)
+		donor := strings.TrimPrefix(run.IPC, "container:")
+		var ways []string
+		for _, st := range remedy.For(remedy.Target{Where: remedy.Docker, Donor: donor}, pl.Size) {
+			ways = append(ways, st.String())
+		}
+		return "", fmt.Sprintf("docker ignores --shm-size for --ipc %s: %s", run.IPC, strings.Join(ways, "; or "))
 	case oci.ActionInject:
-		res.Skipped = fmt.Sprintf("docker mounts nothing at /dev/shm with --ipc %s, and ignores --shm-size: use --ipc private (or shareable) for a /dev/shm of %s", run.IPC, policy.FormatSize(pl.Size))
+		steps := remedy.For(remedy.Target{Where: remedy.Docker, NoShm: true}, pl.Size)
+		return "", fmt.Sprintf("docker mounts nothing at /dev/shm with --ipc %s, and ignores --shm-size: %s", run.IPC, steps[0].How)
 	}
-	if res.Added != "" {
-		res.Args = insertFlag(run, res.Added)
-	}
-	for _, w := range pl.Warnings {
-		res.Warnings = append(res.Warnings, w.Message)
-	}
-	return res
+	return "", ""
 }
 
 // startFacts starts asking for the daemon host's memory and — unless the
@@ -239,63 +274,4 @@ func insertFlag(run *runargs.Run, flag string) []string {
 	out = append(out, run.Args[:at]...)
 	out = append(out, flag)
 	return append(out, run.Args[at:]...)
-}
-
-// Container translates a docker run into the one form, as dockerd would
-// lay the container out (docker/translate): the environment (env, the image's
-// and the run's, merged), annotations, --memory, each --gpus request,
-// --runtime, every --device (oci.ClassifyDevice judges them), --privileged,
-// and /dev/shm — the user's own mount there, else what --ipc and
-// --shm-size give (defaultShm is the daemon's default-shm-size; the
-// namespace of --ipc container:<x> is joined, its /dev/shm not known from
-// the command line).
-func Container(run *runargs.Run, env []string, defaultShm int64) (*oci.Container, error) {
-	opts := []oci.Opt{oci.WithEnv(env...), translate.Runtime(run.Runtime)}
-	if run.MemorySet {
-		n, err := policy.ParseSize(run.Memory)
-		if err != nil {
-			return nil, fmt.Errorf("--memory: %w", err)
-		}
-		opts = append(opts, oci.WithMemoryLimit(n))
-	}
-	ann := map[string]string{}
-	for _, a := range run.Annotations {
-		k, v, _ := strings.Cut(a, "=")
-		ann[k] = v
-	}
-	opts = append(opts, oci.WithAnnotations(ann))
-	for _, g := range run.GPURequests {
-		dr, err := translate.ParseGPUs(g)
-		if err != nil {
-			// docker refuses the run with its own message.
-			return nil, err
-		}
-		opts = append(opts, translate.DeviceRequest(dr))
-	}
-	for _, d := range run.Devices {
-		if dst := runargs.DeviceTarget(d); dst != "" {
-			opts = append(opts, oci.WithDevices(dst))
-		}
-	}
-	if run.Privileged {
-		opts = append(opts, oci.WithPrivileged("--privileged"))
-	}
-
-	ipc := run.IPC
-	shm := translate.Shm{Size: defaultShm}
-	if run.ShmSizeSet {
-		n, err := policy.ParseSize(run.ShmSize)
-		if err != nil {
-			return nil, fmt.Errorf("--shm-size: %w", err)
-		}
-		if n > 0 {
-			shm.Size, shm.Choice = n, "--shm-size "+run.ShmSize
-		}
-	}
-	opts = append(opts, translate.IPC(ipc, shm))
-	if how, ok := run.MountsDevShm(); ok {
-		flag, value, _ := strings.Cut(strings.TrimPrefix(how, "--"), " ")
-		opts = append(opts, oci.WithUserShm(how, translate.UserMount(flag, value)))
-	}
-	return oci.NewContainer(opts...)
 }

@@ -79,16 +79,15 @@ func ParseGPUs(v string) (container.DeviceRequest, error) {
 	return req, nil
 }
 
-// DeviceRequest returns the Opt for one device request, named as `docker
-// run` spells it (--gpus for the driver or capability the CLI gives it,
-// --device for CDI names): the request as dockerd gets it, which Decide
-// judges.
-func DeviceRequest(dr container.DeviceRequest) oci.Opt {
+// Request is one device request as Decide judges it, named as `docker run`
+// spells it (--gpus for the driver or capability the CLI gives it, --device
+// for CDI names): the request as dockerd gets it.
+func Request(dr container.DeviceRequest) oci.DeviceRequest {
 	var caps []string
 	for _, set := range dr.Capabilities {
 		caps = append(caps, set...)
 	}
-	return oci.WithDeviceRequest(oci.DeviceRequest{Words: requestWords(dr), Driver: dr.Driver, Capabilities: caps, DeviceIDs: dr.DeviceIDs, Count: dr.Count})
+	return oci.DeviceRequest{Words: requestWords(dr), Driver: dr.Driver, Capabilities: caps, DeviceIDs: dr.DeviceIDs, Count: dr.Count}
 }
 
 // requestWords writes a device request as the flag that asks for it.
@@ -105,14 +104,14 @@ func requestWords(dr container.DeviceRequest) string {
 	}
 }
 
-// Runtime returns the Opt for `--runtime NAME`: the runtime dockerd runs
-// the container with, which Decide judges (NVIDIA's runtimes give the
-// container the GPUs its NVIDIA_VISIBLE_DEVICES names).
-func Runtime(name string) oci.Opt {
+// runtimeWords is how `--runtime NAME` asks for a runtime, "" for none
+// (NVIDIA's runtimes give the container the GPUs its
+// NVIDIA_VISIBLE_DEVICES names, which Decide judges).
+func runtimeWords(name string) string {
 	if name == "" {
-		return oci.WithRuntime("", "")
+		return ""
 	}
-	return oci.WithRuntime("--runtime "+name, name)
+	return "--runtime " + name
 }
 
 // Shm is what dockerd needs to lay out a container's /dev/shm.
@@ -215,47 +214,54 @@ func IPC(mode string, shm Shm) oci.Opt {
 // its IPC mode gives. dataRoot is the daemon's DockerRootDir, donor the
 // container whose IPC namespace it joins (nil when none or unknown).
 func FromInspect(c container.InspectResponse, dataRoot string, donor *container.InspectResponse) (*oci.Container, error) {
+	s, err := InspectSettings(c, dataRoot, donor)
+	if err != nil {
+		return nil, err
+	}
+	return s.Container()
+}
+
+// InspectSettings reads what docker inspect says of a container as its
+// settings (see FromInspect).
+func InspectSettings(c container.InspectResponse, dataRoot string, donor *container.InspectResponse) (Settings, error) {
 	if c.ContainerJSONBase == nil || c.HostConfig == nil {
-		return nil, errors.New("docker inspect: incomplete answer (no HostConfig)")
+		return Settings{}, errors.New("docker inspect: incomplete answer (no HostConfig)")
 	}
 	h := c.HostConfig
-	var env []string
-	if c.Config != nil {
-		env = c.Config.Env
+	s := Settings{
+		Annotations: h.Annotations, Memory: h.Memory,
+		Runtime: h.Runtime, RuntimeWords: runtimeWords(h.Runtime),
+		IPC: string(h.IpcMode),
+		Shm: Shm{Size: h.ShmSize, DataRoot: dataRoot, ID: c.ID},
 	}
-	opts := []oci.Opt{
-		oci.WithEnv(env...),
-		oci.WithAnnotations(h.Annotations),
-		oci.WithMemoryLimit(h.Memory),
-		Runtime(h.Runtime),
+	if c.Config != nil {
+		s.Env = c.Config.Env
 	}
 	for _, dr := range h.DeviceRequests {
-		opts = append(opts, DeviceRequest(dr))
+		s.Requests = append(s.Requests, Request(dr))
 	}
 	for _, d := range h.Devices {
-		opts = append(opts, oci.WithDevices(path.Clean(d.PathInContainer)))
+		s.Devices = append(s.Devices, path.Clean(d.PathInContainer))
 	}
 	if h.Privileged {
-		opts = append(opts, oci.WithPrivileged("--privileged"))
+		s.Privileged = "--privileged"
 	}
-	shm := Shm{Size: h.ShmSize, DataRoot: dataRoot, ID: c.ID}
-	if shm.Size <= 0 {
-		shm.Size = policy.EngineDefaultShm
+	if s.Shm.Size <= 0 {
+		s.Shm.Size = policy.EngineDefaultShm
 	}
 	if donor != nil && donor.ContainerJSONBase != nil {
-		shm.DonorID = donor.ID
+		s.Shm.DonorID = donor.ID
 	}
-	opts = append(opts, IPC(string(h.IpcMode), shm))
 	// The user's own mount at /dev/shm wins, as in dockerd.
 	for _, m := range c.Mounts {
 		if path.Clean(m.Destination) == oci.ShmPath {
-			opts = append(opts, oci.WithUserShm(fmt.Sprintf("a %s mount of %s", m.Type, m.Source), specs.Mount{Type: userMountType(string(m.Type)), Source: m.Source}))
+			s.UserShm = &UserShm{fmt.Sprintf("a %s mount of %s", m.Type, m.Source), specs.Mount{Type: userMountType(string(m.Type)), Source: m.Source}}
 		}
 	}
 	if o, ok := h.Tmpfs[oci.ShmPath]; ok {
-		opts = append(opts, oci.WithUserShm(strings.TrimSuffix("--tmpfs /dev/shm:"+o, ":"), tmpfsMount(o)))
+		s.UserShm = &UserShm{strings.TrimSuffix("--tmpfs /dev/shm:"+o, ":"), tmpfsMount(o)}
 	}
-	return oci.NewContainer(opts...)
+	return s, nil
 }
 
 // userMountType is the OCI mount type dockerd writes for a mount of a
