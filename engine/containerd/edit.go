@@ -438,6 +438,31 @@ func forRemoval(data []byte, o Handler) (d *doc, handlers, rt []string, err erro
 	return d, handlers, cfgtree.Join(handlers, "runtimes", o.Name), nil
 }
 
+// setString sets key in table to a string value: an edit of the value
+// already there (keeping its quoting; none when it is value already) or a
+// new line in the table. ok is false when the table has no body of its own
+// to add the line to, and the caller writes one. A value there that is not
+// a string is an error naming the line and what (the key as the admin
+// knows it).
+func (d *doc) setString(table []string, key, value, what string) (edits []tomledit.Edit, ok bool, err error) {
+	if i := d.FindKV(cfgtree.Join(table, key)); i >= 0 {
+		kv := d.KVs[i]
+		if kv.Value.Kind != unstable.String {
+			return nil, false, fmt.Errorf("containerd config line %d: %s is not a string", d.Line(kv.Start), what)
+		}
+		if kv.Value.Str == value {
+			return nil, true, nil
+		}
+		old := string(d.Data[kv.Value.Start:kv.Value.End])
+		return []tomledit.Edit{{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, value)}}, true, nil
+	}
+	e, ok, err := d.SetKey(table, key, tomledit.Quote(value))
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	return []tomledit.Edit{e}, true, nil
+}
+
 // restoreDefault is the edit that takes default_runtime_name (kv, which
 // names a handler being removed) back to what it was before the install:
 // previous where restore says the install recorded one worth restoring,
@@ -537,29 +562,18 @@ func install(d, src *doc, o Handler) ([]byte, Change, error) {
 			return nil, c, fmt.Errorf("containerd config line %d: %s is not a table", d.Line(d.KVStart(rt)), tomledit.PathText(rt))
 		}
 		binPath := cfgtree.Join(opts, "BinaryName")
-		if i := d.FindKV(binPath); i >= 0 {
-			kv := d.KVs[i]
-			if kv.Value.Kind != unstable.String {
-				return nil, c, fmt.Errorf("containerd config line %d: %s is not a string", d.Line(kv.Start), tomledit.PathText(binPath))
-			}
-			if kv.Value.Str != o.BinaryName {
-				old := string(d.Data[kv.Value.Start:kv.Value.End])
-				edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, o.BinaryName)})
-			}
-		} else {
-			e, ok, err := d.SetKey(opts, "BinaryName", tomledit.Quote(o.BinaryName))
-			if err != nil {
+		e, ok, err := d.setString(opts, "BinaryName", o.BinaryName, tomledit.PathText(binPath))
+		switch {
+		case err != nil:
+			return nil, c, err
+		case ok:
+			edits = append(edits, e...)
+		default:
+			if def := d.Def(rt); def.Form == tomledit.Inline || def.Form == tomledit.NotTable {
+				_, _, err := d.SetKey(rt, "options", "")
 				return nil, c, err
 			}
-			if ok {
-				edits = append(edits, e)
-			} else {
-				if def := d.Def(rt); def.Form == tomledit.Inline || def.Form == tomledit.NotTable {
-					_, _, err := d.SetKey(rt, "options", "")
-					return nil, c, err
-				}
-				tables = append(tables, table{path: opts, lines: []string{"BinaryName = " + tomledit.Quote(o.BinaryName)}})
-			}
+			tables = append(tables, table{path: opts, lines: []string{"BinaryName = " + tomledit.Quote(o.BinaryName)}})
 		}
 		cfgtree.Set(want, binPath, o.BinaryName)
 	} else {
@@ -589,23 +603,14 @@ func install(d, src *doc, o Handler) ([]byte, Change, error) {
 		if hasDefault {
 			c.PreviousDefault = current
 		}
-		if i := d.FindKV(defPath); i >= 0 {
-			kv := d.KVs[i]
-			if kv.Value.Kind != unstable.String {
-				return nil, c, fmt.Errorf("containerd config line %d: default_runtime_name is not a string", d.Line(kv.Start))
-			}
-			old := string(d.Data[kv.Value.Start:kv.Value.End])
-			edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: tomledit.QuoteLike(old, o.Name)})
-		} else {
-			e, ok, err := d.SetKey(handlers, "default_runtime_name", tomledit.Quote(o.Name))
-			if err != nil {
-				return nil, c, err
-			}
-			if ok {
-				edits = append(edits, e)
-			} else {
-				tables = append([]table{{path: handlers, lines: []string{"default_runtime_name = " + tomledit.Quote(o.Name)}}}, tables...)
-			}
+		e, ok, err := d.setString(handlers, "default_runtime_name", o.Name, "default_runtime_name")
+		switch {
+		case err != nil:
+			return nil, c, err
+		case ok:
+			edits = append(edits, e...)
+		default:
+			tables = append([]table{{path: handlers, lines: []string{"default_runtime_name = " + tomledit.Quote(o.Name)}}}, tables...)
 		}
 		cfgtree.Set(want, defPath, o.Name)
 	}
