@@ -113,9 +113,10 @@ $(NVIDIA_TOOLKIT_BIN)/.complete:
 # Kubernetes for the cluster tests (integration/cluster_test.go): kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet and kubectl built from the
 # Go module proxy by hack/build-kubernetes.sh, once per release, into
-# K8S_CACHE/<version>/bin (about 8 minutes on 2 cores; then a no-op). 1.34 is
-# the last release that runs on cgroup v1 without opting in.
-K8S_VERSION ?= v1.34.4
+# K8S_CACHE/<version>/bin (about 10 minutes on 2 cores; then a no-op): the
+# newest release the proxy serves. Since 1.35 a kubelet on cgroup v1 starts
+# only when its configuration says failCgroupV1: false, as the harness's does.
+K8S_VERSION ?= v1.37.2
 K8S_CACHE   ?= /var/cache/gpurun-k8s
 K8S_BIN     ?= $(K8S_CACHE)/$(K8S_VERSION)/bin
 .PHONY: k8s-tools

@@ -5,8 +5,9 @@
 #   hack/build-kubernetes.sh            build (or reuse) and print the bin dir
 #
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
-# kubectl at GPURUN_K8S_VERSION (default v1.34.4: the last minor release that
-# runs on cgroup v1 without opting in) into
+# kubectl at GPURUN_K8S_VERSION (default v1.37.2, the newest release the
+# module proxy serves; since 1.35 a kubelet on cgroup v1 wants
+# failCgroupV1: false in its configuration, which the harness gives it) into
 # GPURUN_K8S_CACHE/<version>/bin (default /var/cache/gpurun-k8s). The
 # directory only ever appears whole: the build happens in a temporary
 # directory next to it, which is renamed when every binary is there, so an
@@ -35,7 +36,7 @@ die() {
 	exit 1
 }
 
-version=${GPURUN_K8S_VERSION:-v1.34.4}
+version=${GPURUN_K8S_VERSION:-v1.37.2}
 cache=${GPURUN_K8S_CACHE:-/var/cache/gpurun-k8s}
 bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 

@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/integration/harness"
 )
 
@@ -163,65 +167,201 @@ func BenchmarkRuntimeShim(b *testing.B) {
 	b.ReportMetric(ms(median(over)), "over-exec-ms")
 }
 
-// BenchmarkRuntimeShimRuncRun times a whole container life through
+// BenchmarkRuntimeShimRuncRun measures a whole container life through
 // gpurun-runtime against runc alone: `run` of a GPU container (busybox
 // `true`, NVIDIA_VISIBLE_DEVICES=all) whose /dev/shm gpurun sizes, runc
-// creating, starting, waiting for and deleting it. The bundle's config.json
-// is put back between calls, off the clock. It reports both medians
-// (runc-ms, shim-ms), the added time and the ratio, and the same run through
-// a static Go binary that only execs runc (go-exec-runc-ms: what any
-// wrapper written in Go costs) with the shim's time beyond it
-// (over-go-exec-ms).
+// creating, starting, waiting for and deleting it, with the bundle on a
+// tmpfs as engines keep it. Its cost is the CPU time of the whole process
+// tree (user and system: the shim, runc and everything runc waited for),
+// which contention on a busy machine inflates far less than wall time. Two
+// bundles:
+//
+//   - docker: a bundle of Docker's shape, whose config.json gpurun-runtime
+//     rewrites with the /dev/shm size;
+//   - pod-sweep: a Kubernetes pod's container as containerd's CRI plugin
+//     hands it over (its task bundle under the state dir, its /dev/shm
+//     the sandbox's tmpfs there, the CRI annotations): gpurun-runtime grows
+//     the sandbox's tmpfs (once: it is then at its size), and runs the
+//     restart sweep of the pod's /dev/shm on every start (policy sweep =
+//     "restart", the default; all but the first are restarts of the same
+//     container, whose earlier instance left nothing).
+//
+// Each round runs runc, a static Go binary that only execs runc (the floor
+// of any wrapper written in Go) and gpurun-runtime, in an order that
+// rotates, so drift and contention fall on all three; config.json is put
+// back before each run, off the clock. It reports the medians of the CPU
+// times (runc-cpu-ms, go-exec-cpu-ms, shim-cpu-ms) and their ratios to
+// runc's (cpu-ratio, goal ≤ 1.05; go-exec-cpu-ratio, the floor), and the
+// wall times as before (runc-ms, shim-ms, added-ms, ratio,
+// go-exec-runc-ms, over-go-exec-ms). GPURUN_BENCH_RUNTIME measures
+// another build (an older one, for before/after).
 func BenchmarkRuntimeShimRuncRun(b *testing.B) {
 	e := newRuncEnv(b, "")
 	if p := os.Getenv("GPURUN_BENCH_RUNTIME"); p != "" {
-		e.rt = p // an older build, for before/after
+		e.rt = p
 	}
 	e.rt = installed(b, e.rt)
-	// The bundle on a tmpfs, as engines keep it (under /run).
+	wrapper := runcWrapper(b)
+	// The bundles on a tmpfs, as engines keep them (under /run).
 	shm, err := os.MkdirTemp("/dev/shm", "gpurun-bench-")
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = os.RemoveAll(shm) })
-	bundle := harness.RuncBundle(b, shm, e.rootfs, []string{"true"}, []string{"NVIDIA_VISIBLE_DEVICES=all"}, nil)
-	config := filepath.Join(bundle, "config.json")
-	spec, err := os.ReadFile(config)
-	if err != nil {
+	for _, v := range []struct {
+		name string
+		// bundle makes the bundle and returns it, the container id and a
+		// check that the first run through gpurun-runtime took the path
+		// measured.
+		bundle func(b *testing.B) (bundle, id string, check func(spec []byte) error)
+	}{
+		{"docker", func(b *testing.B) (string, string, func([]byte) error) {
+			bundle := harness.RuncBundle(b, filepath.Join(shm, "docker"), e.rootfs, []string{"true"}, []string{"NVIDIA_VISIBLE_DEVICES=all"}, nil)
+			return bundle, "", func(spec []byte) error {
+				if after, err := os.ReadFile(filepath.Join(bundle, "config.json")); err != nil || string(after) == string(spec) {
+					return fmt.Errorf("gpurun-runtime did not size the GPU container's /dev/shm in its config.json (%v): not the sizing path", err)
+				}
+				return nil
+			}
+		}},
+		{"pod-sweep", func(b *testing.B) (string, string, func([]byte) error) {
+			bundle, id, record := podBundle(b, e.rootfs, filepath.Join(shm, "pod"))
+			return bundle, id, func([]byte) error {
+				if _, err := os.Stat(record); err != nil {
+					return fmt.Errorf("the restart sweep recorded nothing (%v): not the sweep's path", err)
+				}
+				return nil
+			}
+		}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			bundle, id, check := v.bundle(b)
+			config := filepath.Join(bundle, "config.json")
+			spec, err := os.ReadFile(config)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			runIt := func(runtime string) cost {
+				if err := os.WriteFile(config, spec, 0o644); err != nil {
+					b.Fatal(err)
+				}
+				n++
+				cid := id
+				if cid == "" {
+					cid = fmt.Sprintf("bench-%d", n)
+				}
+				_, stderr, c, err := e.runMeasured(nil, runtime, "run", "--bundle", bundle, cid)
+				if err != nil {
+					b.Fatalf("%s run: %v\n%s", runtime, err, stderr)
+				}
+				return c
+			}
+			runIt(e.rt)
+			if err := check(spec); err != nil {
+				b.Fatal(err)
+			}
+			// One of each before the clock, so caches are warm for all.
+			runIt("runc")
+			runIt(wrapper)
+			runIt(e.rt)
+			order := []string{"runc", wrapper, e.rt}
+			costs := map[string][]cost{}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				for j := range order {
+					rt := order[(i+j)%len(order)]
+					costs[rt] = append(costs[rt], runIt(rt))
+				}
+			}
+			b.StopTimer()
+			runc, wrap, shim := costs["runc"], costs[wrapper], costs[e.rt]
+			reportAdded(b, "runc", walls(runc), "shim", walls(shim))
+			b.ReportMetric(ms(median(walls(wrap))), "go-exec-runc-ms")
+			over := make([]time.Duration, len(shim))
+			for i := range shim {
+				over[i] = shim[i].wall - wrap[i].wall
+			}
+			b.ReportMetric(ms(median(over)), "over-go-exec-ms")
+			reportCPU(b, "runc", runc, map[string][]cost{"go-exec": wrap, "shim": shim})
+		})
+	}
+}
+
+// podBundle makes a bundle of a Kubernetes pod's GPU container as
+// containerd's CRI plugin hands it to the runtime: under state, a tmpfs as
+// containerd's state dir is, the task bundle
+// <state>/io.containerd.runtime.v2.task/k8s.io/<id>, and its /dev/shm a
+// bind of the sandbox's 64 MiB tmpfs
+// <state>/io.containerd.grpc.v1.cri/sandboxes/<sandbox id>/shm, with the CRI
+// annotations containerd 2.x writes (oci/testdata/fixtures). It returns
+// the bundle, the container id and where the restart sweep keeps its
+// record of the container, which it removes at cleanup.
+func podBundle(b *testing.B, rootfs, state string) (bundle, id, record string) {
+	b.Helper()
+	sandbox := randomID(b)
+	id = randomID(b)
+	shm := filepath.Join(state, "io.containerd.grpc.v1.cri", "sandboxes", sandbox, "shm")
+	mountTmpfs(b, shm)
+	b.Cleanup(func() { _ = os.RemoveAll(filepath.Join(shmsweep.DefaultStateDir, sandbox)) })
+	bundle = harness.RuncBundle(b, filepath.Join(state, dirs.ContainerdTaskDir, "k8s.io", id), rootfs, []string{"true"}, []string{"NVIDIA_VISIBLE_DEVICES=all"},
+		func(spec map[string]any) {
+			shmBind(shm)(spec)
+			spec["annotations"] = map[string]any{
+				"io.kubernetes.cri.container-name":    "app",
+				"io.kubernetes.cri.container-type":    "container",
+				"io.kubernetes.cri.image-name":        "docker.io/gpurun-test/busybox:latest",
+				"io.kubernetes.cri.sandbox-id":        sandbox,
+				"io.kubernetes.cri.sandbox-name":      "gpurun-bench",
+				"io.kubernetes.cri.sandbox-namespace": "default",
+				"io.kubernetes.cri.sandbox-uid":       "249b7efd-d799-4d3a-b63e-4abcf561c3b6",
+			}
+		})
+	return bundle, id, filepath.Join(shmsweep.DefaultStateDir, sandbox, "app")
+}
+
+// randomID returns a container or sandbox id of containerd's shape: 64
+// hex digits.
+func randomID(b *testing.B) string {
+	var buf [32]byte
+	if _, err := rand.Read(buf[:]); err != nil {
 		b.Fatal(err)
 	}
-	n := 0
-	timeIt := func(runtime string) time.Duration {
-		if err := os.WriteFile(config, spec, 0o644); err != nil {
-			b.Fatal(err)
+	return hex.EncodeToString(buf[:])
+}
+
+// reportCPU reports the median CPU time of a base command's runs and of
+// each other's, and each one's ratio to the base's (name-cpu-ratio;
+// "cpu-ratio" for the one named "shim" or "hooked"). The medians are of
+// runs taken side by side, in rotating order.
+func reportCPU(b *testing.B, baseName string, base []cost, others map[string][]cost) {
+	mb := median(cpus(base))
+	b.ReportMetric(ms(mb), baseName+"-cpu-ms")
+	for name, c := range others {
+		m := median(cpus(c))
+		b.ReportMetric(ms(m), name+"-cpu-ms")
+		unit := name + "-cpu-ratio"
+		if name == "shim" || name == "hooked" {
+			unit = "cpu-ratio"
 		}
-		n++
-		start := time.Now()
-		if _, stderr, err := e.run(runtime, "run", "--bundle", bundle, fmt.Sprintf("bench-%d", n)); err != nil {
-			b.Fatalf("%s run: %v\n%s", runtime, err, stderr)
-		}
-		return time.Since(start)
+		b.ReportMetric(float64(m)/float64(mb), unit)
 	}
-	timeIt(e.rt)
-	if after, err := os.ReadFile(config); err != nil || string(after) == string(spec) {
-		b.Fatalf("gpurun-runtime did not size the GPU container's /dev/shm (%v): not the sizing path", err)
+}
+
+func walls(c []cost) []time.Duration {
+	out := make([]time.Duration, len(c))
+	for i := range c {
+		out[i] = c[i].wall
 	}
-	wrapper := runcWrapper(b)
-	var runcTimes, wrapTimes, shimTimes []time.Duration
-	b.ResetTimer()
-	for b.Loop() {
-		runcTimes = append(runcTimes, timeIt("runc"))
-		wrapTimes = append(wrapTimes, timeIt(wrapper))
-		shimTimes = append(shimTimes, timeIt(e.rt))
+	return out
+}
+
+func cpus(c []cost) []time.Duration {
+	out := make([]time.Duration, len(c))
+	for i := range c {
+		out[i] = c[i].cpu
 	}
-	b.StopTimer()
-	reportAdded(b, "runc", runcTimes, "shim", shimTimes)
-	b.ReportMetric(ms(median(wrapTimes)), "go-exec-runc-ms")
-	over := make([]time.Duration, len(shimTimes))
-	for i := range shimTimes {
-		over[i] = shimTimes[i] - wrapTimes[i]
-	}
-	b.ReportMetric(ms(median(over)), "over-go-exec-ms")
+	return out
 }
 
 // runcWrapper builds the floor of any runtime wrapper written in Go: a

@@ -29,6 +29,9 @@ type multiEnv struct {
 	pol *policy.Policy
 	// prev is the previous release, installed first and upgraded from.
 	prev harness.Previous
+	// dra are the harness's DRA drivers on gpu-c2 (its GPUs for claims,
+	// the classes the webhook resolves claims to).
+	dra *draDrivers
 }
 
 // TestClusterMultiNode starts the mixed cluster once and runs on it: the
@@ -45,7 +48,7 @@ func TestClusterMultiNode(t *testing.T) {
 		prev := harness.RequirePrevious(t)
 		images := []string{gpurunImageTar(t), prev.ImageTar(t, t.TempDir(), agentImageName+":"+prevImageTag)}
 		c = harness.StartMultiNodeCluster(t, harness.MultiNodeOptions{Nodes: harness.MixedNodes(k3s), Images: images})
-		e := &multiEnv{c: c, pol: shippedPolicy(t), prev: prev}
+		e := &multiEnv{c: c, pol: shippedPolicy(t), prev: prev, dra: startDRA(t, c, c.Node("gpu-c2"))}
 		t.Run("nodes", e.testNodes)
 		t.Run("network", e.testNetwork)
 		t.Run("webhook-load", e.testWebhookLoad)

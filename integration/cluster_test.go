@@ -59,6 +59,9 @@ type clusterEnv struct {
 	// original is containerd's config as the harness wrote it, before
 	// any mode was installed.
 	original []byte
+	// dra are the harness's DRA drivers on the node (TestCluster's
+	// clusters; nil elsewhere).
+	dra *draDrivers
 }
 
 func newClusterEnv(t *testing.T, c *harness.Cluster, containerd2 bool) *clusterEnv {
@@ -116,8 +119,8 @@ func (e *clusterEnv) target(limit int64) int64 {
 
 // TestCluster runs gpurun's node modes on a real cluster, for containerd
 // 1.6 and 2.x (a cluster each, in parallel: most of either's time is
-// spent waiting on pods and rollouts), and checks that each cluster's
-// cleanup leaves nothing behind.
+// spent waiting on pods and rollouts), with the harness's DRA drivers on
+// the node, and checks that each cluster's cleanup leaves nothing behind.
 func TestCluster(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -132,6 +135,7 @@ func TestCluster(t *testing.T) {
 			t.Run("cluster", func(t *testing.T) {
 				c = harness.StartCluster(t, harness.ClusterOptions{Containerd2: tc.containerd2})
 				e := newClusterEnv(t, c, tc.containerd2)
+				e.dra = startDRA(t, c, c.Nodes[0])
 				e.run(t)
 			})
 			if c == nil {
@@ -201,6 +205,7 @@ type containerSpec struct {
 	env         []string // KEY=VALUE
 	memoryLimit string   // a quantity, "" for none
 	gpus        int      // nvidia.com/gpu from the fake device plugin
+	claims      []string // the pod's resource claims it uses (DRA)
 }
 
 type podSpec struct {
@@ -209,6 +214,14 @@ type podSpec struct {
 	hostIPC      bool
 	annotations  map[string]string
 	containers   []containerSpec
+	claims       []podClaim
+	node         string // the node it must run on (by nodeSelector: the scheduler allocates its claims), "" any
+}
+
+// podClaim is a pod's DRA resource claim: by a ResourceClaimTemplate (a
+// claim of its own) or a ResourceClaim's name (shared).
+type podClaim struct {
+	name, template, claim string
 }
 
 // podManifest renders a pod of busybox containers that sleep.
@@ -228,6 +241,19 @@ func podManifest(ns string, p podSpec) string {
 	if p.hostIPC {
 		b.WriteString("  hostIPC: true\n")
 	}
+	if p.node != "" {
+		fmt.Fprintf(&b, "  nodeSelector: {kubernetes.io/hostname: %s}\n", p.node)
+	}
+	if len(p.claims) > 0 {
+		b.WriteString("  resourceClaims:\n")
+		for _, cl := range p.claims {
+			if cl.template != "" {
+				fmt.Fprintf(&b, "  - {name: %s, resourceClaimTemplateName: %s}\n", cl.name, cl.template)
+			} else {
+				fmt.Fprintf(&b, "  - {name: %s, resourceClaimName: %s}\n", cl.name, cl.claim)
+			}
+		}
+	}
 	b.WriteString("  containers:\n")
 	for _, ctr := range p.containers {
 		fmt.Fprintf(&b, "  - name: %s\n    image: %s\n    imagePullPolicy: Never\n    command: [\"sleep\", \"2147483647\"]\n", ctr.name, harness.BusyboxRef)
@@ -238,14 +264,23 @@ func podManifest(ns string, p podSpec) string {
 				fmt.Fprintf(&b, "    - name: %s\n      value: %q\n", k, v)
 			}
 		}
+		if ctr.memoryLimit != "" || ctr.gpus > 0 || len(ctr.claims) > 0 {
+			b.WriteString("    resources:\n")
+		}
 		if ctr.memoryLimit != "" || ctr.gpus > 0 {
-			b.WriteString("    resources:\n      limits:\n")
+			b.WriteString("      limits:\n")
 			if ctr.memoryLimit != "" {
 				fmt.Fprintf(&b, "        memory: %s\n", ctr.memoryLimit)
 			}
 			if ctr.gpus > 0 {
 				fmt.Fprintf(&b, "        %s: %d\n", harness.GPUResource, ctr.gpus)
 			}
+		}
+		for i, cl := range ctr.claims {
+			if i == 0 {
+				b.WriteString("      claims:\n")
+			}
+			fmt.Fprintf(&b, "      - {name: %s}\n", cl)
 		}
 	}
 	return b.String()
@@ -606,6 +641,9 @@ func (e *clusterEnv) testRuntimeClass(t *testing.T) {
 			t.Errorf("the host's /dev/shm changed from %d to %d bytes", hostBefore, after)
 		}
 	})
+	if e.dra != nil && e.containerd2 {
+		t.Run("dra", func(t *testing.T) { e.testDRA(t, "gpurun") })
+	}
 	t.Run("whole life", func(t *testing.T) {
 		t.Run("restart sweep", func(t *testing.T) { t.Parallel(); e.testRestartSweep(t, "gpurun", "gpurun-node") })
 		t.Run("crashloop without gpurun", func(t *testing.T) { t.Parallel(); e.testCrashloopWithoutGpurun(t) })
@@ -633,6 +671,9 @@ func (e *clusterEnv) testDefaultRuntime(t *testing.T) {
 			{podSpec{name: "not-gpu", containers: []containerSpec{{name: "app"}}}, wantEngine},
 		})
 	})
+	if e.dra != nil && e.containerd2 {
+		t.Run("dra", func(t *testing.T) { e.testDRA(t, "") })
+	}
 	t.Run("restart sweep", func(t *testing.T) { e.testRestartSweep(t, "", "gpurun-node") })
 	t.Run("kubectl delete daemonset", func(t *testing.T) {
 		e.testDeleteDaemonSet(t, ns, map[string]bool{"gpu": false, "not-gpu": false}, podSpec{name: "after", containers: []containerSpec{
@@ -753,6 +794,9 @@ func (e *clusterEnv) testNRI(t *testing.T) {
 	})
 	if now, _ := os.ReadFile(c.Containerd.ConfigPath); !bytes.Equal(now, e.original) {
 		t.Error("the NRI mode changed containerd's config")
+	}
+	if e.dra != nil {
+		t.Run("dra", func(t *testing.T) { e.testDRA(t, "") })
 	}
 	t.Run("restart sweep", func(t *testing.T) { e.testRestartSweep(t, "", "gpurun-nri") })
 	t.Run("refused without hostPID", func(t *testing.T) { e.testNRIRefused(t, ns) })

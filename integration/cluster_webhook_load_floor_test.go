@@ -141,6 +141,10 @@ func (e *multiEnv) testWebhookFloor(t *testing.T, want int64) {
 	floorNamespace(t, c, rounds[0].ns, off)
 	floorNamespace(t, c, rounds[1].ns, off)
 	floorNamespace(t, c, rounds[2].ns, nil)
+	// The claims of the load's DRA pods, in each namespace alike.
+	for _, r := range rounds {
+		c.Apply(draClaims(r.ns))
+	}
 
 	cfg := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration

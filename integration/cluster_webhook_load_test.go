@@ -5,8 +5,10 @@ package integration
 // The admission webhook under load on the multi-node cluster, as issue
 // #27 asks: 1,000 GPU pods and 100 plain pods created by 8 concurrent
 // clients, one webhook replica killed outright mid-run and the Deployment
-// rolled by `kubectl rollout restart`. The pods name a scheduler that does
-// not exist, so none is ever scheduled: admission is what is measured.
+// rolled by `kubectl rollout restart`. Half of the GPU pods have their GPU
+// from a DRA claim (issue #38), which the webhook resolves. The pods name a
+// scheduler that does not exist, so none is ever scheduled: admission is
+// what is measured.
 
 import (
 	"bytes"
@@ -138,7 +140,10 @@ func (e *multiEnv) installWebhookMulti(t *testing.T) time.Duration {
 type loadPod struct {
 	name string
 	gpu  bool
-	body []byte
+	// claim: its GPU is a DRA claim's (the ResourceClaimTemplate one-gpu
+	// or the ResourceClaim shared-gpu of draClaims), not nvidia.com/gpu.
+	claim bool
+	body  []byte
 }
 
 // loadResult is what became of one.
@@ -160,35 +165,57 @@ type loadResult struct {
 }
 
 // loadPods returns the pods of the load, a plain one every eleventh: GPU
-// pods of two containers (a trainer with one nvidia.com/gpu and an 8 GiB
-// limit, a 1 GiB sidecar), plain pods of one 1 GiB container.
+// pods of two containers (a trainer with one GPU and an 8 GiB limit, a
+// 1 GiB sidecar), plain pods of one 1 GiB container. Every other GPU pod
+// has its GPU from a DRA claim (the trainer uses the pod's claim: by the
+// ResourceClaimTemplate one-gpu and the ResourceClaim shared-gpu in turn,
+// which draClaims creates in the pods' namespace), the others from
+// nvidia.com/gpu.
 func loadPods() []*loadPod {
-	mk := func(name string, gpu bool) *loadPod {
-		ctr := func(n, mem string, gpus int) map[string]any {
+	mk := func(name string, gpu bool, claim string) *loadPod {
+		ctr := func(n, mem string, gpus int, claim string) map[string]any {
 			limits := map[string]any{"memory": mem}
 			if gpus > 0 {
 				limits[harness.GPUResource] = fmt.Sprint(gpus)
 			}
+			res := map[string]any{"limits": limits}
+			if claim != "" {
+				res["claims"] = []any{map[string]any{"name": "gpu"}}
+			}
 			return map[string]any{"name": n, "image": harness.BusyboxRef, "imagePullPolicy": "Never",
-				"command": []string{"sleep", "2147483647"}, "resources": map[string]any{"limits": limits}}
+				"command": []string{"sleep", "2147483647"}, "resources": res}
 		}
-		containers := []any{ctr("app", "1Gi", 0)}
-		if gpu {
-			containers = []any{ctr("trainer", "8Gi", 1), ctr("sidecar", "1Gi", 0)}
+		spec := map[string]any{"schedulerName": unscheduled, "terminationGracePeriodSeconds": 0, "containers": []any{ctr("app", "1Gi", 0, "")}}
+		switch {
+		case gpu && claim != "":
+			spec["containers"] = []any{ctr("trainer", "8Gi", 0, claim), ctr("sidecar", "1Gi", 0, "")}
+			key := "resourceClaimName"
+			if claim == "one-gpu" {
+				key = "resourceClaimTemplateName"
+			}
+			spec["resourceClaims"] = []any{map[string]any{"name": "gpu", key: claim}}
+		case gpu:
+			spec["containers"] = []any{ctr("trainer", "8Gi", 1, ""), ctr("sidecar", "1Gi", 0, "")}
 		}
-		b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name},
-			"spec": map[string]any{"schedulerName": unscheduled, "terminationGracePeriodSeconds": 0, "containers": containers}})
-		return &loadPod{name: name, gpu: gpu, body: b}
+		b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name}, "spec": spec})
+		return &loadPod{name: name, gpu: gpu, claim: claim != "", body: b}
 	}
 	var pods []*loadPod
 	g, p := 0, 0
 	for g < loadGPUPods || p < loadPlainPods {
 		if (len(pods)+1)%11 == 0 && p < loadPlainPods || g == loadGPUPods {
 			p++
-			pods = append(pods, mk(fmt.Sprintf("plain-%03d", p), false))
+			pods = append(pods, mk(fmt.Sprintf("plain-%03d", p), false, ""))
 		} else {
 			g++
-			pods = append(pods, mk(fmt.Sprintf("gpu-%04d", g), true))
+			claim := ""
+			switch g % 4 {
+			case 1:
+				claim = "one-gpu"
+			case 3:
+				claim = "shared-gpu"
+			}
+			pods = append(pods, mk(fmt.Sprintf("gpu-%04d", g), true, claim))
 		}
 	}
 	return pods
@@ -694,6 +721,7 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	installed := e.installWebhookMulti(t)
 	t.Logf("webhook: replicas ready and caBundle set %s after kubectl apply -k", installed.Round(100*time.Millisecond))
 	ns := testNamespace(t, c)
+	c.Apply(draClaims(ns))
 	want, _ := e.pol.Target(policy.Request{MemoryLimit: 9 * policy.GiB, GPUs: 1})
 	run := &loadRun{c: c, ns: ns, want: want, pods: loadPods(), created: make(chan struct{}, loadGPUPods+loadPlainPods)}
 
@@ -805,10 +833,17 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	// plain pod (pods.gpurun.io fails open).
 	perPhase := map[string][3]int{} // created, unsized GPU pods, refusals
 	var unsized, problems, failures, refusedOutside, refusedInKill []string
+	claimPods, unsizedClaims := 0, 0
 	killWindowEnd := killedAt.Add(backAfter)
 	for _, r := range run.results {
 		pp := perPhase[r.phase]
 		pp[0]++
+		if r.pod.claim {
+			claimPods++
+			if r.unsized {
+				unsizedClaims++
+			}
+		}
 		pp[2] += len(r.refused)
 		for _, f := range r.refused {
 			note := fmt.Sprintf("%s (%s, sent %s after the kill, %d ready endpoints then): %s", r.pod.name, r.phase,
@@ -845,7 +880,8 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	mutated := scraper.counter(webhook.MetricsPrefix+"reviews_total", map[string]string{"outcome": webhook.OutcomeMutated})
 	ms := func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) }
 
-	t.Logf("load: %d GPU + %d plain pods by %d clients; phases (created, GPU pods unsized, refusals sent again): %v", loadGPUPods, loadPlainPods, loadClients, perPhase)
+	t.Logf("load: %d GPU (%d of them by a DRA claim) + %d plain pods by %d clients; phases (created, GPU pods unsized, refusals sent again): %v; GPU pods by a claim unsized: %d",
+		loadGPUPods, claimPods, loadPlainPods, loadClients, perPhase, unsizedClaims)
 	t.Logf("pods/s at full speed: %.0f (first %d pods in %s), %.0f (last %d in %s)", float64(loadSteady)/steadyTook.Seconds(), loadSteady,
 		steadyTook.Round(time.Millisecond), float64(finalLeft)/finalTook.Seconds(), finalLeft, finalTook.Round(time.Millisecond))
 	t.Logf("killed replica %s on %s: ready again %s later; rollout restart: old replicas gone %s after it", victim.Name, victim.Node,
@@ -938,7 +974,9 @@ func loadAverage() string {
 // webhookOnEveryNode: with the webhook, a GPU pod on each GPU node (of
 // whatever engine) runs with a /dev/shm of the policy's size, one tmpfs
 // for its containers (the kubelet mounts the Memory emptyDir at its
-// sizeLimit); a plain pod on the node without GPUs keeps containerd's.
+// sizeLimit); a plain pod on the node without GPUs keeps containerd's. On
+// the node with the DRA driver (containerd 2.x), a pod whose GPU is a DRA
+// claim gets both: the webhook's size and its device.
 func (e *multiEnv) webhookOnEveryNode(t *testing.T, want int64) {
 	c := e.c.For(t)
 	ns := testNamespace(t, c)
@@ -967,6 +1005,15 @@ spec:
 `, name, ns, n.Name, harness.BusyboxRef, harness.GPUResource))
 		checks = append(checks, check{name, n.Name, want, []string{"trainer", "sidecar"}})
 	}
+	var draPod podSpec
+	if e.dra != nil {
+		node := e.dra.gpus.Node.Name
+		c.Apply(draClaims(ns))
+		draPod = podSpec{name: "dra-on-" + node, node: node, claims: []podClaim{{name: "gpu", template: "one-gpu"}}, containers: []containerSpec{
+			{name: "trainer", claims: []string{"gpu"}, memoryLimit: "8Gi"}, {name: "sidecar", memoryLimit: "1Gi"}}}
+		c.Apply(podManifest(ns, draPod))
+		checks = append(checks, check{draPod.name, node, want, []string{"trainer", "sidecar"}})
+	}
 	for _, ch := range checks {
 		c.WaitPodReady(ns, ch.pod, podTimeout)
 		var first harness.Shm
@@ -981,5 +1028,8 @@ spec:
 				t.Errorf("node %s: the pod's containers have /dev/shm of st_dev %d and %d: not one tmpfs", ch.node, first.Dev, got.Dev)
 			}
 		}
+	}
+	if e.dra != nil {
+		checkDRADevices(t, c, e.dra, ns, draPod)
 	}
 }

@@ -83,6 +83,11 @@ func getPod(t *testing.T, c *harness.Cluster, ns, name string) podVolume {
 func (e *clusterEnv) testWebhook(t *testing.T) {
 	c := e.c.For(t)
 	overlay := e.installWebhook(t)
+	if e.dra != nil {
+		// First, in a namespace of its own: its pods' memory is the node's
+		// again for the pods below.
+		t.Run("dra", e.testWebhookDRA)
+	}
 	ns := testNamespace(t, c)
 	// The pod's memory is its containers' limits together (9Gi).
 	gpuPod := podSpec{name: "gpu", containers: []containerSpec{{name: "trainer", gpus: 1, memoryLimit: "8Gi"}, {name: "sidecar", memoryLimit: "1Gi"}}}

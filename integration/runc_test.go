@@ -62,6 +62,22 @@ func (e *runcEnv) run(runtime string, args ...string) (string, string, error) {
 // runWrapped is run with the command line appended to wrap (a command that
 // runs its arguments, such as unshare), when wrap is not empty.
 func (e *runcEnv) runWrapped(wrap []string, runtime string, args ...string) (string, string, error) {
+	stdout, stderr, _, err := e.runMeasured(wrap, runtime, args...)
+	return stdout, stderr, err
+}
+
+// cost is what one command cost: its wall time, and the CPU time (user
+// and system) of its whole process tree — the command and every
+// descendant it waited for, as wait4 counts them. `runc run` waits for
+// its init, its hooks and the container's process (it is their
+// subreaper), and a shim that execs runc is the same process.
+type cost struct {
+	wall, cpu time.Duration
+}
+
+// runMeasured is runWrapped that also returns what the command cost; the
+// wall time is the command's alone, from its fork to its exit.
+func (e *runcEnv) runMeasured(wrap []string, runtime string, args ...string) (stdout, stderr string, c cost, err error) {
 	argv := append([]string{runtime, "--root", e.runcRoot, "--log", filepath.Join(e.dir, "runc.log"), "--log-format", "json"}, args...)
 	argv = append(append([]string{}, wrap...), argv...)
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -70,21 +86,26 @@ func (e *runcEnv) runWrapped(wrap []string, runtime string, args ...string) (str
 	// which holds a pipe open until it runs, after `start`.
 	out, err := os.CreateTemp(e.dir, "stdout-")
 	if err != nil {
-		return "", "", err
+		return "", "", c, err
 	}
 	defer os.Remove(out.Name())
 	defer out.Close()
 	errOut, err := os.CreateTemp(e.dir, "stderr-")
 	if err != nil {
-		return "", "", err
+		return "", "", c, err
 	}
 	defer os.Remove(errOut.Name())
 	defer errOut.Close()
 	cmd.Stdout, cmd.Stderr = out, errOut
+	start := time.Now()
 	runErr := cmd.Run()
-	stdout, _ := os.ReadFile(out.Name())
-	stderr, _ := os.ReadFile(errOut.Name())
-	return string(stdout), string(stderr), runErr
+	c.wall = time.Since(start)
+	if ps := cmd.ProcessState; ps != nil {
+		c.cpu = ps.UserTime() + ps.SystemTime()
+	}
+	o, _ := os.ReadFile(out.Name())
+	eo, _ := os.ReadFile(errOut.Name())
+	return string(o), string(eo), c, runErr
 }
 
 func (e *runcEnv) bundle(t testing.TB, name string, args, env []string, edit func(map[string]any)) string {
@@ -104,7 +125,7 @@ func shmBind(source string) func(map[string]any) {
 }
 
 // mountTmpfs mounts a 64 MiB tmpfs at path, unmounted at cleanup.
-func mountTmpfs(t *testing.T, path string) {
+func mountTmpfs(t testing.TB, path string) {
 	t.Helper()
 	if err := os.MkdirAll(path, 0o755); err != nil {
 		t.Fatal(err)

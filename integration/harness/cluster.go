@@ -303,8 +303,17 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	// exists (kube-controller-manager makes it).
 	c.WaitServiceAccount("default", "default", time.Minute)
 	c.StartTime = time.Since(begin)
-	t.Logf("harness: cluster in %s ready in %s (control plane %s; %s)", dir, c.StartTime.Round(time.Millisecond), controlPlane.Round(time.Millisecond), c.ContainerdVersion())
+	t.Logf("harness: cluster in %s ready in %s (control plane %s; %s, kubelet %s)", dir, c.StartTime.Round(time.Millisecond), controlPlane.Round(time.Millisecond), c.ContainerdVersion(), c.KubeletVersion())
 	return c
+}
+
+// KubeletVersion is the first node's kubelet version, as it reports it.
+func (c *Cluster) KubeletVersion() string {
+	out, err := c.Kubectl("get", "node", c.Nodes[0].Name, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}")
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	return out
 }
 
 // ContainerdVersion is the node's containerd version, as the kubelet
