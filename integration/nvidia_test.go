@@ -350,9 +350,9 @@ func TestNVIDIAToolkitFirst(t *testing.T) {
 		g.remove(gpu)
 
 		before, _ := os.ReadFile(g.c.ConfigPath)
-		out, err := g.install("install", "--set-as-default")
+		out, err := g.install("install", "--set-as-default", "--no-auto-drop-in")
 		if err == nil || !strings.Contains(out, "--drop-in "+g.ownDropIn()) {
-			t.Errorf("install in place beside NVIDIA's drop-in: %v; want a refusal naming --drop-in %s\n%s", err, g.ownDropIn(), out)
+			t.Errorf("install in place beside NVIDIA's drop-in, --no-auto-drop-in: %v; want a refusal naming --drop-in %s\n%s", err, g.ownDropIn(), out)
 		}
 		if after, _ := os.ReadFile(g.c.ConfigPath); string(after) != string(before) {
 			t.Error("a refused install changed config.toml")
@@ -362,7 +362,10 @@ func TestNVIDIAToolkitFirst(t *testing.T) {
 			t.Errorf("install into NVIDIA's conf.d: %v; want a refusal naming --drop-in %s\n%s", err, g.ownDropIn(), out)
 		}
 
-		g.mustInstall("install", "--set-as-default", "--drop-in", g.ownDropIn())
+		// The plain command takes the way that works, and says so.
+		if out := g.mustInstall("install", "--set-as-default"); !strings.Contains(out, "installing into "+g.ownDropIn()+" instead") {
+			t.Errorf("install in place beside NVIDIA's drop-in: want it to go into %s and say so, got\n%s", g.ownDropIn(), out)
+		}
 		g.c.Restart()
 		l := g.loaded()
 		if l.def != "gpurun" || l.handlers["nvidia"] != alone.handlers["nvidia"] {
@@ -419,8 +422,8 @@ func TestNVIDIAOperator(t *testing.T) {
 			}
 		}
 
-		if out, err := g.install("install", "--set-as-default"); err == nil || !strings.Contains(out, "--drop-in "+g.ownDropIn()) {
-			t.Errorf("install in place beside the toolkit: %v; want a refusal naming --drop-in %s\n%s", err, g.ownDropIn(), out)
+		if out, err := g.install("install", "--set-as-default", "--no-auto-drop-in"); err == nil || !strings.Contains(out, "--drop-in "+g.ownDropIn()) {
+			t.Errorf("install in place beside the toolkit, --no-auto-drop-in: %v; want a refusal naming --drop-in %s\n%s", err, g.ownDropIn(), out)
 		}
 		g.mustInstall("install", "--set-as-default", "--drop-in", g.ownDropIn())
 		g.c.Restart()

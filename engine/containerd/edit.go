@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -408,16 +409,55 @@ func RemoveRuntime(data []byte, o Handler, c Change) (out []byte, changed bool, 
 		}
 		edits = append(edits, e)
 	}
+	allowed := [][]string{rt, defPath}
+	for _, kv := range d.copiedAnnotations(handlers, o.Name) {
+		edits = append(edits, tomledit.Edit{Start: kv.Value.Start, End: kv.Value.End, Text: "[]"})
+		allowed = append(allowed, names(kv.Path))
+	}
 	if len(edits) == 0 {
 		return data, false, nil
 	}
 	if out, err = apply(d.Data, edits); err != nil {
 		return nil, false, err
 	}
-	if err := d.CheckOnly(out, [][]string{rt, defPath}); err != nil {
+	if err := d.CheckOnly(out, allowed); err != nil {
 		return nil, false, err
 	}
 	return out, !bytes.Equal(out, data), nil
+}
+
+// copiedAnnotations finds the pod_annotations of other handlers that
+// are a copy of handler name's, in a file that holds both: nvidia-ctk
+// runtime configure --set-as-default copies the default handler's settings
+// into its nvidia handler, and with gpurun the default, nvidia's then
+// passes gpurun's annotations. The toolkit alone writes none (an empty
+// list), which is what they go back to with gpurun's handler.
+func (d *doc) copiedAnnotations(handlers []string, name string) []tomledit.KeyValue {
+	runtimes := cfgtree.Join(handlers, "runtimes")
+	ours, ok := cfgtree.Get(d.Tree, cfgtree.Join(runtimes, name, "pod_annotations")...)
+	if list, isList := ours.([]any); !ok || !isList || len(list) == 0 {
+		return nil
+	}
+	var copies []tomledit.KeyValue
+	for _, kv := range d.KVs {
+		p := kv.Path
+		if kv.Nested || len(p) != len(runtimes)+2 || !tomledit.NamesEqual(p[:len(runtimes)], runtimes) || p[len(runtimes)].Name == name || p[len(p)-1].Name != "pod_annotations" {
+			continue
+		}
+		if theirs, ok := cfgtree.Get(d.Tree, names(p)...); ok && reflect.DeepEqual(theirs, ours) {
+			copies = append(copies, kv)
+		}
+	}
+	return copies
+}
+
+// names are a key's parts by name.
+func names(parts []tomledit.Part) []string {
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = p.Name
+	}
+	return out
 }
 
 // forRemoval parses data for taking handler o out of it, and returns the

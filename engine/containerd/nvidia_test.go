@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -141,9 +142,12 @@ func TestDropInImportLast(t *testing.T) {
 // TestRemoveRuntimeNVIDIARewrote: gpurun installed in place as the
 // default, then nvidia-ctk v1.20.2 (testdata, as it wrote them): it
 // rewrote config.toml without gpurun's marker comment, and copied
-// gpurun's handler into its drop-in. RemoveRuntime takes the handler out
-// of both, the main config's default back to runc and the drop-in's left
-// at nvidia, and nothing else; containerd 1.6 then reads nvidia as the
+// gpurun's handler into its drop-in, and gpurun's pod_annotations into
+// its nvidia handler (it copies the default handler's settings).
+// RemoveRuntime takes the handler out of both, the main config's default
+// back to runc and the drop-in's left at nvidia, and the copied
+// pod_annotations back to none (the nvidia handler as the toolkit alone
+// writes it), and nothing else; containerd 1.6 then reads nvidia as the
 // default and no gpurun.
 func TestRemoveRuntimeNVIDIARewrote(t *testing.T) {
 	dir := t.TempDir()
@@ -169,6 +173,13 @@ func TestRemoveRuntimeNVIDIARewrote(t *testing.T) {
 		rts, _ := cfgtree.Get(want, cfgtree.Join(cri, "runtimes")...)
 		delete(rts.(map[string]any), "gpurun")
 		cfgtree.Set(want, cfgtree.Join(cri, "default_runtime_name"), tc.wantDefault)
+		if ann := cfgtree.Join(cri, "runtimes", "nvidia", "pod_annotations"); tc.path == dropPath {
+			alone, _ := cfgtree.Get(decode(t, readTestdata(t, "nvidia/containerd-1.6.20-99-nvidia.toml")), ann...)
+			if got, _ := cfgtree.Get(decode(t, out), ann...); !reflect.DeepEqual(got, alone) {
+				t.Errorf("%s: the nvidia handler's pod_annotations are %v; want %v, as the toolkit alone writes them", tc.path, got, alone)
+			}
+			cfgtree.Set(want, ann, alone)
+		}
 		if p, ok := cfgtree.Equal(decode(t, out), want); !ok {
 			t.Errorf("%s: differs at %v:\n%s", tc.path, p, out)
 		}

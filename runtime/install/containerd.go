@@ -39,6 +39,11 @@ type Containerd struct {
 	// and adds it to the main config's imports, instead of editing the
 	// main config's tables.
 	DropInDir string
+	// NoAutoDropIn keeps the refusal of an install in place that a file
+	// containerd reads later would hide: without it, Install takes the
+	// layout that works (a drop-in directory of gpurun's own,
+	// OwnDropInDir) and says so in one line.
+	NoAutoDropIn bool
 	// SetAsDefault makes gpurun the default runtime handler, so every pod
 	// gets it without a RuntimeClass.
 	SetAsDefault bool
@@ -88,6 +93,33 @@ func (c Containerd) Install() error {
 		c.ConfigPath = c.generatedNode()
 		return c.installTemplate()
 	}
+	if c.DropInDir == "" && !c.NoAutoDropIn {
+		// An install already recorded into a drop-in directory stays
+		// there: in place, beside it, it would now verify (gpurun's own
+		// drop-in makes it so) and move.
+		st, err := loadState(c.statePath())
+		if err != nil {
+			return err
+		}
+		if rec, ok := st["containerd"][c.configPath()]; ok && rec.DropIn != "" {
+			c.DropInDir = path.Dir(rec.DropIn)
+		}
+	}
+	err := c.install()
+	var hidden *HiddenError
+	if errors.As(err, &hidden) && hidden.DropIn != "" && c.DropInDir == "" && !c.NoAutoDropIn {
+		// Nothing is written before verify refuses: install again, the
+		// way that works.
+		fmt.Fprintf(c.Out, "%s: %s would hide an install in place; installing into %s instead (a drop-in directory of gpurun's own, which containerd reads last; --no-auto-drop-in refuses instead)\n", c.configPath(), hidden.File, hidden.DropIn)
+		c.DropInDir = hidden.DropIn
+		return c.install()
+	}
+	return err
+}
+
+// install is Install of a config gpurun edits (not a distribution's
+// template), in place or into c.DropInDir.
+func (c Containerd) install() error {
 	path := c.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
@@ -326,11 +358,13 @@ func (c Containerd) verify(before *containerd.Config, after []byte, dropNode str
 	r, ok := cfg.Runtime(RuntimeName)
 	switch {
 	case !ok:
-		return &HiddenError{Generation: cfg.Generation, What: fmt.Sprintf("would not see runtime handler %s: the CRI plugin's section%s, which containerd reads after gpurun's change, replaces the whole section", RuntimeName, where(handlers[:2]...)), Instead: c.instead(cfg, handlers[:2])}
+		return c.hidden(cfg, fmt.Sprintf("would not see runtime handler %s: the CRI plugin's section%s, which containerd reads after gpurun's change, replaces the whole section", RuntimeName, where(handlers[:2]...)), handlers[:2])
 	case r.BinaryName != c.RuntimePath:
-		return &HiddenError{Generation: cfg.Generation, What: fmt.Sprintf("would run %q for runtime handler %s, not %s%s, which containerd reads after gpurun's change", r.BinaryName, RuntimeName, c.RuntimePath, where(append(handlers, "runtimes", RuntimeName, "options", "BinaryName")...)), Instead: c.instead(cfg, append(handlers, "runtimes", RuntimeName, "options", "BinaryName"))}
+		bin := append(handlers, "runtimes", RuntimeName, "options", "BinaryName")
+		return c.hidden(cfg, fmt.Sprintf("would run %q for runtime handler %s, not %s%s, which containerd reads after gpurun's change", r.BinaryName, RuntimeName, c.RuntimePath, where(bin...)), bin)
 	case c.SetAsDefault && cfg.DefaultRuntime() != RuntimeName:
-		return &HiddenError{Generation: cfg.Generation, What: fmt.Sprintf("would keep %s as its default runtime handler%s, which containerd reads after gpurun's change", cfg.DefaultRuntime(), where(append(handlers, "default_runtime_name")...)), Instead: c.instead(cfg, append(handlers, "default_runtime_name"))}
+		def := append(handlers, "default_runtime_name")
+		return c.hidden(cfg, fmt.Sprintf("would keep %s as its default runtime handler%s, which containerd reads after gpurun's change", cfg.DefaultRuntime(), where(def...)), def)
 	}
 	return nil
 }
@@ -343,6 +377,10 @@ type HiddenError struct {
 	Generation containerd.Generation
 	What       string
 	Instead    string
+	// File is the file read later that sets it otherwise, "" when not
+	// known; DropIn the drop-in directory of gpurun's own an install
+	// into which works, "" when that is not the way.
+	File, DropIn string
 }
 
 // Error says what containerd would read, and what to run instead.
@@ -361,16 +399,24 @@ func OwnDropInDir(config string) string {
 	return path.Join(path.Dir(config), "gpurun.d")
 }
 
-// instead names the install that works when a file read after gpurun's
-// change sets path otherwise: gpurun's tables in a drop-in directory of
-// their own, imported last (on containerd 1.x with a copy of the CRI
+// hidden is the refusal of an install containerd would not see as made:
+// what it would see, and the ways that work (alternatives).
+func (c Containerd) hidden(cfg *containerd.Config, what string, p []string) *HiddenError {
+	alts, file, dropIn := c.alternatives(cfg, p)
+	return &HiddenError{Generation: cfg.Generation, What: what, Instead: strings.Join(alts, "; "), File: file, DropIn: dropIn}
+}
+
+// alternatives names the installs that work when a file read after
+// gpurun's change sets p otherwise: gpurun's tables in a drop-in directory
+// of their own, imported last (on containerd 1.x with a copy of the CRI
 // section that file writes, its handlers included) — unless that is what
-// was just tried; and the modes that need no containerd config.
-func (c Containerd) instead(cfg *containerd.Config, p []string) string {
-	file, _ := cfg.Defines(p...)
+// was just tried; and the modes that need no containerd config. It also
+// returns that file, and the drop-in directory where that is a way.
+func (c Containerd) alternatives(cfg *containerd.Config, p []string) (alts []string, file, dropIn string) {
+	file, _ = cfg.Defines(p...)
 	own := OwnDropInDir(c.node())
-	var alts []string
 	if file != "" && file != c.node() && (c.DropInDir == "" || path.Dir(file) == path.Clean(c.DropInDir)) {
+		dropIn = own
 		cmd := "gpurun install containerd"
 		if c.ConfigPath != "" && c.ConfigPath != DefaultContainerdConfig {
 			cmd += " --config " + c.ConfigPath
@@ -382,7 +428,7 @@ func (c Containerd) instead(cfg *containerd.Config, p []string) string {
 		alts = append(alts, fmt.Sprintf("%s (a directory of its own, imported after %s: containerd reads gpurun's tables last)", cmd, file))
 	}
 	alts = append(alts, "or gpurun's NRI plugin on containerd 2.x (deploy/kubernetes/overlays/nri), or the admission webhook: neither changes containerd's config (docs/nvidia.md)")
-	return strings.Join(alts, "; ")
+	return alts, file, dropIn
 }
 
 // Uninstall undoes what Install recorded for this config.

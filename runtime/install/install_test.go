@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -198,8 +199,9 @@ func TestContainerdRefusesVersion1(t *testing.T) {
 
 // TestContainerdReadsImports: NVIDIA's drop-in makes nvidia the default
 // (as nvidia-ctk does for containerd 2.x). gpurun copies and chains to
-// it, and refuses a --set-as-default that the drop-in, read after the
-// main config, would undo, naming the file and line.
+// it, and (with --no-auto-drop-in) refuses a --set-as-default that the
+// drop-in, read after the main config, would undo, naming the file and
+// line.
 func TestContainerdReadsImports(t *testing.T) {
 	const main = "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
 	const nvidia = "version = 3\n\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\n  default_runtime_name = \"nvidia\"\n\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n  [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n    BinaryName = \"/usr/bin/nvidia-container-runtime\"\n    SystemdCgroup = true\n"
@@ -209,7 +211,7 @@ func TestContainerdReadsImports(t *testing.T) {
 	write(t, cfg, main)
 	write(t, filepath.Join(root, "etc/containerd/conf.d/99-nvidia.toml"), nvidia)
 
-	err := Containerd{Options: opts(root, &out), SetAsDefault: true}.Install()
+	err := Containerd{Options: opts(root, &out), SetAsDefault: true, NoAutoDropIn: true}.Install()
 	want := "containerd (containerd 2.x) would keep nvidia as its default runtime handler, set in /etc/containerd/conf.d/99-nvidia.toml:4"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("set as default: %v\nwant %q", err, want)
@@ -230,6 +232,46 @@ func TestContainerdReadsImports(t *testing.T) {
 	pol, err := policy.Parse("policy", []byte(read(t, filepath.Join(root, "etc/gpurun/config.toml"))))
 	if err != nil || pol.Runtime != "/usr/bin/nvidia-container-runtime" {
 		t.Errorf("chained runtime %q, %v", pol.Runtime, err)
+	}
+}
+
+// TestContainerdAutoDropInAgain: an install in place that NVIDIA's drop-in
+// would hide goes into gpurun's own drop-in directory; the same command
+// again finds it there and changes nothing (in place, beside its own
+// drop-in, it would now verify and move); uninstall gives back the main
+// config byte for byte and removes the policy's chaining.
+func TestContainerdAutoDropInAgain(t *testing.T) {
+	const main = "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
+	const nvidia = "version = 3\n\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\n  default_runtime_name = \"nvidia\"\n\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n  [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n    BinaryName = \"/usr/bin/nvidia-container-runtime\"\n"
+	root := t.TempDir()
+	cfg := filepath.Join(root, "etc/containerd/config.toml")
+	write(t, cfg, main)
+	write(t, filepath.Join(root, "etc/containerd/conf.d/99-nvidia.toml"), nvidia)
+	dropIn := filepath.Join(root, "etc/containerd/gpurun.d", DropInName)
+	for i, want := range []string{"installing into /etc/containerd/gpurun.d instead", "gpurun runtime already registered; nothing to do"} {
+		var out bytes.Buffer
+		if err := (Containerd{Options: opts(root, &out), SetAsDefault: true}).Install(); err != nil {
+			t.Fatalf("install %d: %v\n%s", i+1, err, out.String())
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("install %d said:\n%s\nwant %q", i+1, out.String(), want)
+		}
+		if strings.Contains(read(t, cfg), "[plugins") {
+			t.Errorf("install %d wrote tables into config.toml:\n%s", i+1, read(t, cfg))
+		}
+		if !strings.Contains(read(t, dropIn), `default_runtime_name = "gpurun"`) {
+			t.Errorf("install %d: the drop-in does not make gpurun the default:\n%s", i+1, read(t, dropIn))
+		}
+	}
+	var out bytes.Buffer
+	if err := (Containerd{Options: opts(root, &out)}).Uninstall(); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out.String())
+	}
+	if got := read(t, cfg); got != main {
+		t.Errorf("after uninstall config.toml is\n%s\nwant\n%s", got, main)
+	}
+	if _, err := os.Stat(dropIn); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the drop-in is still there: %v", err)
 	}
 }
 

@@ -52,15 +52,21 @@ func handlerNames(cfg *containerd.Config) []string {
 // sorts after 99-gpurun.toml) is refused, naming the install that works;
 // that one (a drop-in directory of gpurun's own) keeps the nvidia handler,
 // makes gpurun the default and chains NVIDIA's runtime; its uninstall
-// leaves the configuration as the toolkit alone had it.
+// leaves the configuration as the toolkit alone had it. An install in
+// place takes that way itself, saying so in one line, unless
+// --no-auto-drop-in asks for the refusal.
 func TestContainerdBesideNVIDIA(t *testing.T) {
 	for _, tc := range []struct {
 		name, dropIn string
+		noAuto       bool
 		refused      bool
+		// said is a line the install must print, "" for none asked.
+		said string
 	}{
-		{"in place", "", true},
-		{"into NVIDIA's conf.d", "/etc/containerd/conf.d", true},
-		{"a drop-in directory of its own", "/etc/containerd/gpurun.d", false},
+		{name: "in place, --no-auto-drop-in", noAuto: true, refused: true},
+		{name: "in place: into its own drop-in directory, saying so", said: "conf.d/99-nvidia.toml would hide an install in place; installing into /etc/containerd/gpurun.d instead"},
+		{name: "into NVIDIA's conf.d", dropIn: "/etc/containerd/conf.d", refused: true},
+		{name: "a drop-in directory of its own", dropIn: "/etc/containerd/gpurun.d"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -69,8 +75,11 @@ func TestContainerdBesideNVIDIA(t *testing.T) {
 			write(t, filepath.Join(root, "etc/containerd/conf.d/99-nvidia.toml"), drop)
 			alone := effectiveOf(t, root).Tree()
 			var out bytes.Buffer
-			c := Containerd{Options: opts(root, &out), SetAsDefault: true, DropInDir: tc.dropIn}
+			c := Containerd{Options: opts(root, &out), SetAsDefault: true, DropInDir: tc.dropIn, NoAutoDropIn: tc.noAuto}
 			err := c.Install()
+			if tc.said != "" && !strings.Contains(out.String(), tc.said) {
+				t.Errorf("the install did not say %q:\n%s", tc.said, out.String())
+			}
 			if tc.refused {
 				var hidden *HiddenError
 				if !errors.As(err, &hidden) || !strings.Contains(hidden.Instead, "gpurun install containerd --set-as-default --drop-in /etc/containerd/gpurun.d") || !strings.Contains(err.Error(), "99-nvidia.toml") {
@@ -117,7 +126,7 @@ func TestContainerdUninstallAfterNVIDIA(t *testing.T) {
 	cfgPath := filepath.Join(root, "etc/containerd/config.toml")
 	write(t, cfgPath, read(t, filepath.Join("..", "..", "engine", "containerd", "testdata", "containerd-1.6.20-config-default.toml")))
 	var out bytes.Buffer
-	c := Containerd{Options: opts(root, &out), SetAsDefault: true}
+	c := Containerd{Options: opts(root, &out), SetAsDefault: true, NoAutoDropIn: true}
 	if err := c.Install(); err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +157,10 @@ func TestContainerdUninstallAfterNVIDIA(t *testing.T) {
 	}
 	if strings.Contains(read(t, cfgPath), "gpurun") {
 		t.Errorf("config.toml still names gpurun:\n%s", read(t, cfgPath))
+	}
+	// nvidia-ctk copied gpurun's pod_annotations into its nvidia handler.
+	if drop := read(t, filepath.Join(root, "etc/containerd/conf.d/99-nvidia.toml")); strings.Contains(drop, "gpurun") {
+		t.Errorf("NVIDIA's drop-in still names gpurun after uninstall:\n%s", drop)
 	}
 }
 

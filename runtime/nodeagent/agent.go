@@ -358,7 +358,9 @@ func (a *Agent) compatible(rec *Record) error {
 }
 
 // containerd is gpurun install's containerd installer for the record; it
-// never restarts containerd (the agent decides that).
+// never restarts containerd (the agent decides that), and it never moves
+// to a layout of its own (NoAutoDropIn): the agent installs what its
+// DaemonSet says, again on every start, and its record must say where.
 func (a *Agent) containerd(rec *Record, out io.Writer) install.Containerd {
 	c := rec.Containerd
 	return install.Containerd{
@@ -373,6 +375,7 @@ func (a *Agent) containerd(rec *Record, out io.Writer) install.Containerd {
 		ConfigPath:     c.Config,
 		Distribution:   c.Distribution,
 		DropInDir:      c.DropInDir,
+		NoAutoDropIn:   true,
 		SetAsDefault:   c.SetAsDefault,
 		PodAnnotations: a.PodAnnotations,
 		Restart:        restart.None,

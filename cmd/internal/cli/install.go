@@ -163,6 +163,7 @@ func newInstallContainerdCmd(g *Globals, uninstall bool) *cobra.Command {
 	fl.StringVar(&c.DropInDir, "drop-in", "", "write gpurun's tables to DIR/"+install.DropInName+" and import it from the main config")
 	if !uninstall {
 		fl.BoolVar(&c.SetAsDefault, "set-as-default", false, "make gpurun the default runtime handler, so every pod gets it without a RuntimeClass")
+		fl.BoolVar(&c.NoAutoDropIn, "no-auto-drop-in", false, "refuse, rather than install into a drop-in directory of gpurun's own, when a file containerd reads later (NVIDIA's drop-in) would hide an install in place")
 		fl.StringSliceVar(&c.PodAnnotations, "pod-annotations", install.DefaultPodAnnotations, "pod annotations passed to gpurun-runtime")
 	}
 	var dist string
