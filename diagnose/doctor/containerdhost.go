@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -117,7 +118,16 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 			rc.Detail = fmt.Sprintf("runtime handler %s (%s) is the default: every pod goes through it", name, rt.BinaryName)
 		} else {
 			rc.Detail = fmt.Sprintf("runtime handler %s (%s), not the default (%s): pods with runtimeClassName: %s (a RuntimeClass with handler %s) get the policy's /dev/shm", name, rt.BinaryName, def, name, name)
-			if d, ok := rts[def]; ok && isNVIDIARuntime(d.BinaryName) && !nri {
+			if rec, ok := recordedDefault(sys, o, cfgPath); ok {
+				// What the admin asked for no longer holds: another tool
+				// (nvidia-ctk runtime configure --set-as-default) made
+				// another handler the default since.
+				file, line := cfg.Defines("plugins", cfg.RuntimePluginID(), "containerd", "default_runtime_name")
+				rc.Status = Problem
+				rc.Detail += fmt.Sprintf("; gpurun install made %s the default (recorded %s) and that no longer holds: %s is, set in %s:%d, so pods without a runtimeClassName keep containerd's 64MiB", name, rec.InstalledAt.Format(time.DateOnly), def, file, line)
+				rc.Fix = "sudo gpurun install containerd --set-as-default --restart   (makes gpurun the default again, in a drop-in directory of its own where another file would hide it; gpurun chains the runtime that is the default now)"
+				rc.Data["recorded_default"] = true
+			} else if d, ok := rts[def]; ok && isNVIDIARuntime(d.BinaryName) && !nri {
 				file, line := cfg.Defines("plugins", cfg.RuntimePluginID(), "containerd", "default_runtime_name")
 				rc.Status = Warn
 				rc.Detail += fmt.Sprintf("; GPU pods without it go through NVIDIA's runtime (%s, the default set in %s:%d) and get containerd's 64MiB", d.BinaryName, file, line)
@@ -240,4 +250,21 @@ func policyPathOf(o HostOptions) string {
 		return o.Policy.Path
 	}
 	return policy.DefaultConfigPath
+}
+
+// recordedDefault returns gpurun install's record for the containerd
+// config at cfgPath when it made gpurun the default runtime; a state file
+// that is missing or unreadable is no record (the check it feeds speaks
+// only of what it knows).
+func recordedDefault(sys *System, o HostOptions, cfgPath string) (install.Recorded, bool) {
+	statePath := o.InstallState
+	if statePath == "" {
+		statePath = install.DefaultStatePath
+	}
+	data, err := sys.readFile(statePath)
+	if err != nil {
+		return install.Recorded{}, false
+	}
+	rec, ok, err := install.ContainerdRecord(data, cfgPath)
+	return rec, ok && err == nil && rec.SetAsDefault
 }

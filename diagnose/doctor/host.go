@@ -66,6 +66,9 @@ type HostOptions struct {
 	// ContainerdConfig is containerd's config.toml ("" =
 	// DefaultContainerdConfig).
 	ContainerdConfig string
+	// InstallState is where gpurun install records what it changed and
+	// what the admin asked for ("" = install.DefaultStatePath).
+	InstallState string
 	// CRI asks the running containerd what it loaded; nil to not ask.
 	// CRIEndpoint names it for people.
 	CRI         CRIRuntime

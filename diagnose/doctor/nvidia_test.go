@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/engine/nvidia"
+	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/install"
 	"github.com/gpurun/gpurun/runtime/shim"
 )
 
@@ -179,5 +182,39 @@ func TestHandlersHidden(t *testing.T) {
 	c := check(t, r, "containerd.handlers")
 	if c.Status != Problem || !strings.Contains(c.Detail, "nvidia (defined in /etc/containerd/conf.d/99-nvidia.toml)") || !strings.Contains(c.Fix, "gpurun install containerd again") {
 		t.Errorf("%s: %s [fix: %s]; want a problem naming the nvidia handler and the fix", c.Status, c.Detail, c.Fix)
+	}
+}
+
+// TestRecordedDefaultLost: gpurun installed on containerd 1.6 as the
+// default (gpurun install --set-as-default, its record in the install
+// state), then nvidia-ctk runtime configure --set-as-default by hand (the
+// files as v1.20.2 wrote them over gpurun's): every new GPU pod gets
+// 64 MiB. What the admin asked for no longer holds: a problem, with the
+// command that restores it. Without the record, gpurun as a handler that
+// is not the default is what an admin may want: a warning.
+func TestRecordedDefaultLost(t *testing.T) {
+	for _, recorded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("recorded=%v", recorded), func(t *testing.T) {
+			f := hostFake(t)
+			f.executable(goldenRuntime)
+			f.executable("/usr/bin/nvidia-container-runtime")
+			f.copyFile(filepath.Join(containerdData, "containerd-1.6.20-config-default.toml"), DefaultContainerdConfig)
+			if recorded {
+				var out bytes.Buffer
+				c := install.Containerd{Options: install.Options{HostRoot: f.root, RuntimePath: goldenRuntime, StatePath: install.DefaultStatePath, PolicyPath: policy.DefaultConfigPath, Out: &out}, SetAsDefault: true}
+				if err := c.Install(); err != nil {
+					t.Fatalf("install: %v\n%s", err, out.String())
+				}
+			}
+			f.copyFile(filepath.Join(containerdData, "nvidia", "over-gpurun-containerd-1.6.20-config.toml"), DefaultContainerdConfig)
+			f.copyFile(filepath.Join(containerdData, "nvidia", "over-gpurun-containerd-1.6.20-99-nvidia.toml"), "/etc/containerd/conf.d/99-nvidia.toml")
+			c := check(t, hostReport(f, HostOptions{DockerErr: errors.New("no docker")}), "containerd.runtime")
+			switch {
+			case recorded && (c.Status != Problem || !strings.Contains(c.Detail, "gpurun install made gpurun the default") || !strings.Contains(c.Detail, "nvidia is, set in /etc/containerd/conf.d/99-nvidia.toml") || !strings.HasPrefix(c.Fix, "sudo gpurun install containerd --set-as-default --restart")):
+				t.Errorf("%s: %s [fix: %s]; want a problem saying the recorded default no longer holds, and the install that restores it", c.Status, c.Detail, c.Fix)
+			case !recorded && c.Status != Warn:
+				t.Errorf("%s: %s; want a warning (nothing recorded)", c.Status, c.Detail)
+			}
+		})
 	}
 }

@@ -12,11 +12,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/unidiff"
 	"github.com/gpurun/gpurun/internal/version"
@@ -415,4 +418,44 @@ func (o Options) unchain(ch *policyChange) error {
 	}
 	fmt.Fprintf(o.Out, "%s: runtime restored\n", path)
 	return nil
+}
+
+// Recorded is what gpurun install recorded of its change to one engine's
+// config: what the admin asked for, so that doctor can tell when it no
+// longer holds.
+type Recorded struct {
+	// SetAsDefault says the install made gpurun the default runtime.
+	SetAsDefault bool
+	// DropIn is the drop-in file gpurun's tables went into, "" for in
+	// place.
+	DropIn string
+	// InstalledAt is when.
+	InstalledAt time.Time
+}
+
+// ContainerdRecord finds, in the data of an install state file, what
+// gpurun install recorded for the containerd config at configPath (a node
+// path; a record the node agent made under its host root, such as
+// /host/etc/containerd/config.toml, counts too). ok is false when there is
+// none.
+func ContainerdRecord(data []byte, configPath string) (r Recorded, ok bool, err error) {
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return r, false, fmt.Errorf("read install state: %w", err)
+	}
+	configPath = filepath.Clean(configPath)
+	for _, p := range slices.Sorted(maps.Keys(st["containerd"])) {
+		if p != configPath && !strings.HasSuffix(p, configPath) {
+			continue
+		}
+		rec := st["containerd"][p]
+		var ch containerd.Change
+		if len(rec.Change) > 0 {
+			if err := json.Unmarshal(rec.Change, &ch); err != nil {
+				return r, false, fmt.Errorf("read install state: the record of %s: %w", p, err)
+			}
+		}
+		return Recorded{SetAsDefault: ch.SetDefault, DropIn: rec.DropIn, InstalledAt: rec.InstalledAt}, true, nil
+	}
+	return r, false, nil
 }
