@@ -2,6 +2,7 @@ package oci
 
 import (
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -21,8 +22,23 @@ type Device struct {
 	Family string
 }
 
-// ClassifyDevice says what a device gives a container, by its path inside
-// the container (path.Clean'ed) or its CDI name:
+// DeviceNode is one row of the device-node part of the evidence table: a
+// path inside the container that is a GPU (or a directory of GPUs).
+type DeviceNode struct {
+	// Path is the node's path, or with Numbered its prefix.
+	Path string
+	// Numbered says Path is followed by one or more digits (one device a
+	// number: /dev/nvidia0).
+	Numbered bool
+	// Family groups the nodes that count the same GPUs (see Device).
+	Family string
+	// Count is how many GPUs it stands for: 1, or 0 where it cannot be
+	// told (a directory, AMD's /dev/kfd).
+	Count int
+}
+
+// DeviceNodes are the device nodes that give a container GPUs, by their
+// path inside the container:
 //
 //   - /dev/nvidia<N>: one NVIDIA GPU. /dev/nvidiactl, /dev/nvidia-uvm,
 //     /dev/nvidia-uvm-tools, /dev/nvidia-modeset and /dev/nvidia-caps/* are
@@ -36,13 +52,37 @@ type Device struct {
 //     how many GPUs.
 //   - /dev/accel (the directory), /dev/accel/accel<N>, /dev/accel<N>:
 //     compute accelerators (Habana, Intel NPU, and the kernel's accel class).
-//   - a CDI name vendor/class=name: a GPU when the class is "gpu" or
-//     "accel", or the vendor is habana.ai; name "all" counts as unknown.
-//
-// Anything else is no GPU.
-func ClassifyDevice(p string) Device {
+func DeviceNodes() []DeviceNode {
+	return []DeviceNode{
+		{Path: "/dev/kfd", Family: "kfd"},
+		{Path: "/dev/dri", Family: "render"},
+		{Path: "/dev/accel", Family: "accel"},
+		{Path: "/dev/nvidia", Numbered: true, Family: "nvidia", Count: 1},
+		{Path: "/dev/dri/renderD", Numbered: true, Family: "render", Count: 1},
+		{Path: "/dev/accel/accel", Numbered: true, Family: "accel", Count: 1},
+		{Path: "/dev/accel", Numbered: true, Family: "accel", Count: 1},
+	}
+}
+
+// CDIKinds say which CDI devices (vendor/class=name) are GPUs: those of a
+// class or of a vendor listed.
+type CDIKinds struct {
+	Classes, Vendors []string
+}
+
+// GPUCDIKinds are the CDI devices that are GPUs: classes "gpu" (NVIDIA's
+// nvidia.com/gpu, AMD's amd.com/gpu, Intel's intel.com/gpu) and "accel",
+// and every device of vendor habana.ai (its classes are the chips' names).
+func GPUCDIKinds() CDIKinds {
+	return CDIKinds{Classes: []string{"gpu", "accel"}, Vendors: []string{"habana.ai"}}
+}
+
+// Device says what a device gives a container, by its path inside the
+// container (path.Clean'ed; a row of DeviceNodes) or its CDI name (a GPU
+// of CDIKinds; name "all" counts as unknown). Anything else is no GPU.
+func (ev Evidence) Device(p string) Device {
 	if vendor, class, name, ok := cdiName(p); ok {
-		if class == "gpu" || class == "accel" || vendor == "habana.ai" {
+		if slices.Contains(ev.CDIKinds.Classes, class) || slices.Contains(ev.CDIKinds.Vendors, vendor) {
 			n := 1
 			if name == "all" {
 				n = 0
@@ -55,21 +95,43 @@ func ClassifyDevice(p string) Device {
 		return Device{}
 	}
 	p = path.Clean(p)
-	switch {
-	case p == "/dev/kfd":
-		return Device{GPU: true, Family: "kfd"}
-	case p == "/dev/dri":
-		return Device{GPU: true, Family: "render"}
-	case p == "/dev/accel":
-		return Device{GPU: true, Family: "accel"}
-	case numbered(p, "/dev/nvidia"):
-		return Device{GPU: true, Count: 1, Family: "nvidia"}
-	case numbered(p, "/dev/dri/renderD"):
-		return Device{GPU: true, Count: 1, Family: "render"}
-	case numbered(p, "/dev/accel/accel"), numbered(p, "/dev/accel"):
-		return Device{GPU: true, Count: 1, Family: "accel"}
+	for _, n := range ev.DeviceNodes {
+		if (!n.Numbered && p == n.Path) || (n.Numbered && numbered(p, n.Path)) {
+			return Device{GPU: true, Count: n.Count, Family: n.Family}
+		}
 	}
 	return Device{}
+}
+
+// ClassifyDevice is Evidence.Device with the built-in device table (the
+// policy changes no part of it): for what a host's /dev shows.
+func ClassifyDevice(p string) Device {
+	return Evidence{DeviceNodes: DeviceNodes(), CDIKinds: GPUCDIKinds()}.Device(p)
+}
+
+// DeviceDirs are the directories that hold DeviceNodes ("/dev",
+// "/dev/dri", "/dev/accel"), for those that list a host's or a
+// container's GPUs.
+func DeviceDirs() []string {
+	var dirs []string
+	for _, n := range DeviceNodes() {
+		if d := path.Dir(n.Path); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// MayBeDeviceNode reports whether name, an entry of one of DeviceDirs,
+// can be one of DeviceNodes: a cheap filter before a path is built and
+// the node is looked at (most of /dev is not).
+func MayBeDeviceNode(name string) bool {
+	for _, n := range DeviceNodes() {
+		if base := path.Base(n.Path); name == base || (n.Numbered && strings.HasPrefix(name, base)) {
+			return true
+		}
+	}
+	return false
 }
 
 // numbered reports whether p is prefix followed by one or more digits.

@@ -17,8 +17,7 @@ import (
 // extended resource, a DRA resource claim's requests and classes, a CDI
 // name, a device node, the environment — and never judge them; this
 // table does, for every door alike. EvidenceOf builds it from the
-// policy's lists; device nodes and CDI kinds are judged by
-// ClassifyDevice.
+// policy's lists.
 type Evidence struct {
 	// Drivers are device-request drivers that give GPUs (docker --gpus
 	// driver=, compose's deploy devices' driver). A request with driver
@@ -76,6 +75,10 @@ type Evidence struct {
 	// UnresolvedGPU counts a resource claim whose object could not be
 	// read as a GPU: the policy's unresolved_claims is "gpu".
 	UnresolvedGPU bool
+	// DeviceNodes are the device nodes that are GPUs (see DeviceNodes),
+	// and CDIKinds the CDI devices (GPUCDIKinds): Device judges both.
+	DeviceNodes []DeviceNode
+	CDIKinds    CDIKinds
 }
 
 // DriverCDI is the device-request driver of CDI devices (docker 25+
@@ -101,6 +104,8 @@ func EvidenceOf(p *policy.Policy) Evidence {
 		DRADrivers:           append(slices.Clone(gpuDRADrivers), p.GPUDRADrivers...),
 		DRAResources:         []string{"intel.com/gpu", "intel.com/gaudi"},
 		UnresolvedGPU:        p.UnresolvedClaims != policy.UnresolvedIgnore,
+		DeviceNodes:          DeviceNodes(),
+		CDIKinds:             GPUCDIKinds(),
 	}
 }
 
@@ -168,7 +173,7 @@ func (ev Evidence) DeviceRequest(r DeviceRequest) (gpu bool, count int) {
 	cdiCount, cdiAll := 0, false
 	if r.Driver == DriverCDI {
 		for _, id := range r.DeviceIDs {
-			if d := ClassifyDevice(id); d.GPU && IsCDIName(id) {
+			if d := ev.Device(id); d.GPU && IsCDIName(id) {
 				gpu = true
 				cdiCount += d.Count
 				cdiAll = cdiAll || d.Count == 0
@@ -277,14 +282,14 @@ func (ev Evidence) specEvidence(s *specs.Spec, name string, add func(kind string
 	}
 	if s.Linux != nil {
 		for _, d := range s.Linux.Devices {
-			if dev := ClassifyDevice(d.Path); dev.GPU {
+			if dev := ev.Device(d.Path); dev.GPU {
 				add("dev:"+dev.Family, dev.Count, "device "+d.Path)
 			}
 		}
 	}
 	for _, k := range sortedKeys(s.Annotations) {
 		if strings.HasPrefix(k, CDIAnnotationPrefix) {
-			if n, gpu := cdiNames(s.Annotations[k], false); gpu {
+			if n, gpu := ev.cdiNames(s.Annotations[k], false); gpu {
 				add("cdi", n, "annotation "+k+"="+s.Annotations[k])
 			}
 		}
@@ -292,7 +297,7 @@ func (ev Evidence) specEvidence(s *specs.Spec, name string, add func(kind string
 	if name != "" {
 		for _, domain := range ev.CDIAnnotationDomains {
 			if k, v, ok := effectiveAnnotation(s.Annotations, domain, name); ok {
-				if n, gpu := cdiNames(v, true); gpu {
+				if n, gpu := ev.cdiNames(v, true); gpu {
 					add("cdi", n, "annotation "+k+"="+v)
 				}
 			}
@@ -321,10 +326,10 @@ func (ev Evidence) specEvidence(s *specs.Spec, name string, add func(kind string
 // cdiNames judges a comma-separated list of CDI names (or, unless
 // cdiOnly, device paths): whether one is a GPU, and how many GPUs they
 // count.
-func cdiNames(v string, cdiOnly bool) (n int, gpu bool) {
+func (ev Evidence) cdiNames(v string, cdiOnly bool) (n int, gpu bool) {
 	for _, name := range strings.Split(v, ",") {
 		name = strings.TrimSpace(name)
-		if dev := ClassifyDevice(name); dev.GPU && (!cdiOnly || IsCDIName(name)) {
+		if dev := ev.Device(name); dev.GPU && (!cdiOnly || IsCDIName(name)) {
 			gpu = true
 			n += dev.Count
 		}

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpurun/gpurun/engine/containerd"
+	"github.com/gpurun/gpurun/engine/nvidia"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/install"
 )
@@ -127,7 +128,7 @@ func containerdChecks(ctx context.Context, sys *System, o HostOptions, pol *poli
 				rc.Detail += fmt.Sprintf("; gpurun install made %s the default (recorded %s) and that no longer holds: %s is, set in %s:%d, so pods without a runtimeClassName keep containerd's 64MiB", name, rec.InstalledAt.Format(time.DateOnly), def, file, line)
 				rc.Fix = "sudo gpurun install containerd --set-as-default --restart   (makes gpurun the default again, in a drop-in directory of its own where another file would hide it; gpurun chains the runtime that is the default now)"
 				rc.Data["recorded_default"] = true
-			} else if d, ok := rts[def]; ok && isNVIDIARuntime(d.BinaryName) && !nri {
+			} else if d, ok := rts[def]; ok && nvidia.IsRuntime(d.BinaryName) && !nri {
 				file, line := cfg.Defines("plugins", cfg.RuntimePluginID(), "containerd", "default_runtime_name")
 				rc.Status = Warn
 				rc.Detail += fmt.Sprintf("; GPU pods without it go through NVIDIA's runtime (%s, the default set in %s:%d) and get containerd's 64MiB", d.BinaryName, file, line)

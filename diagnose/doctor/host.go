@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/docker"
+	"github.com/gpurun/gpurun/engine/nvidia"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -143,7 +144,7 @@ func nvidiaRuntime(runtimes map[string]string) string {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if strings.HasPrefix(path.Base(runtimes[n]), "nvidia-container-runtime") {
+		if nvidia.IsRuntime(runtimes[n]) {
 			return runtimes[n]
 		}
 	}

@@ -74,11 +74,11 @@ type ContainerOptions struct {
 	Pod PodLookup
 }
 
-// gpuDevices lists the GPU device nodes visible under /dev, /dev/dri and
-// /dev/accel, as oci.ClassifyDevice judges them.
+// gpuDevices lists the GPU device nodes visible under oci.DeviceDirs, as
+// oci.ClassifyDevice judges them.
 func gpuDevices(sys *System) []string {
 	var devs []string
-	for _, dir := range []string{"/dev", "/dev/dri", "/dev/accel"} {
+	for _, dir := range oci.DeviceDirs() {
 		entries, err := os.ReadDir(sys.path(dir))
 		if err != nil {
 			continue

@@ -17,9 +17,6 @@ import (
 	"github.com/gpurun/gpurun/runtime/shim"
 )
 
-// isNVIDIARuntime reports whether a runtime binary is NVIDIA's.
-func isNVIDIARuntime(binary string) bool { return nvidia.IsRuntime(binary) }
-
 // nvidiaLowLevel returns the low-level runtimes NVIDIA's config lists and
 // the first of them that the node has, resolved.
 func nvidiaLowLevel(sys *System, config string) (listed []string, first string, err error) {
@@ -144,7 +141,7 @@ func handlersCheck(cfg *containerd.Config, name string, isDefault, nri bool, con
 	hidden := cfg.HiddenRuntimes()
 	var bypass []string
 	for _, rt := range cfg.Runtimes() {
-		if rt.Name != name && isNVIDIARuntime(rt.BinaryName) {
+		if rt.Name != name && nvidia.IsRuntime(rt.BinaryName) {
 			bypass = append(bypass, rt.Name)
 		}
 	}
@@ -196,7 +193,7 @@ func nvidiaDefaultCheck(sys *System, cfg *containerd.Config, pol *policy.Policy,
 			continue
 		}
 		if def := fc.DefaultRuntime(); def != RuntimeName {
-			if rt, ok := cfg.Runtime(def); ok && isNVIDIARuntime(rt.BinaryName) {
+			if rt, ok := cfg.Runtime(def); ok && nvidia.IsRuntime(rt.BinaryName) {
 				wants = append(wants, fmt.Sprintf("%s (%s)", def, f))
 			}
 		}
@@ -206,7 +203,7 @@ func nvidiaDefaultCheck(sys *System, cfg *containerd.Config, pol *policy.Policy,
 	}
 	c := Check{Name: "runtime.nvidia-default", Status: OK}
 	chained, _ := sys.resolveBinary(pol.Runtime)
-	if isNVIDIARuntime(chained) {
+	if nvidia.IsRuntime(chained) {
 		c.Detail = fmt.Sprintf("NVIDIA's toolkit makes %s the default; gpurun is, and hands over to %s, so GPU pods still get NVIDIA's runtime", strings.Join(wants, ", "), chained)
 		return c, true
 	}
@@ -224,7 +221,7 @@ func nvidiaDefaultCheck(sys *System, cfg *containerd.Config, pol *policy.Policy,
 // Such records written after NVIDIA's config last changed count too.
 func cycleCheck(sys *System, pol *policy.Policy, gpurunBinary string, env map[string]string) (Check, bool) {
 	chained, err := sys.resolveBinary(pol.Runtime)
-	if err != nil || !isNVIDIARuntime(chained) {
+	if err != nil || !nvidia.IsRuntime(chained) {
 		return Check{}, false
 	}
 	c := Check{Name: "runtime.cycle", Status: OK}

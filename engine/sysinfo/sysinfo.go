@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -40,14 +39,15 @@ func Facts() (oci.Facts, error) {
 func GPUCount(dev string) (int, error) {
 	counts := map[string]int{}
 	buf := make([]byte, 8<<10)
-	for _, sub := range []string{"", "dri", "accel"} {
+	for _, dir := range oci.DeviceDirs() {
+		sub, _ := filepath.Rel("/dev", dir)
 		names, err := deviceNodes(filepath.Join(dev, sub), buf)
 		if err != nil {
 			return 0, fmt.Errorf("count GPUs: %w", err)
 		}
 		for _, name := range names {
 			// Classify by the path the node has in a container's /dev.
-			if d := oci.ClassifyDevice(filepath.Join("/dev", sub, name)); d.GPU {
+			if d := oci.ClassifyDevice(filepath.Join(dir, name)); d.GPU {
 				counts[d.Family] += d.Count
 			}
 		}
@@ -59,7 +59,7 @@ func GPUCount(dev string) (int, error) {
 	return n, nil
 }
 
-// deviceNodes returns the names in dir that mayBeGPUNode lets through and
+// deviceNodes returns the names in dir that oci.MayBeDeviceNode lets through and
 // that are device nodes, in the order the kernel lists them; a missing dir
 // lists none. It reads the
 // directory with getdents(2) into buf and stats only those names: os.ReadDir
@@ -89,7 +89,7 @@ func deviceNodes(dir string, buf []byte) ([]string, error) {
 		var found []string
 		_, _, found = unix.ParseDirent(buf[:n], -1, nil)
 		for _, name := range found {
-			if !mayBeGPUNode(name) {
+			if !oci.MayBeDeviceNode(name) {
 				continue
 			}
 			var st unix.Stat_t
@@ -101,13 +101,6 @@ func deviceNodes(dir string, buf []byte) ([]string, error) {
 			}
 		}
 	}
-}
-
-// mayBeGPUNode reports whether name, in /dev, /dev/dri or /dev/accel, can
-// be a node oci.ClassifyDevice counts (nvidiaN, renderDN, accelN, kfd, dri): the
-// others, most of /dev, are not worth building a path for.
-func mayBeGPUNode(name string) bool {
-	return strings.HasPrefix(name, "nvidia") || strings.HasPrefix(name, "renderD") || strings.HasPrefix(name, "accel") || name == "kfd" || name == "dri"
 }
 
 // MemTotal returns the host's total memory in bytes: the kernel's

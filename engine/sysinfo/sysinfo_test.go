@@ -122,22 +122,23 @@ func TestGPUCountErrors(t *testing.T) {
 	}
 }
 
-// mayBeGPUNode lets through every name ClassifyDevice counts, in each of
-// the dirs GPUCount reads: this host's and the GPU nodes of every vendor.
-func TestMayBeGPUNode(t *testing.T) {
+// oci.MayBeDeviceNode, GPUCount's filter, lets through every name
+// ClassifyDevice counts, in each of the dirs GPUCount reads: this host's
+// and the GPU nodes of every vendor.
+func TestMayBeDeviceNode(t *testing.T) {
 	names := []string{"nvidia0", "nvidia15", "nvidiactl", "nvidia-uvm", "nvidia-caps", "renderD128", "renderD129", "card0", "card1",
 		"accel0", "accel12", "kfd", "hidraw0", "tty0", "null", "dri", "accel", "nvme0n1"}
-	for _, sub := range []string{"", "dri", "accel"} {
-		if entries, err := os.ReadDir(filepath.Join("/dev", sub)); err == nil {
+	for _, dir := range oci.DeviceDirs() {
+		if entries, err := os.ReadDir(dir); err == nil {
 			for _, e := range entries {
 				names = append(names, e.Name())
 			}
 		}
 	}
-	for _, sub := range []string{"", "dri", "accel"} {
+	for _, dir := range oci.DeviceDirs() {
 		for _, name := range names {
-			if oci.ClassifyDevice(filepath.Join("/dev", sub, name)).GPU && !mayBeGPUNode(name) {
-				t.Errorf("/dev/%s counts as a GPU but mayBeGPUNode(%q) is false", filepath.Join(sub, name), name)
+			if oci.ClassifyDevice(filepath.Join(dir, name)).GPU && !oci.MayBeDeviceNode(name) {
+				t.Errorf("%s counts as a GPU but MayBeDeviceNode(%q) is false", filepath.Join(dir, name), name)
 			}
 		}
 	}
