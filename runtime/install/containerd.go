@@ -2,7 +2,6 @@ package install
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -118,64 +117,28 @@ func (c Containerd) Install() error {
 }
 
 // install is Install of a config gpurun edits (not a distribution's
-// template), in place or into c.DropInDir.
+// template), in place or into c.DropInDir: the install sequence (see
+// sequence.go) around containerd's editor.
 func (c Containerd) install() error {
 	path := c.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
 		return err
 	}
-	// The configuration as containerd reads it now, imports included:
-	// gpurun stands in for its default runtime, wherever that is set.
-	// Without gpurun's own drop-in, which is written anew: on containerd
-	// 1.x it carries a copy of the CRI section another file may have
-	// changed since (NVIDIA's toolkit rewrites its drop-in whenever its
-	// pod starts).
-	dropNode, dropHere := "", ""
-	var exclude []string
-	if c.DropInDir != "" {
-		dropNode, dropHere = c.dropIn()
-		exclude = []string{dropNode}
+	e, err := c.edit(path, before)
+	if err != nil {
+		return err
 	}
-	effective, effErr := c.effective(nil, exclude...)
-	opts := c.options()
-	if effErr == nil {
-		opts.Effective = effective
-	}
-	var after, dropIn, dropBefore []byte
-	var ch containerd.Change
-	if c.DropInDir != "" {
-		if after, dropIn, ch, err = containerd.DropIn(before, dropNode, opts); err != nil {
-			return fmt.Errorf("install into %s: %w", path, err)
-		}
-		if dropBefore, _, err = readConfig(dropHere); err != nil {
-			return err
-		}
-	} else if after, ch, err = containerd.Install(before, opts); err != nil {
-		return fmt.Errorf("install into %s: %w", path, err)
-	}
-	if effErr != nil {
-		return fmt.Errorf("install into %s: containerd cannot read its configuration as it is: %w", path, effErr)
-	}
-	if err := c.verify(effective, after, dropNode, dropIn); err != nil {
-		return fmt.Errorf("install into %s: %w", path, err)
-	}
-	dropChanged := dropHere != "" && string(dropBefore) != string(dropIn)
-	var pc *policyChange
-	var polBefore, polAfter []byte
-	if ch.Chain != "" {
-		if pc, polBefore, polAfter, err = c.chain(ch.Chain); err != nil {
-			return err
-		}
+	pol, err := c.chainPolicy(e.ch.Chain)
+	if err != nil {
+		return err
 	}
 	if c.DryRun {
-		c.showDiff(path, before, after)
-		if dropHere != "" {
-			c.showDiff(dropHere, dropBefore, dropIn)
+		files := []fileDiff{{path, before, e.after}}
+		if e.dropHere != "" {
+			files = append(files, fileDiff{e.dropHere, e.dropBefore, e.dropIn})
 		}
-		if pc != nil {
-			c.showDiff(c.policyPath(), polBefore, polAfter)
-		}
+		c.showPlan(files, pol)
 		return nil
 	}
 	st, err := loadState(c.statePath())
@@ -183,67 +146,104 @@ func (c Containerd) install() error {
 		return err
 	}
 	rec, hadRecord := st["containerd"][path]
-	if !ch.Changed && !dropChanged {
-		switch rechained, err := c.rechain(st, path, rec, hadRecord, ch, pc); {
-		case err != nil:
+	dropChanged := e.dropHere != "" && string(e.dropBefore) != string(e.dropIn)
+	if !e.ch.Changed && !dropChanged {
+		rechained, err := c.rechain(st, path, rec, hadRecord, e.ch, pol.change)
+		if err != nil {
 			return err
-		case hadRecord && rec.Pending:
-			if err := c.finish(st, "containerd", path, rec); err != nil {
+		}
+		if !rechained || (hadRecord && rec.Pending) {
+			if err := c.unchanged(st, "containerd", path, rec, hadRecord); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.Out, "%s: finished the install an earlier run left half done\n", path)
-		case !rechained:
-			fmt.Fprintf(c.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
 		}
 		return c.restart()
 	}
-	if hadRecord && rec.Policy != nil && pc != nil && rec.Policy.Value != pc.Value {
+	if hadRecord && rec.Policy != nil && pol.change != nil && rec.Policy.Value != pol.change.Value {
 		// The default gpurun stands in for changed (NVIDIA's toolkit
 		// installed or removed since): chain the one there is now, and
 		// keep what the policy had before the first chaining.
 		kept := *rec.Policy
-		kept.Value = pc.Value
+		kept.Value = pol.change.Value
 		rec.Policy = &kept
 	}
 	var writes []fileWrite
 	if dropChanged {
-		writes = append(writes, fileWrite{dropHere, dropIn})
+		writes = append(writes, fileWrite{e.dropHere, e.dropIn})
 	}
-	backup := rec.Backup
-	if ch.Changed {
-		if backup, err = c.backup(path, before, existed, rec.Backup); err != nil {
-			return err
-		}
-		writes = append(writes, fileWrite{path, after})
+	if e.ch.Changed {
+		writes = append(writes, fileWrite{path, e.after})
 	}
-	if !hadRecord || ch.Changed {
-		raw, err := json.Marshal(ch)
-		if err != nil {
+	if !hadRecord || e.ch.Changed {
+		// The main config is backed up before its own first change.
+		if rec, err = newRecord(c.Options, path, before, existed && e.ch.Changed, rec, hadRecord, e.ch, mergeContainerd, record{DropIn: e.dropNode, Policy: pol.change}); err != nil {
 			return err
-		}
-		if rec, err = mergeRecord(rec, hadRecord, ch, mergeContainerd, record{Change: raw, DropIn: dropNode, Policy: pc, Backup: backup, InstalledAt: c.now().UTC()}); err != nil {
-			return fmt.Errorf("install state %s: %w", c.statePath(), err)
 		}
 	}
 	if err := c.commit(st, "containerd", path, rec, writes); err != nil {
 		return err
 	}
-	if _, err := c.rechain(st, path, rec, true, ch, pc); err != nil {
+	if _, err := c.rechain(st, path, rec, true, e.ch, pol.change); err != nil {
 		return err
 	}
 	if dropChanged {
-		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", dropHere)
+		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", e.dropHere)
 	}
 	what := "registered runtime handler " + RuntimeName
-	if ch.SetDefault {
+	if e.ch.SetDefault {
 		what += " as the default"
 	}
-	fmt.Fprintf(c.Out, "%s: %s (%s, config version %d)", path, what, c.RuntimePath, ch.Version)
-	if backup != "" {
-		fmt.Fprintf(c.Out, "; backup %s", backup)
-	}
-	fmt.Fprintln(c.Out)
+	c.report(path, fmt.Sprintf("%s (%s, config version %d)", what, c.RuntimePath, e.ch.Version), rec.Backup)
 	return c.restart()
+}
+
+// containerdEdit is what containerd's editor makes of an install, before
+// anything is written: the main config after it, and — into a drop-in —
+// the drop-in's node and host paths, what it holds and would hold.
+type containerdEdit struct {
+	after              []byte
+	dropNode, dropHere string
+	dropBefore, dropIn []byte
+	ch                 containerd.Change
+}
+
+// edit works the install out on the config as containerd reads it now,
+// imports included (gpurun stands in for its default runtime, wherever
+// that is set), and verifies that containerd would see it as asked. It
+// leaves gpurun's own drop-in out of what it reads, since it is written
+// anew: on containerd 1.x it carries a copy of the CRI section another
+// file may have changed since (NVIDIA's toolkit rewrites its drop-in
+// whenever its pod starts).
+func (c Containerd) edit(path string, before []byte) (containerdEdit, error) {
+	var e containerdEdit
+	var exclude []string
+	if c.DropInDir != "" {
+		e.dropNode, e.dropHere = c.dropIn()
+		exclude = []string{e.dropNode}
+	}
+	effective, effErr := c.effective(nil, exclude...)
+	opts := c.options()
+	if effErr == nil {
+		opts.Effective = effective
+	}
+	var err error
+	if c.DropInDir != "" {
+		if e.after, e.dropIn, e.ch, err = containerd.DropIn(before, e.dropNode, opts); err != nil {
+			return e, fmt.Errorf("install into %s: %w", path, err)
+		}
+		if e.dropBefore, _, err = readConfig(e.dropHere); err != nil {
+			return e, err
+		}
+	} else if e.after, e.ch, err = containerd.Install(before, opts); err != nil {
+		return e, fmt.Errorf("install into %s: %w", path, err)
+	}
+	if effErr != nil {
+		return e, fmt.Errorf("install into %s: containerd cannot read its configuration as it is: %w", path, effErr)
+	}
+	if err := c.verify(effective, e.after, e.dropNode, e.dropIn); err != nil {
+		return e, fmt.Errorf("install into %s: %w", path, err)
+	}
+	return e, nil
 }
 
 // rechain keeps the runtime gpurun-runtime hands over to in step with
@@ -457,27 +457,9 @@ func (c Containerd) Uninstall() error {
 	if dropNode == "" && c.DropInDir != "" {
 		dropNode, _ = c.dropIn()
 	}
-	var after []byte
-	var changed bool
-	if dropNode != "" {
-		after, changed, err = containerd.UninstallDropIn(before, dropNode, ch)
-	} else {
-		after, changed, err = containerd.Uninstall(before, c.options(), ch)
-	}
+	after, changed, others, err := c.removal(path, before, dropNode, ch)
 	if err != nil {
-		return fmt.Errorf("uninstall from %s: %w", path, err)
-	}
-	// gpurun's handler where its marker no longer shows it: the main
-	// config rewritten by another tool (NVIDIA's toolkit drops comments),
-	// and copies of it in other files containerd reads (the toolkit's
-	// drop-in copies the whole CRI section).
-	others, err := c.removeCopies(after, dropNode, ch)
-	if err != nil {
-		return fmt.Errorf("uninstall from %s: %w", path, err)
-	}
-	if main, ok := others[c.node()]; ok {
-		after, changed = main, true
-		delete(others, c.node())
+		return err
 	}
 	if c.DryRun {
 		c.showDiff(path, before, after)
@@ -516,6 +498,31 @@ func (c Containerd) Uninstall() error {
 		return err
 	}
 	return c.restart()
+}
+
+// removal works out an uninstall: the main config without gpurun's
+// tables (or its drop-in's import), and whether that changed it; and the
+// other files that still hold gpurun's handler — the main config
+// rewritten by another tool (NVIDIA's toolkit drops comments), copies of
+// it in other files containerd reads (the toolkit's drop-in copies the
+// whole CRI section) — without it, by node path.
+func (c Containerd) removal(path string, before []byte, dropNode string, ch containerd.Change) (after []byte, changed bool, others map[string][]byte, err error) {
+	if dropNode != "" {
+		after, changed, err = containerd.UninstallDropIn(before, dropNode, ch)
+	} else {
+		after, changed, err = containerd.Uninstall(before, c.options(), ch)
+	}
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("uninstall from %s: %w", path, err)
+	}
+	if others, err = c.removeCopies(after, dropNode, ch); err != nil {
+		return nil, false, nil, fmt.Errorf("uninstall from %s: %w", path, err)
+	}
+	if main, ok := others[c.node()]; ok {
+		after, changed = main, true
+		delete(others, c.node())
+	}
+	return after, changed, others, nil
 }
 
 // removeCopies returns the files (node paths, the main config among them)

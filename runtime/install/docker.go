@@ -1,7 +1,6 @@
 package install
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -179,18 +178,12 @@ func (d Docker) Install() error {
 	if err != nil {
 		return fmt.Errorf("install into %s: %w", path, err)
 	}
-	var pc *policyChange
-	var polBefore, polAfter []byte
-	if ch.Chain != "" {
-		if pc, polBefore, polAfter, err = d.chain(ch.Chain); err != nil {
-			return err
-		}
+	pol, err := d.chainPolicy(ch.Chain)
+	if err != nil {
+		return err
 	}
 	if d.DryRun {
-		d.showDiff(path, before, after)
-		if pc != nil {
-			d.showDiff(d.policyPath(), polBefore, polAfter)
-		}
+		d.showPlan([]fileDiff{{path, before, after}}, pol)
 		return nil
 	}
 	st, err := loadState(d.statePath())
@@ -199,27 +192,14 @@ func (d Docker) Install() error {
 	}
 	old, hadOld := st["docker"][path]
 	if !ch.Changed {
-		if hadOld && old.Pending {
-			if err := d.finish(st, "docker", path, old); err != nil {
-				return err
-			}
-			fmt.Fprintf(d.Out, "%s: finished the install an earlier run left half done\n", path)
-		} else {
-			fmt.Fprintf(d.Out, "%s: gpurun runtime already registered; nothing to do\n", path)
+		if err := d.unchanged(st, "docker", path, old, hadOld); err != nil {
+			return err
 		}
 		return d.reload(after)
 	}
-	backup, err := d.backup(path, before, existed, old.Backup)
+	rec, err := newRecord(d.Options, path, before, existed, old, hadOld, ch, mergeDocker, record{Policy: pol.change})
 	if err != nil {
 		return err
-	}
-	raw, err := json.Marshal(ch)
-	if err != nil {
-		return err
-	}
-	rec, err := mergeRecord(old, hadOld, ch, mergeDocker, record{Change: raw, Policy: pc, Backup: backup, InstalledAt: d.now().UTC()})
-	if err != nil {
-		return fmt.Errorf("install state %s: %w", d.statePath(), err)
 	}
 	if err := d.commit(st, "docker", path, rec, []fileWrite{{path, after}}); err != nil {
 		return err
@@ -228,11 +208,7 @@ func (d Docker) Install() error {
 	if ch.SetDefault {
 		what += " as the default runtime"
 	}
-	fmt.Fprintf(d.Out, "%s: %s (%s)", path, what, d.RuntimePath)
-	if backup != "" {
-		fmt.Fprintf(d.Out, "; backup %s", backup)
-	}
-	fmt.Fprintln(d.Out)
+	d.report(path, fmt.Sprintf("%s (%s)", what, d.RuntimePath), rec.Backup)
 	return d.reload(after)
 }
 

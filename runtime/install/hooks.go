@@ -145,42 +145,16 @@ func digest(data []byte) string {
 // install changes nothing; one with other options rewrites gpurun's files.
 // With DryRun it prints the diffs and changes nothing.
 func (h Hooks) Install() error {
-	if err := h.validate(); err != nil {
-		return err
-	}
-	want, err := hooksd.HookJSON(h.hookOptions())
+	f, err := h.plan()
 	if err != nil {
 		return err
-	}
-	node := h.hookFile()
-	// Checked as doctor checks it: Podman and CRI-O refuse to load a
-	// hooks.d directory with an entry whose path is missing, which would
-	// stop every container start.
-	if p := hooksd.Problems(node, want, h.executable); len(p) > 0 {
-		return fmt.Errorf("%s (pass gpurun's path on the node with --hook-path)", strings.Join(p, "; "))
-	}
-	here := h.host(node)
-	before, existed, err := readConfig(here)
-	if err != nil {
-		return err
-	}
-	var dropNode, dropHere string
-	var dropWant, dropBefore []byte
-	if h.ShmAnnotation != "" {
-		dropNode = h.dropIn()
-		dropHere = h.host(dropNode)
-		if dropWant, err = crio.ShmDropIn(h.ShmAnnotation); err != nil {
-			return err
-		}
-		if dropBefore, _, err = readConfig(dropHere); err != nil {
-			return err
-		}
 	}
 	if h.DryRun {
-		h.showDiff(here, before, want)
-		if dropHere != "" {
-			h.showDiff(dropHere, dropBefore, dropWant)
+		files := []fileDiff{{f.here, f.before, f.want}}
+		if f.dropHere != "" {
+			files = append(files, fileDiff{f.dropHere, f.dropBefore, f.dropWant})
 		}
+		h.showPlan(files, policyPlan{})
 		h.warnings()
 		return nil
 	}
@@ -188,53 +162,31 @@ func (h Hooks) Install() error {
 	if err != nil {
 		return err
 	}
-	rec, hadRecord := st[h.Engine][here]
+	rec, hadRecord := st[h.Engine][f.here]
 	var old HookChange
 	if hadRecord {
 		if err := json.Unmarshal(rec.Change, &old); err != nil {
 			return fmt.Errorf("install state %s: %w", h.statePath(), err)
 		}
 	}
-	ch := HookChange{HookFile: node, SHA256: digest(want), Replaced: old.Replaced}
-	if dropNode != "" {
-		ch.DropIn, ch.DropInSHA256 = dropNode, digest(dropWant)
+	ch := HookChange{HookFile: f.node, SHA256: digest(f.want), Replaced: old.Replaced}
+	if f.dropNode != "" {
+		ch.DropIn, ch.DropInSHA256 = f.dropNode, digest(f.dropWant)
 	}
 	// A different file of this name that no install of gpurun wrote is
 	// someone else's: keep a copy, which uninstall puts back.
-	if existed && string(before) != string(want) && ch.Replaced == "" && !h.ours(st, here, before) {
-		ch.Replaced = fmt.Sprintf("%s.gpurun-%s.bak", here, h.now().UTC().Format("20060102T150405Z"))
-		if err := atomicfile.Write(ch.Replaced, before, 0o600); err != nil {
-			return fmt.Errorf("back up %s: %w", here, err)
+	if f.existed && string(f.before) != string(f.want) && ch.Replaced == "" && !h.ours(st, f.here, f.before) {
+		ch.Replaced = fmt.Sprintf("%s.gpurun-%s.bak", f.here, h.now().UTC().Format("20060102T150405Z"))
+		if err := atomicfile.Write(ch.Replaced, f.before, 0o600); err != nil {
+			return fmt.Errorf("back up %s: %w", f.here, err)
 		}
 	}
-	changed := false
-	if string(before) != string(want) || !existed {
-		if err := writeFile(here, want); err != nil {
-			return err
-		}
-		changed = true
-		fmt.Fprintf(h.Out, "%s: gpurun hook installed for %s (%s hook at %s, every container; the hook decides)", here, h.Engine, h.GPURunPath, hooksd.HookStage)
-		if ch.Replaced != "" && ch.Replaced != old.Replaced {
-			fmt.Fprintf(h.Out, "; the previous file is kept as %s", ch.Replaced)
-		}
-		fmt.Fprintln(h.Out)
-	}
-	if dropHere != "" && string(dropBefore) != string(dropWant) {
-		if err := writeFile(dropHere, dropWant); err != nil {
-			return err
-		}
-		changed = true
-		fmt.Fprintf(h.Out, "%s: pods may set %s; restart CRI-O to apply: systemctl restart crio\n", dropHere, h.ShmAnnotation)
-	}
-	if old.DropIn != "" && old.DropIn != ch.DropIn {
-		// A re-install without the annotation takes the old drop-in out.
-		if err := h.removeOwned(old.DropIn, old.DropInSHA256); err != nil {
-			return err
-		}
-		changed = true
+	changed, err := h.write(f, ch, old)
+	if err != nil {
+		return err
 	}
 	if !changed {
-		fmt.Fprintf(h.Out, "%s: gpurun hook already installed for %s; nothing to do\n", here, h.Engine)
+		fmt.Fprintf(h.Out, "%s: gpurun hook already installed for %s; nothing to do\n", f.here, h.Engine)
 	}
 	if !hadRecord || changed || old != ch {
 		raw, err := json.Marshal(ch)
@@ -248,13 +200,91 @@ func (h Hooks) Install() error {
 		if hadRecord {
 			installed = rec.InstalledAt
 		}
-		st[h.Engine][here] = record{Change: raw, DropIn: dropNode, Backup: ch.Replaced, InstalledAt: installed}
+		st[h.Engine][f.here] = record{Change: raw, DropIn: f.dropNode, Backup: ch.Replaced, InstalledAt: installed}
 		if err := st.save(h.statePath()); err != nil {
 			return err
 		}
 	}
 	h.warnings()
 	return nil
+}
+
+// hookFiles are the files a hook install writes: the hooks.d entry (its
+// node and host paths, what it holds and would hold) and, with
+// ShmAnnotation, CRI-O's drop-in that lets pods pass it.
+type hookFiles struct {
+	node, here         string
+	before, want       []byte
+	existed            bool
+	dropNode, dropHere string
+	dropBefore         []byte
+	dropWant           []byte
+}
+
+// plan works out the hook's files, checked as doctor checks them: Podman
+// and CRI-O refuse to load a hooks.d directory with an entry whose path
+// is missing, which would stop every container start.
+func (h Hooks) plan() (hookFiles, error) {
+	var f hookFiles
+	if err := h.validate(); err != nil {
+		return f, err
+	}
+	want, err := hooksd.HookJSON(h.hookOptions())
+	if err != nil {
+		return f, err
+	}
+	f.node, f.want = h.hookFile(), want
+	if p := hooksd.Problems(f.node, want, h.executable); len(p) > 0 {
+		return f, fmt.Errorf("%s (pass gpurun's path on the node with --hook-path)", strings.Join(p, "; "))
+	}
+	f.here = h.host(f.node)
+	if f.before, f.existed, err = readConfig(f.here); err != nil {
+		return f, err
+	}
+	if h.ShmAnnotation != "" {
+		f.dropNode = h.dropIn()
+		f.dropHere = h.host(f.dropNode)
+		if f.dropWant, err = crio.ShmDropIn(h.ShmAnnotation); err != nil {
+			return f, err
+		}
+		if f.dropBefore, _, err = readConfig(f.dropHere); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// write writes the hook's files where they differ, saying so, and takes
+// out a drop-in an earlier install wrote that this one does not (a
+// re-install without the annotation). It reports whether it changed
+// anything.
+func (h Hooks) write(f hookFiles, ch, old HookChange) (bool, error) {
+	changed := false
+	if string(f.before) != string(f.want) || !f.existed {
+		if err := writeFile(f.here, f.want); err != nil {
+			return false, err
+		}
+		changed = true
+		fmt.Fprintf(h.Out, "%s: gpurun hook installed for %s (%s hook at %s, every container; the hook decides)", f.here, h.Engine, h.GPURunPath, hooksd.HookStage)
+		if ch.Replaced != "" && ch.Replaced != old.Replaced {
+			fmt.Fprintf(h.Out, "; the previous file is kept as %s", ch.Replaced)
+		}
+		fmt.Fprintln(h.Out)
+	}
+	if f.dropHere != "" && string(f.dropBefore) != string(f.dropWant) {
+		if err := writeFile(f.dropHere, f.dropWant); err != nil {
+			return false, err
+		}
+		changed = true
+		fmt.Fprintf(h.Out, "%s: pods may set %s; restart CRI-O to apply: systemctl restart crio\n", f.dropHere, h.ShmAnnotation)
+	}
+	if old.DropIn != "" && old.DropIn != ch.DropIn {
+		if err := h.removeOwned(old.DropIn, old.DropInSHA256); err != nil {
+			return false, err
+		}
+		changed = true
+	}
+	return changed, nil
 }
 
 // Uninstall removes what Install recorded for this engine: the hooks.d

@@ -3,7 +3,6 @@ package install
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -164,19 +163,52 @@ func (c Containerd) installTemplate() error {
 			fmt.Fprintf(c.Out, "%s: no change\n", tmplPath)
 			return nil
 		}
-		if rec.Pending {
-			if err := c.finish(st, "containerd", tmplPath, rec); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.Out, "%s: finished the install an earlier run left half done\n", tmplPath)
-		} else {
-			fmt.Fprintf(c.Out, "%s: gpurun runtime already registered; nothing to do\n", tmplPath)
+		if err := c.unchanged(st, "containerd", tmplPath, rec, hadRecord); err != nil {
+			return err
 		}
 		return c.restart()
 	}
 	if bytes.Contains(tmpl, []byte(containerd.Marker)) {
 		return fmt.Errorf("%s holds a block of gpurun's that %s does not record: take it out by hand, then install again", tmplPath, c.statePath())
 	}
+	out, ch, tc, err := c.templateEdit(gen, tmpl, tmplExisted, tmplPath)
+	if err != nil {
+		return err
+	}
+	tc.Path = tmplNode
+	pol, err := c.chainPolicy(ch.Chain)
+	if err != nil {
+		return err
+	}
+	if c.DryRun {
+		c.showPlan([]fileDiff{{tmplPath, tmpl, out}}, pol)
+		return nil
+	}
+	// A template's record is made anew: an install that finds gpurun's
+	// block gone starts again (nothing of the old record is merged).
+	if rec, err = newRecord[containerd.Change](c.Options, tmplPath, tmpl, tmplExisted, rec, hadRecord, ch, nil, record{Template: &tc, Policy: pol.change}); err != nil {
+		return err
+	}
+	if err := c.commit(st, "containerd", tmplPath, rec, []fileWrite{{tmplPath, out}}); err != nil {
+		return err
+	}
+	what := "added to"
+	if tc.Created {
+		what = "created"
+	}
+	c.report(tmplPath, fmt.Sprintf("%s with runtime handler %s (%s, config version %d); %s writes it into %s when it starts", what, RuntimeName, c.RuntimePath, ch.Version, dist, genNode), rec.Backup)
+	return c.restart()
+}
+
+// templateEdit works out what an install adds to a distribution's
+// template: containerd's editor's change to the config the distribution
+// renders now (gen), which must be tables added at its end, as the
+// template's block; it verifies that containerd would see gpurun as
+// asked in the config rendered with that block.
+func (c Containerd) templateEdit(gen, tmpl []byte, tmplExisted bool, tmplPath string) ([]byte, containerd.Change, TemplateChange, error) {
+	dist := string(c.Distribution)
+	genNode := c.generatedNode()
+	genPath := c.host(genNode)
 	// The generated config may still hold gpurun's block, rendered from a
 	// template an uninstall has taken it out of since, the distribution
 	// not restarted (a rollout of the node agent: the old agent uninstalls
@@ -188,7 +220,7 @@ func (c Containerd) installTemplate() error {
 	if bytes.Contains(gen, []byte(containerd.Marker)) {
 		base, changed, err := containerd.Uninstall(gen, c.options(), containerd.Change{})
 		if err != nil {
-			return fmt.Errorf("%s holds a block of gpurun's, rendered from a template that no longer has it: %w", genPath, err)
+			return nil, containerd.Change{}, TemplateChange{}, fmt.Errorf("%s holds a block of gpurun's, rendered from a template that no longer has it: %w", genPath, err)
 		}
 		if changed {
 			gen, overlay = base, map[string][]byte{genNode: base}
@@ -196,71 +228,35 @@ func (c Containerd) installTemplate() error {
 	}
 	effective, err := c.effective(overlay)
 	if err != nil {
-		return fmt.Errorf("install into %s: containerd cannot read %s as it is: %w", tmplPath, genPath, err)
+		return nil, containerd.Change{}, TemplateChange{}, fmt.Errorf("install into %s: containerd cannot read %s as it is: %w", tmplPath, genPath, err)
 	}
 	opts := c.options()
 	opts.Effective = effective
 	after, ch, err := containerd.Install(gen, opts)
 	if err != nil {
-		return fmt.Errorf("install into %s (from %s): %w", tmplPath, genPath, err)
+		return nil, ch, TemplateChange{}, fmt.Errorf("install into %s (from %s): %w", tmplPath, genPath, err)
 	}
 	if !ch.Changed {
-		return fmt.Errorf("%s already defines runtime handler %s, which gpurun does not record: take it out of %s, restart %s, then install again", genPath, RuntimeName, tmplPath, dist)
+		return nil, ch, TemplateChange{}, fmt.Errorf("%s already defines runtime handler %s, which gpurun does not record: take it out of %s, restart %s, then install again", genPath, RuntimeName, tmplPath, dist)
 	}
 	if !bytes.HasPrefix(after, gen) {
 		// The change is not an addition at the end: a template can only
 		// add tables after what it renders.
 		if c.SetAsDefault {
-			return fmt.Errorf("%s writes the CRI plugin's containerd table itself, so its template cannot add default_runtime_name to it: install without --set-as-default (RuntimeClass gpurun), or set default-runtime: %s in /etc/rancher/%s/config.yaml", dist, RuntimeName, dist)
+			return nil, ch, TemplateChange{}, fmt.Errorf("%s writes the CRI plugin's containerd table itself, so its template cannot add default_runtime_name to it: install without --set-as-default (RuntimeClass gpurun), or set default-runtime: %s in /etc/rancher/%s/config.yaml", dist, RuntimeName, dist)
 		}
-		return fmt.Errorf("%s already defines runtime handler %s, which gpurun does not record: take it out of %s, restart %s, then install again", genPath, RuntimeName, tmplPath, dist)
+		return nil, ch, TemplateChange{}, fmt.Errorf("%s already defines runtime handler %s, which gpurun does not record: take it out of %s, restart %s, then install again", genPath, RuntimeName, tmplPath, dist)
 	}
 	out, tc, err := AddToTemplate(tmpl, tmplExisted, string(after[len(gen):]))
 	if err != nil {
-		return fmt.Errorf("install into %s: %w", tmplPath, err)
+		return nil, ch, tc, fmt.Errorf("install into %s: %w", tmplPath, err)
 	}
-	tc.Path = tmplNode
 	// What the distribution will render: the config it renders now, then
 	// gpurun's block.
 	if err := c.verify(effective, after, "", nil); err != nil {
-		return fmt.Errorf("install into %s: %w", tmplPath, err)
+		return nil, ch, tc, fmt.Errorf("install into %s: %w", tmplPath, err)
 	}
-	var pc *policyChange
-	var polBefore, polAfter []byte
-	if ch.Chain != "" {
-		if pc, polBefore, polAfter, err = c.chain(ch.Chain); err != nil {
-			return err
-		}
-	}
-	if c.DryRun {
-		c.showDiff(tmplPath, tmpl, out)
-		if pc != nil {
-			c.showDiff(c.policyPath(), polBefore, polAfter)
-		}
-		return nil
-	}
-	backup, err := c.backup(tmplPath, tmpl, tmplExisted, rec.Backup)
-	if err != nil {
-		return err
-	}
-	raw, err := json.Marshal(ch)
-	if err != nil {
-		return err
-	}
-	rec = record{Change: raw, Template: &tc, Policy: pc, Backup: backup, InstalledAt: c.now().UTC()}
-	if err := c.commit(st, "containerd", tmplPath, rec, []fileWrite{{tmplPath, out}}); err != nil {
-		return err
-	}
-	what := "added to"
-	if tc.Created {
-		what = "created"
-	}
-	fmt.Fprintf(c.Out, "%s: %s with runtime handler %s (%s, config version %d); %s writes it into %s when it starts", tmplPath, what, RuntimeName, c.RuntimePath, ch.Version, dist, genNode)
-	if backup != "" {
-		fmt.Fprintf(c.Out, "; backup %s", backup)
-	}
-	fmt.Fprintln(c.Out)
-	return c.restart()
+	return out, ch, tc, nil
 }
 
 // uninstallTemplate takes out exactly what installTemplate added.
