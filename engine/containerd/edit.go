@@ -567,109 +567,144 @@ type table struct {
 }
 
 // install edits d, reading the runtime to copy and the current default
-// from src (d itself, or the main config for a drop-in).
+// from src (d itself, or the main config for a drop-in): gpurun's runtime
+// (addRuntime), then the default (setDefault), each as edits in place or
+// tables appended, checked against the tree it means to leave.
 func install(d, src *doc, o Handler) ([]byte, Change, error) {
-	c := Change{Version: d.version}
-	handlers := []string{"plugins", RuntimePluginID(d.version), "containerd"}
-	rt := cfgtree.Join(handlers, "runtimes", o.Name)
-	opts := cfgtree.Join(rt, "options")
-	want := cfgtree.Copy(d.Tree).(map[string]any)
-	var edits []tomledit.Edit
-	var tables []table
-	var root []string
+	e := &installEdit{d: d, c: Change{Version: d.version}, want: cfgtree.Copy(d.Tree).(map[string]any)}
+	e.handlers = []string{"plugins", RuntimePluginID(d.version), "containerd"}
 	if d.empty {
-		root = append(root, "version = 2")
-		want["version"] = int64(2)
+		e.root = append(e.root, "version = 2")
+		e.want["version"] = int64(2)
 	}
+	current, hasDefault, err := currentDefault(src, e.handlers, o)
+	if err != nil {
+		return nil, e.c, err
+	}
+	if err := e.addRuntime(src, current, o); err != nil {
+		return nil, e.c, err
+	}
+	if o.SetAsDefault && !(hasDefault && current == o.Name) {
+		if err := e.setDefault(current, hasDefault, o); err != nil {
+			return nil, e.c, err
+		}
+	}
+	if len(e.edits) == 0 && len(e.tables) == 0 {
+		return d.Data, e.c, nil
+	}
+	if len(e.tables) > 0 {
+		e.edits = append(e.edits, tomledit.Edit{Start: len(d.Data), End: len(d.Data), Text: d.block(e.root, e.tables)})
+	}
+	out, err := apply(d.Data, e.edits)
+	if err != nil {
+		return nil, e.c, err
+	}
+	if err := d.CheckIntent(out, e.want); err != nil {
+		return nil, e.c, err
+	}
+	e.c.Changed = !bytes.Equal(out, d.Data)
+	return out, e.c, nil
+}
 
-	// The current default, from the config gpurun-runtime is added to.
+// installEdit gathers an install's edits of d: edits in place, tables to
+// append (after root's keys, for an empty file), the tree it means to
+// leave, and the change to record.
+type installEdit struct {
+	d        *doc
+	handlers []string
+	edits    []tomledit.Edit
+	tables   []table
+	root     []string
+	want     map[string]any
+	c        Change
+}
+
+// currentDefault is the default runtime gpurun stands in for: src's
+// default_runtime_name (runc when unset; hasDefault says it is set), or
+// the one containerd reads when o.Effective knows.
+func currentDefault(src *doc, handlers []string, o Handler) (current string, hasDefault bool, err error) {
 	defPath := cfgtree.Join(handlers, "default_runtime_name")
-	current, hasDefault := "runc", false
+	current = "runc"
 	if v, ok := cfgtree.Get(src.Tree, defPath...); ok {
 		s, ok := v.(string)
 		if !ok {
-			return nil, c, fmt.Errorf("containerd config line %d: default_runtime_name is not a string", src.Line(src.KVStart(defPath)))
+			return "", false, fmt.Errorf("containerd config line %d: default_runtime_name is not a string", src.Line(src.KVStart(defPath)))
 		}
 		current, hasDefault = s, true
 	}
 	if o.Effective != nil {
 		current = o.Effective.DefaultRuntime()
 	}
+	return current, hasDefault, nil
+}
 
-	// The runtime.
+// addRuntime makes gpurun's runtime table: a table there already gets
+// gpurun-runtime as its BinaryName; a new one is copied from the runtime
+// it stands in for (sourcePlan), keeping runc on containerd 1.x.
+func (e *installEdit) addRuntime(src *doc, current string, o Handler) error {
+	d := e.d
+	rt := cfgtree.Join(e.handlers, "runtimes", o.Name)
+	opts := cfgtree.Join(rt, "options")
 	if existing, ok := cfgtree.Get(d.Tree, rt...); ok {
 		if _, isMap := existing.(map[string]any); !isMap {
-			return nil, c, fmt.Errorf("containerd config line %d: %s is not a table", d.Line(d.KVStart(rt)), tomledit.PathText(rt))
+			return fmt.Errorf("containerd config line %d: %s is not a table", d.Line(d.KVStart(rt)), tomledit.PathText(rt))
 		}
 		binPath := cfgtree.Join(opts, "BinaryName")
-		e, ok, err := d.setString(opts, "BinaryName", o.BinaryName, tomledit.PathText(binPath))
+		edits, ok, err := d.setString(opts, "BinaryName", o.BinaryName, tomledit.PathText(binPath))
 		switch {
 		case err != nil:
-			return nil, c, err
+			return err
 		case ok:
-			edits = append(edits, e...)
+			e.edits = append(e.edits, edits...)
 		default:
 			if def := d.Def(rt); def.Form == tomledit.Inline || def.Form == tomledit.NotTable {
 				_, _, err := d.SetKey(rt, "options", "")
-				return nil, c, err
+				return err
 			}
-			tables = append(tables, table{path: opts, lines: []string{"BinaryName = " + tomledit.Quote(o.BinaryName)}})
+			e.tables = append(e.tables, table{path: opts, lines: []string{"BinaryName = " + tomledit.Quote(o.BinaryName)}})
 		}
-		cfgtree.Set(want, binPath, o.BinaryName)
-	} else {
-		if def := d.Def(rt); def.Form == tomledit.Inline || def.Form == tomledit.NotTable {
-			_, _, err := d.SetKey(rt, "runtime_type", "")
-			return nil, c, err
-		}
-		plan, err := sourcePlan(src, handlers, current, o)
-		if err != nil {
-			return nil, c, err
-		}
-		c.AddedRuntime = true
-		c.Chain, c.CopiedFrom = plan.chain, plan.name
-		if runc := cfgtree.Join(handlers, "runtimes", "runc"); d.version == 2 && !hasRuntimes(d.Tree, handlers) {
-			// containerd 1.x replaces its built-in runtimes (runc) with
-			// those of the config: keep runc, or its default would vanish.
-			tables = append(tables, table{path: runc, lines: []string{"runtime_type = " + tomledit.Quote(RuncV2)}})
-			cfgtree.Set(want, runc, map[string]any{"runtime_type": RuncV2})
-		}
-		tables = append(tables, table{path: rt, lines: plan.rtLines}, table{path: opts, lines: plan.optLines})
-		cfgtree.Set(want, rt, plan.value)
+		cfgtree.Set(e.want, binPath, o.BinaryName)
+		return nil
 	}
-
-	// The default.
-	if o.SetAsDefault && !(hasDefault && current == o.Name) {
-		c.SetDefault, c.HadDefaultKey = true, hasDefault
-		if hasDefault {
-			c.PreviousDefault = current
-		}
-		e, ok, err := d.setString(handlers, "default_runtime_name", o.Name, "default_runtime_name")
-		switch {
-		case err != nil:
-			return nil, c, err
-		case ok:
-			edits = append(edits, e...)
-		default:
-			tables = append([]table{{path: handlers, lines: []string{"default_runtime_name = " + tomledit.Quote(o.Name)}}}, tables...)
-		}
-		cfgtree.Set(want, defPath, o.Name)
+	if def := d.Def(rt); def.Form == tomledit.Inline || def.Form == tomledit.NotTable {
+		_, _, err := d.SetKey(rt, "runtime_type", "")
+		return err
 	}
-
-	if len(edits) == 0 && len(tables) == 0 {
-		return d.Data, c, nil
-	}
-	if len(tables) > 0 {
-		edits = append(edits, tomledit.Edit{Start: len(d.Data), End: len(d.Data), Text: d.block(root, tables)})
-	}
-	out, err := apply(d.Data, edits)
+	plan, err := sourcePlan(src, e.handlers, current, o)
 	if err != nil {
-		return nil, c, err
+		return err
 	}
-	if err := d.CheckIntent(out, want); err != nil {
-		return nil, c, err
+	e.c.AddedRuntime = true
+	e.c.Chain, e.c.CopiedFrom = plan.chain, plan.name
+	if runc := cfgtree.Join(e.handlers, "runtimes", "runc"); d.version == 2 && !hasRuntimes(d.Tree, e.handlers) {
+		// containerd 1.x replaces its built-in runtimes (runc) with
+		// those of the config: keep runc, or its default would vanish.
+		e.tables = append(e.tables, table{path: runc, lines: []string{"runtime_type = " + tomledit.Quote(RuncV2)}})
+		cfgtree.Set(e.want, runc, map[string]any{"runtime_type": RuncV2})
 	}
-	c.Changed = !bytes.Equal(out, d.Data)
-	return out, c, nil
+	e.tables = append(e.tables, table{path: rt, lines: plan.rtLines}, table{path: opts, lines: plan.optLines})
+	cfgtree.Set(e.want, rt, plan.value)
+	return nil
+}
+
+// setDefault makes gpurun's runtime the default, recording the one it
+// replaces.
+func (e *installEdit) setDefault(current string, hasDefault bool, o Handler) error {
+	e.c.SetDefault, e.c.HadDefaultKey = true, hasDefault
+	if hasDefault {
+		e.c.PreviousDefault = current
+	}
+	edits, ok, err := e.d.setString(e.handlers, "default_runtime_name", o.Name, "default_runtime_name")
+	switch {
+	case err != nil:
+		return err
+	case ok:
+		e.edits = append(e.edits, edits...)
+	default:
+		e.tables = append([]table{{path: e.handlers, lines: []string{"default_runtime_name = " + tomledit.Quote(o.Name)}}}, e.tables...)
+	}
+	cfgtree.Set(e.want, cfgtree.Join(e.handlers, "default_runtime_name"), o.Name)
+	return nil
 }
 
 // hasRuntimes reports whether the config defines any runtime.
@@ -714,91 +749,23 @@ type runtimePlan struct {
 // when defined, else nothing but gpurun's own keys.
 func sourcePlan(src *doc, handlers []string, current string, o Handler) (runtimePlan, error) {
 	plan := runtimePlan{name: "runc", value: map[string]any{}}
-	var srcMap map[string]any
-	fromEffective := false
-	for _, cand := range []string{current, "runc"} {
-		if cand == o.Name {
-			continue
-		}
-		v, ok := cfgtree.Get(src.Tree, cfgtree.Join(handlers, "runtimes", cand)...)
-		m, isMap := v.(map[string]any)
-		if o.Effective != nil {
-			// containerd reads it elsewhere too, or only elsewhere: copy
-			// what containerd sees.
-			if r, found := o.Effective.Runtime(cand); found {
-				if _, same := cfgtree.Equal(m, r.Settings); !isMap || !same {
-					m, ok, isMap, fromEffective = r.Settings, true, true, true
-				}
-			}
-		}
-		if !ok || !isMap {
-			continue
-		}
-		if t, ok := m["runtime_type"]; ok && t != RuncV2 && t != "" {
-			fromEffective = false
-			continue
-		}
-		plan.name, srcMap = cand, m
-		break
+	name, srcMap, fromEffective := pickSource(src, handlers, current, o)
+	if name != "" {
+		plan.name = name
 	}
-	annotations := []string{}
 	var rtCopied, optCopied []string
-	optValues := map[string]any{}
-	if fromEffective {
-		var err error
+	var err error
+	switch {
+	case fromEffective:
 		if rtCopied, optCopied, plan.chain, err = formatRuntime(srcMap, o); err != nil {
 			return plan, fmt.Errorf("containerd config: runtime %s, as containerd reads it: %w", plan.name, err)
 		}
-	} else if srcMap != nil {
-		srcRT := cfgtree.Join(handlers, "runtimes", plan.name)
-		for _, e := range src.Exprs {
-			if e.Kind == unstable.ArrayTable && len(e.Path) > len(srcRT) && tomledit.NamesEqual(e.Path[:len(srcRT)], srcRT) {
-				return plan, fmt.Errorf("containerd config line %d: cannot copy the array of tables %s", src.Line(e.Start), tomledit.PathText(tomledit.Names(e.Path)))
-			}
-		}
-		for _, kv := range src.KVs {
-			if kv.Value.Kind == unstable.InlineTable || len(kv.Path) <= len(srcRT) || !tomledit.NamesEqual(kv.Path[:len(srcRT)], srcRT) {
-				continue
-			}
-			rel := kv.Path[len(srcRT):]
-			text := string(src.Data[kv.Value.Start:kv.Value.End])
-			switch {
-			case rel[0].Name == "options" && len(rel) == 1:
-				return plan, fmt.Errorf("containerd config line %d: %s.options is not a table", src.Line(kv.Start), tomledit.PathText(srcRT))
-			case rel[0].Name == "options":
-				if len(rel) == 2 && rel[1].Name == "BinaryName" {
-					if kv.Value.Kind == unstable.String && kv.Value.Str != o.BinaryName {
-						plan.chain = kv.Value.Str
-					}
-					continue
-				}
-				optCopied = append(optCopied, tomledit.RawKey(rel[1:])+" = "+text)
-			case copiedRuntimeKey(rel[0].Name):
-				rtCopied = append(rtCopied, tomledit.RawKey(rel)+" = "+text)
-			}
+	case srcMap != nil:
+		if rtCopied, optCopied, plan.chain, err = copiedLines(src, cfgtree.Join(handlers, "runtimes", plan.name), o); err != nil {
+			return plan, err
 		}
 	}
-	if srcMap != nil {
-		if v, ok := srcMap["pod_annotations"].([]any); ok {
-			for _, a := range v {
-				if s, ok := a.(string); ok && !slices.Contains(annotations, s) {
-					annotations = append(annotations, s)
-				}
-			}
-		}
-		for k, v := range srcMap {
-			if copiedRuntimeKey(k) {
-				plan.value[k] = cfgtree.Copy(v)
-			}
-		}
-		if m, ok := srcMap["options"].(map[string]any); ok {
-			for k, v := range m {
-				if k != "BinaryName" {
-					optValues[k] = cfgtree.Copy(v)
-				}
-			}
-		}
-	}
+	annotations, optValues := copiedValues(srcMap, plan.value)
 	for _, a := range o.PodAnnotations {
 		if !slices.Contains(annotations, a) {
 			annotations = append(annotations, a)
@@ -820,6 +787,100 @@ func sourcePlan(src *doc, handlers []string, current string, o Handler) (runtime
 	optValues["BinaryName"] = o.BinaryName
 	plan.value["options"] = optValues
 	return plan, nil
+}
+
+// pickSource finds the runtime gpurun's is copied from (see sourcePlan):
+// its name and settings ("" and nil for none), and whether they are
+// containerd's reading of them (o.Effective: it reads them elsewhere too,
+// or only elsewhere) rather than src's.
+func pickSource(src *doc, handlers []string, current string, o Handler) (string, map[string]any, bool) {
+	for _, cand := range []string{current, "runc"} {
+		if cand == o.Name {
+			continue
+		}
+		v, ok := cfgtree.Get(src.Tree, cfgtree.Join(handlers, "runtimes", cand)...)
+		m, isMap := v.(map[string]any)
+		fromEffective := false
+		if o.Effective != nil {
+			if r, found := o.Effective.Runtime(cand); found {
+				if _, same := cfgtree.Equal(m, r.Settings); !isMap || !same {
+					m, ok, isMap, fromEffective = r.Settings, true, true, true
+				}
+			}
+		}
+		if !ok || !isMap {
+			continue
+		}
+		if t, ok := m["runtime_type"]; ok && t != RuncV2 && t != "" {
+			continue
+		}
+		return cand, m, fromEffective
+	}
+	return "", nil, false
+}
+
+// copiedLines are the lines of the source runtime's table srcRT in src
+// that gpurun's copies, as written there (keys and values, comments
+// aside): its runtime keys and its options but BinaryName, which is the
+// runtime gpurun chains when it is not gpurun's.
+func copiedLines(src *doc, srcRT []string, o Handler) (rtCopied, optCopied []string, chain string, err error) {
+	for _, e := range src.Exprs {
+		if e.Kind == unstable.ArrayTable && len(e.Path) > len(srcRT) && tomledit.NamesEqual(e.Path[:len(srcRT)], srcRT) {
+			return nil, nil, "", fmt.Errorf("containerd config line %d: cannot copy the array of tables %s", src.Line(e.Start), tomledit.PathText(tomledit.Names(e.Path)))
+		}
+	}
+	for _, kv := range src.KVs {
+		if kv.Value.Kind == unstable.InlineTable || len(kv.Path) <= len(srcRT) || !tomledit.NamesEqual(kv.Path[:len(srcRT)], srcRT) {
+			continue
+		}
+		rel := kv.Path[len(srcRT):]
+		text := string(src.Data[kv.Value.Start:kv.Value.End])
+		switch {
+		case rel[0].Name == "options" && len(rel) == 1:
+			return nil, nil, "", fmt.Errorf("containerd config line %d: %s.options is not a table", src.Line(kv.Start), tomledit.PathText(srcRT))
+		case rel[0].Name == "options":
+			if len(rel) == 2 && rel[1].Name == "BinaryName" {
+				if kv.Value.Kind == unstable.String && kv.Value.Str != o.BinaryName {
+					chain = kv.Value.Str
+				}
+				continue
+			}
+			optCopied = append(optCopied, tomledit.RawKey(rel[1:])+" = "+text)
+		case copiedRuntimeKey(rel[0].Name):
+			rtCopied = append(rtCopied, tomledit.RawKey(rel)+" = "+text)
+		}
+	}
+	return rtCopied, optCopied, chain, nil
+}
+
+// copiedValues copies the source runtime's settings (nil: none) into
+// value, gpurun's runtime as containerd will read it: its runtime keys,
+// and its pod_annotations and options but BinaryName, which it returns.
+func copiedValues(srcMap, value map[string]any) (annotations []string, options map[string]any) {
+	annotations, options = []string{}, map[string]any{}
+	if srcMap == nil {
+		return annotations, options
+	}
+	if v, ok := srcMap["pod_annotations"].([]any); ok {
+		for _, a := range v {
+			if s, ok := a.(string); ok && !slices.Contains(annotations, s) {
+				annotations = append(annotations, s)
+			}
+		}
+	}
+	for k, v := range srcMap {
+		if copiedRuntimeKey(k) {
+			value[k] = cfgtree.Copy(v)
+		}
+	}
+	if m, ok := srcMap["options"].(map[string]any); ok {
+		for k, v := range m {
+			if k != "BinaryName" {
+				options[k] = cfgtree.Copy(v)
+			}
+		}
+	}
+	return annotations, options
 }
 
 // formatRuntime writes the settings of a runtime that gpurun copies from

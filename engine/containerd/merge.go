@@ -286,69 +286,16 @@ func migrateCRI(t map[string]any) {
 	if !ok {
 		return
 	}
-	rt, _ := plugins[CRIRuntimePlugin].(map[string]any)
-	if rt == nil {
-		rt = map[string]any{}
-	}
-	img, _ := plugins[CRIImagesPlugin].(map[string]any)
-	if img == nil {
-		img = map[string]any{}
-	}
+	rt, img := tableOf(plugins, CRIRuntimePlugin), tableOf(plugins, CRIImagesPlugin)
 	server := map[string]any{}
-	setDefault := func(m map[string]any, k string, v any) {
-		if _, ok := m[k]; !ok {
-			m[k] = v
-		}
-	}
 	for k, v := range src {
 		switch {
 		case k == "cni":
-			cni, _ := v.(map[string]any)
-			dstCNI, _ := rt["cni"].(map[string]any)
-			if dstCNI == nil {
-				dstCNI = map[string]any{}
-			}
-			for ck, cv := range cni {
-				if ck == "bin_dir" {
-					if dirs, _ := dstCNI["bin_dirs"].([]any); len(dirs) == 0 {
-						dstCNI["bin_dirs"] = []any{cv}
-					}
-					continue
-				}
-				setDefault(dstCNI, ck, cv)
-			}
-			rt["cni"] = dstCNI
+			rt["cni"] = migrateCNI(v, tableOf(rt, "cni"))
 		case k == "containerd":
-			ctr, _ := v.(map[string]any)
-			dstCtr, _ := rt["containerd"].(map[string]any)
-			if dstCtr == nil {
-				dstCtr = map[string]any{}
-			}
-			for ck, cv := range ctr {
-				switch ck {
-				case "snapshotter", "disable_snapshot_annotations", "discard_unpacked_layers":
-				default:
-					setDefault(dstCtr, ck, cv)
-				}
-			}
-			if rts, ok := dstCtr["runtimes"].(map[string]any); ok {
-				for _, r := range rts {
-					if m, ok := r.(map[string]any); ok {
-						if mode, ok := m["sandbox_mode"]; ok {
-							if _, has := m["sandboxer"]; !has {
-								m["sandboxer"] = mode
-								delete(m, "sandbox_mode")
-							}
-						}
-					}
-				}
-			}
-			rt["containerd"] = dstCtr
+			rt["containerd"] = migrateContainerd(v, tableOf(rt, "containerd"))
 		case k == "sandbox_image":
-			pinned, _ := img["pinned_images"].(map[string]any)
-			if pinned == nil {
-				pinned = map[string]any{}
-			}
+			pinned := tableOf(img, "pinned_images")
 			pinned["sandbox"] = v
 			img["pinned_images"] = pinned
 		case criKey(k) == "images":
@@ -364,6 +311,64 @@ func migrateCRI(t map[string]any) {
 		plugins[CRIImagesPlugin] = img
 	}
 	plugins[CRIPluginV2] = server
+}
+
+// tableOf is the table m[k], a new empty one when there is none.
+func tableOf(m map[string]any, k string) map[string]any {
+	if t, _ := m[k].(map[string]any); t != nil {
+		return t
+	}
+	return map[string]any{}
+}
+
+// setDefault sets m[k] to v unless m has k: a setting already there wins.
+func setDefault(m map[string]any, k string, v any) {
+	if _, ok := m[k]; !ok {
+		m[k] = v
+	}
+}
+
+// migrateCNI moves version 2's cni table (v) into version 3's (dst):
+// bin_dir becomes bin_dirs.
+func migrateCNI(v any, dst map[string]any) map[string]any {
+	cni, _ := v.(map[string]any)
+	for ck, cv := range cni {
+		if ck == "bin_dir" {
+			if dirs, _ := dst["bin_dirs"].([]any); len(dirs) == 0 {
+				dst["bin_dirs"] = []any{cv}
+			}
+			continue
+		}
+		setDefault(dst, ck, cv)
+	}
+	return dst
+}
+
+// migrateContainerd moves version 2's containerd table (v) into version
+// 3's runtime plugin's (dst): the snapshotter settings stay behind (the
+// images plugin's in 3), and a runtime's sandbox_mode becomes sandboxer.
+func migrateContainerd(v any, dst map[string]any) map[string]any {
+	ctr, _ := v.(map[string]any)
+	for ck, cv := range ctr {
+		switch ck {
+		case "snapshotter", "disable_snapshot_annotations", "discard_unpacked_layers":
+		default:
+			setDefault(dst, ck, cv)
+		}
+	}
+	if rts, ok := dst["runtimes"].(map[string]any); ok {
+		for _, r := range rts {
+			if m, ok := r.(map[string]any); ok {
+				if mode, ok := m["sandbox_mode"]; ok {
+					if _, has := m["sandboxer"]; !has {
+						m["sandboxer"] = mode
+						delete(m, "sandbox_mode")
+					}
+				}
+			}
+		}
+	}
+	return dst
 }
 
 // migrateServer moves the server settings of a version 3 (or 2) file to
