@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -64,117 +65,33 @@ func discoverFiles(opts Options) ([]projectSpec, error) {
 			return nil, fmt.Errorf("working directory: %w", err)
 		}
 	}
-	abs := func(p string) string {
-		if filepath.IsAbs(p) {
-			return filepath.Clean(p)
-		}
-		return filepath.Join(cwd, p)
-	}
+	d := &discovery{cwd: cwd, display: map[string]string{}}
 	if len(opts.Files) > 0 && len(opts.Paths) > 0 {
 		return nil, errors.New("give compose files with -f or as PATH arguments, not both")
 	}
-	projectDir := ""
 	if opts.ProjectDir != "" {
-		projectDir = abs(opts.ProjectDir)
-		if fi, err := os.Stat(projectDir); err != nil || !fi.IsDir() {
+		d.projectDir = d.abs(opts.ProjectDir)
+		if fi, err := os.Stat(d.projectDir); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("--project-directory %s: not a directory", opts.ProjectDir)
 		}
 	}
-	display := map[string]string{}
-	add := func(given, absPath string) string {
-		if _, ok := display[absPath]; !ok {
-			display[absPath] = given
-		}
-		return absPath
-	}
 	switch {
 	case len(opts.Files) > 0:
-		spec := projectSpec{display: display}
-		for _, f := range opts.Files {
-			if f == "-" {
-				return nil, errors.New("-f -: reading a compose file from stdin is not supported; name the file")
-			}
-			if err := regularFile(abs(f), f); err != nil {
-				return nil, err
-			}
-			spec.files = append(spec.files, add(f, abs(f)))
-		}
-		spec.workDir = projectDir
-		if spec.workDir == "" {
-			spec.workDir = filepath.Dir(spec.files[0])
-		}
-		return []projectSpec{spec}, nil
+		return d.files(opts.Files)
 	case len(opts.Paths) > 0:
-		var specs []projectSpec
-		for _, p := range opts.Paths {
-			fi, err := os.Stat(abs(p))
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			if !fi.IsDir() {
-				if err := regularFile(abs(p), p); err != nil {
-					return nil, err
-				}
-				wd := projectDir
-				if wd == "" {
-					wd = filepath.Dir(abs(p))
-				}
-				specs = append(specs, projectSpec{files: []string{add(p, abs(p))}, workDir: wd, display: display})
-				continue
-			}
-			found, err := searchDir(abs(p), p, display)
-			if err != nil {
-				return nil, err
-			}
-			if len(found) == 0 {
-				return nil, fmt.Errorf("%s: no compose files (%s) in it or below", p, strings.Join(DefaultFileNames, ", "))
-			}
-			specs = append(specs, found...)
-		}
-		return specs, nil
+		return d.paths(opts.Paths)
 	}
 	// The files `docker compose` would use: COMPOSE_FILE, else a default
 	// file in the project directory or the working directory or a parent.
-	env := envMap(opts.Environ)
-	start := projectDir
-	if start == "" {
-		start = cwd
-	}
-	if cf := env["COMPOSE_FILE"]; cf != "" {
-		sep := env["COMPOSE_PATH_SEPARATOR"]
-		if sep == "" {
-			sep = string(os.PathListSeparator)
-		}
-		spec := projectSpec{display: display}
-		for _, f := range strings.Split(cf, sep) {
-			if f == "" {
-				continue
-			}
-			p := f
-			if !filepath.IsAbs(p) {
-				p = filepath.Join(start, p)
-			}
-			if err := regularFile(p, f+" (from COMPOSE_FILE)"); err != nil {
-				return nil, err
-			}
-			spec.files = append(spec.files, add(f, p))
-		}
-		if len(spec.files) > 0 {
-			spec.workDir = projectDir
-			if spec.workDir == "" {
-				spec.workDir = filepath.Dir(spec.files[0])
-			}
-			return []projectSpec{spec}, nil
-		}
+	start := cmp.Or(d.projectDir, cwd)
+	if specs, err := d.composeFile(envMap(opts.Environ), start); err != nil || specs != nil {
+		return specs, err
 	}
 	for dir := start; ; dir = filepath.Dir(dir) {
 		if files := defaultFiles(dir); len(files) > 0 {
-			spec := projectSpec{workDir: dir, display: display}
-			if projectDir != "" {
-				spec.workDir = projectDir
-			}
+			spec := projectSpec{workDir: cmp.Or(d.projectDir, dir), display: d.display}
 			for _, f := range files {
-				spec.files = append(spec.files, add(shortPath(cwd, f), f))
+				spec.files = append(spec.files, d.add(shortPath(cwd, f), f))
 			}
 			return []projectSpec{spec}, nil
 		}
@@ -183,6 +100,111 @@ func discoverFiles(opts Options) ([]projectSpec, error) {
 		}
 	}
 	return nil, fmt.Errorf("no compose file (%s) in %s or a parent directory; name one with -f", strings.Join(DefaultFileNames, ", "), start)
+}
+
+// discovery is one search for compose files: the working directory, the
+// project directory (--project-directory, "" when not given), and each
+// file's name as the user gave it, for reports.
+type discovery struct {
+	cwd, projectDir string
+	display         map[string]string
+}
+
+// abs is p from the working directory.
+func (d *discovery) abs(p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(d.cwd, p)
+}
+
+// add records the name a file was given by (the first one) and returns
+// its absolute path.
+func (d *discovery) add(given, absPath string) string {
+	if _, ok := d.display[absPath]; !ok {
+		d.display[absPath] = given
+	}
+	return absPath
+}
+
+// workDir is a project's directory: --project-directory, else the
+// directory of its first file.
+func (d *discovery) workDir(first string) string {
+	return cmp.Or(d.projectDir, filepath.Dir(first))
+}
+
+// files is the one project of the -f files.
+func (d *discovery) files(files []string) ([]projectSpec, error) {
+	spec := projectSpec{display: d.display}
+	for _, f := range files {
+		if f == "-" {
+			return nil, errors.New("-f -: reading a compose file from stdin is not supported; name the file")
+		}
+		if err := regularFile(d.abs(f), f); err != nil {
+			return nil, err
+		}
+		spec.files = append(spec.files, d.add(f, d.abs(f)))
+	}
+	spec.workDir = d.workDir(spec.files[0])
+	return []projectSpec{spec}, nil
+}
+
+// paths are the projects of PATH arguments: a file is a project of its
+// own, a directory holds the projects found in it or below.
+func (d *discovery) paths(paths []string) ([]projectSpec, error) {
+	var specs []projectSpec
+	for _, p := range paths {
+		fi, err := os.Stat(d.abs(p))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if !fi.IsDir() {
+			if err := regularFile(d.abs(p), p); err != nil {
+				return nil, err
+			}
+			specs = append(specs, projectSpec{files: []string{d.add(p, d.abs(p))}, workDir: d.workDir(d.abs(p)), display: d.display})
+			continue
+		}
+		found, err := searchDir(d.abs(p), p, d.display)
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("%s: no compose files (%s) in it or below", p, strings.Join(DefaultFileNames, ", "))
+		}
+		specs = append(specs, found...)
+	}
+	return specs, nil
+}
+
+// composeFile is the project COMPOSE_FILE names (its files separated by
+// COMPOSE_PATH_SEPARATOR, relative ones from start), nil when it names
+// none.
+func (d *discovery) composeFile(env map[string]string, start string) ([]projectSpec, error) {
+	cf := env["COMPOSE_FILE"]
+	if cf == "" {
+		return nil, nil
+	}
+	sep := cmp.Or(env["COMPOSE_PATH_SEPARATOR"], string(os.PathListSeparator))
+	spec := projectSpec{display: d.display}
+	for _, f := range strings.Split(cf, sep) {
+		if f == "" {
+			continue
+		}
+		p := f
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(start, p)
+		}
+		if err := regularFile(p, f+" (from COMPOSE_FILE)"); err != nil {
+			return nil, err
+		}
+		spec.files = append(spec.files, d.add(f, p))
+	}
+	if len(spec.files) == 0 {
+		return nil, nil
+	}
+	spec.workDir = d.workDir(spec.files[0])
+	return []projectSpec{spec}, nil
 }
 
 // shortPath returns p relative to dir when p is in dir or below, else p.
