@@ -255,51 +255,10 @@ func (a *Agent) Install(ctx context.Context) error {
 	if a.DropInDir != "" && dist.Templated() {
 		a.log().Info("--drop-in does not apply to "+string(dist)+": gpurun's tables go into its containerd template", "drop-in", a.DropInDir)
 	}
-	if rec != nil {
-		if err := a.compatible(rec); err != nil {
-			return err
-		}
-		switch drop := a.dropInDir(dist); {
-		case rec.Containerd.Config != "" && rec.Containerd.DropInDir != drop:
-			// The drop-in setting changed (an upgrade to a release whose
-			// default-runtime mode uses a drop-in directory, say): take
-			// the registration out where it is and put it where it goes.
-			a.log().Info("gpurun's registration moves to another drop-in directory", "was", or(rec.Containerd.DropInDir, "(none: "+rec.Containerd.Config+")"), "now", or(drop, "(none: "+rec.Containerd.Config+")"))
-			if err := a.containerd(rec, a.lineLog("uninstall")).Uninstall(); err != nil {
-				return err
-			}
-		case rec.Containerd.SetAsDefault && !a.SetAsDefault:
-			// From default-runtime to runtime-class: an install only adds,
-			// so take the registration out and put it back without the
-			// default.
-			a.log().Info("gpurun was containerd's default runtime handler; registering it as an extra handler only")
-			if err := a.containerd(rec, a.lineLog("uninstall")).Uninstall(); err != nil {
-				return err
-			}
-		}
-	} else {
-		rec = &Record{InstalledAt: a.now().UTC(), BinDir: a.binDir()}
+	if rec, err = a.reconcile(rec, dist); err != nil {
+		return err
 	}
-	rec.Version = version.String()
-	rec.Pending = ""
-	prev := rec.Containerd
-	if !dist.Templated() {
-		dist = ""
-	}
-	rec.Containerd = ContainerdRecord{
-		Distribution:        dist,
-		Config:              a.containerdConfig(dist),
-		DropInDir:           a.dropInDir(dist),
-		SetAsDefault:        a.SetAsDefault,
-		RuntimePath:         filepath.Join(a.binDir(), RuntimeBinary),
-		Policy:              a.policyPath(),
-		InstallState:        a.installState(),
-		CreatedInstallState: prev.CreatedInstallState,
-		Restart:             a.Restart,
-	}
-	if len(rec.Binaries) == 0 && !exists(a.host(a.installState())) {
-		rec.Containerd.CreatedInstallState = true
-	}
+	a.describe(rec, dist)
 	for _, d := range []string{a.statePath(), a.installState()} {
 		if err := a.mkdirs(rec, filepath.Dir(d)); err != nil {
 			return err
@@ -336,6 +295,64 @@ func (a *Agent) Install(ctx context.Context) error {
 		}
 	}
 	return a.applyRestart(ctx, rec, statePath)
+}
+
+// describe writes into rec what this install sets up: this release, and
+// the containerd registration as the agent's settings say.
+func (a *Agent) describe(rec *Record, dist install.Distribution) {
+	rec.Version = version.String()
+	rec.Pending = ""
+	prev := rec.Containerd
+	if !dist.Templated() {
+		dist = ""
+	}
+	rec.Containerd = ContainerdRecord{
+		Distribution:        dist,
+		Config:              a.containerdConfig(dist),
+		DropInDir:           a.dropInDir(dist),
+		SetAsDefault:        a.SetAsDefault,
+		RuntimePath:         filepath.Join(a.binDir(), RuntimeBinary),
+		Policy:              a.policyPath(),
+		InstallState:        a.installState(),
+		CreatedInstallState: prev.CreatedInstallState,
+		Restart:             a.Restart,
+	}
+	if len(rec.Binaries) == 0 && !exists(a.host(a.installState())) {
+		rec.Containerd.CreatedInstallState = true
+	}
+}
+
+// reconcile takes an earlier install's record (nil for none) to this
+// one's: it refuses node paths that differ (compatible), and takes out a
+// registration this install would not put back as it is — one in another
+// drop-in directory, or one as the default when this install is not —
+// since an install only adds. Without a record it starts one.
+func (a *Agent) reconcile(rec *Record, dist install.Distribution) (*Record, error) {
+	if rec == nil {
+		return &Record{InstalledAt: a.now().UTC(), BinDir: a.binDir()}, nil
+	}
+	if err := a.compatible(rec); err != nil {
+		return nil, err
+	}
+	switch drop := a.dropInDir(dist); {
+	case rec.Containerd.Config != "" && rec.Containerd.DropInDir != drop:
+		// The drop-in setting changed (an upgrade to a release whose
+		// default-runtime mode uses a drop-in directory, say): take
+		// the registration out where it is and put it where it goes.
+		a.log().Info("gpurun's registration moves to another drop-in directory", "was", or(rec.Containerd.DropInDir, "(none: "+rec.Containerd.Config+")"), "now", or(drop, "(none: "+rec.Containerd.Config+")"))
+		if err := a.containerd(rec, a.lineLog("uninstall")).Uninstall(); err != nil {
+			return nil, err
+		}
+	case rec.Containerd.SetAsDefault && !a.SetAsDefault:
+		// From default-runtime to runtime-class: an install only adds,
+		// so take the registration out and put it back without the
+		// default.
+		a.log().Info("gpurun was containerd's default runtime handler; registering it as an extra handler only")
+		if err := a.containerd(rec, a.lineLog("uninstall")).Uninstall(); err != nil {
+			return nil, err
+		}
+	}
+	return rec, nil
 }
 
 // compatible refuses an install whose node paths differ from the record's:
