@@ -13,6 +13,7 @@ import (
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/nvidia"
 	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/policy"
 	"github.com/gpurun/gpurun/runtime/shim"
 )
@@ -240,9 +241,9 @@ func cycleCheck(sys *System, pol *policy.Policy, gpurunBinary string, env map[st
 	}
 	broken := 0
 	if pol.LogFile != "" {
-		if recs, err := readLog(sys, pol.LogFile); err == nil {
-			for _, r := range recs {
-				if r.Msg == shim.MsgCycle && !r.Time.Before(since) {
+		if lines, err := readLog(sys, pol.LogFile); err == nil {
+			for _, l := range lines {
+				if msg, at, err := records.Message(l); err == nil && msg == shim.MsgCycle && !at.Before(since) {
 					broken++
 				}
 			}

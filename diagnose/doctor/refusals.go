@@ -3,7 +3,6 @@ package doctor
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,31 +11,17 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/engine/dirs"
+	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // logTail is how much of the end of gpurun's log file doctor reads.
 const logTail = 1 << 20
 
-// logRecord is the part of a record of gpurun-runtime, the hook or a
-// launched NRI plugin (runtime/enforce) that the remount check reads.
-type logRecord struct {
-	Time      time.Time `json:"time"`
-	Msg       string    `json:"msg"`
-	Component string    `json:"component"`
-	ID        string    `json:"id"`
-	Pod       string    `json:"pod"`
-	Action    string    `json:"action"`
-	Path      string    `json:"path"`
-	Err       string    `json:"err"`
-	Fix       string    `json:"fix"`
-	Refused   bool      `json:"refused"`
-}
-
-// readLog returns the records at the end of the log file at a node path.
-func readLog(sys *System, nodePath string) ([]logRecord, error) {
+// readLog returns the JSON lines at the end of the log file at a node
+// path, for observe/records to read (Parse, Message).
+func readLog(sys *System, nodePath string) ([][]byte, error) {
 	f, err := os.Open(sys.path(nodePath))
 	if err != nil {
 		return nil, err
@@ -60,13 +45,12 @@ func readLog(sys *System, nodePath string) ([]logRecord, error) {
 			data = data[i+1:]
 		}
 	}
-	var out []logRecord
+	var out [][]byte
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), logTail)
 	for sc.Scan() {
-		var r logRecord
-		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Msg != "" {
-			out = append(out, r)
+		if msg, _, err := records.Message(sc.Bytes()); err == nil && msg != "" {
+			out = append(out, bytes.Clone(sc.Bytes()))
 		}
 	}
 	return out, nil
@@ -87,7 +71,7 @@ func hostRoot(path string) string {
 type refusalGroup struct {
 	fix          string
 	count        int
-	first, last  logRecord
+	first, last  records.Record
 	resolvedAt   time.Time
 	refusedByAny bool
 }
@@ -103,7 +87,7 @@ func remountCheck(sys *System, pol *policy.Policy) Check {
 		c.Detail = "log_file is empty: gpurun-runtime and the hook keep no log, so refused remounts cannot be looked for"
 		return c
 	}
-	recs, err := readLog(sys, pol.LogFile)
+	lines, err := readLog(sys, pol.LogFile)
 	switch {
 	case os.IsNotExist(err):
 		c.Detail = fmt.Sprintf("no %s: gpurun-runtime, the hook and a launched NRI plugin have logged nothing on this host", pol.LogFile)
@@ -115,13 +99,17 @@ func remountCheck(sys *System, pol *policy.Policy) Check {
 	}
 	groups := map[string]*refusalGroup{}
 	lastOK := map[string]time.Time{} // engine directory -> last successful remount
-	for _, r := range recs {
+	for _, l := range lines {
+		r, ok, err := records.Parse(l)
+		if err != nil || !ok {
+			continue
+		}
 		switch {
-		case r.Msg == enforce.MsgPlanned && r.Action == string(oci.ActionRemount) && r.Path != "":
+		case !r.Failed && r.Remount() && r.Path != "":
 			if root := hostRoot(r.Path); r.Time.After(lastOK[root]) {
 				lastOK[root] = r.Time
 			}
-		case r.Msg == enforce.MsgFailed && r.Path != "":
+		case r.Failed && r.Path != "":
 			key := r.Fix
 			if key == "" {
 				key = r.Err
@@ -150,9 +138,9 @@ func remountCheck(sys *System, pol *policy.Policy) Check {
 	}
 	byLast(open)
 	byLast(fixed)
-	c.Data = map[string]any{"log_file": pol.LogFile, "records": len(recs), "failed_kinds": len(open), "fixed_kinds": len(fixed)}
+	c.Data = map[string]any{"log_file": pol.LogFile, "records": len(lines), "failed_kinds": len(open), "fixed_kinds": len(fixed)}
 	if len(open) == 0 {
-		c.Detail = fmt.Sprintf("no failed remount of an engine's /dev/shm tmpfs in the last %d records of %s", len(recs), pol.LogFile)
+		c.Detail = fmt.Sprintf("no failed remount of an engine's /dev/shm tmpfs in the last %d records of %s", len(lines), pol.LogFile)
 		if len(fixed) > 0 {
 			g := fixed[0]
 			c.Detail = fmt.Sprintf("%d earlier failed remount(s) of %s, the last at %s; a remount under %s succeeded since (%s)",
@@ -187,10 +175,14 @@ func stamp(t time.Time) string {
 }
 
 // who names a record's container, " (…)" or "".
-func who(r logRecord) string {
+func who(r records.Record) string {
+	pod := r.Pod.Name
+	if r.Pod.Namespace != "" {
+		pod = r.Pod.Namespace + "/" + pod
+	}
 	switch {
-	case r.Pod != "" && r.ID != "":
-		return fmt.Sprintf(" (container %s, pod %s)", r.ID, r.Pod)
+	case pod != "" && r.ID != "":
+		return fmt.Sprintf(" (container %s, pod %s)", r.ID, pod)
 	case r.ID != "":
 		return fmt.Sprintf(" (container %s)", r.ID)
 	}

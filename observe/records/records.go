@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/runtime/enforce"
@@ -18,6 +19,8 @@ import (
 // Record is one container's outcome: what was planned for its /dev/shm,
 // and whether it was carried out.
 type Record struct {
+	// Time is when it was logged.
+	Time time.Time
 	// Component is the front door ("gpurun-runtime", "gpurun-hook",
 	// "gpurun-nri"), as far as known.
 	Component string
@@ -134,27 +137,28 @@ func (p *Pod) fill(nsName, ctr string) {
 
 // line is the JSON form of an enforce record (see enforce.Run).
 type line struct {
-	Msg          string `json:"msg"`
-	Component    string `json:"component"`
-	ID           string `json:"id"`
-	Name         string `json:"name"`
-	Pod          string `json:"pod"`
-	Bundle       string `json:"bundle"`
-	K8sNamespace string `json:"k8s_namespace"`
-	K8sPod       string `json:"k8s_pod"`
-	K8sUID       string `json:"k8s_uid"`
-	K8sContainer string `json:"k8s_container"`
-	Action       string `json:"action"`
-	Size         int64  `json:"size_bytes"`
-	Reason       string `json:"reason"`
-	GPU          bool   `json:"gpu"`
-	Changed      bool   `json:"changed"`
-	Skipped      string `json:"skipped"`
-	Err          string `json:"err"`
-	Cause        string `json:"cause"`
-	Path         string `json:"path"`
-	Fix          string `json:"fix"`
-	Refused      bool   `json:"refused"`
+	Time         time.Time `json:"time"`
+	Msg          string    `json:"msg"`
+	Component    string    `json:"component"`
+	ID           string    `json:"id"`
+	Name         string    `json:"name"`
+	Pod          string    `json:"pod"`
+	Bundle       string    `json:"bundle"`
+	K8sNamespace string    `json:"k8s_namespace"`
+	K8sPod       string    `json:"k8s_pod"`
+	K8sUID       string    `json:"k8s_uid"`
+	K8sContainer string    `json:"k8s_container"`
+	Action       string    `json:"action"`
+	Size         int64     `json:"size_bytes"`
+	Reason       string    `json:"reason"`
+	GPU          bool      `json:"gpu"`
+	Changed      bool      `json:"changed"`
+	Skipped      string    `json:"skipped"`
+	Err          string    `json:"err"`
+	Cause        string    `json:"cause"`
+	Path         string    `json:"path"`
+	Fix          string    `json:"fix"`
+	Refused      bool      `json:"refused"`
 	// The sweep of a restarted container's /dev/shm (Sweep).
 	SweepPath  string   `json:"sweep_path"`
 	SweptBytes int64    `json:"swept_bytes"`
@@ -163,6 +167,21 @@ type line struct {
 	KeptBytes  int64    `json:"kept_bytes"`
 	KeptFiles  int      `json:"kept_files"`
 	SweepErr   string   `json:"sweep_err"`
+}
+
+// Message reads the message and time of any JSON line of a log_file (a
+// container's record or another, such as gpurun-runtime's record of being
+// called back by the runtime it hands over to); a line that is not JSON is
+// an error.
+func Message(data []byte) (msg string, at time.Time, err error) {
+	var l struct {
+		Time time.Time `json:"time"`
+		Msg  string    `json:"msg"`
+	}
+	if err := json.Unmarshal(data, &l); err != nil {
+		return "", time.Time{}, fmt.Errorf("not a JSON record: %w", err)
+	}
+	return l.Msg, l.Time, nil
 }
 
 // Parse reads one JSON line of a log_file. ok is false for a line that is
@@ -177,7 +196,7 @@ func Parse(data []byte) (r Record, ok bool, err error) {
 		return Record{}, false, nil
 	}
 	r = Record{
-		Component: l.Component, ID: l.ID, Name: l.Name, Bundle: l.Bundle,
+		Time: l.Time, Component: l.Component, ID: l.ID, Name: l.Name, Bundle: l.Bundle,
 		Pod:    Pod{Namespace: l.K8sNamespace, Name: l.K8sPod, UID: l.K8sUID, Container: l.K8sContainer},
 		Action: l.Action, Size: l.Size, Reason: l.Reason, GPU: l.GPU, Changed: l.Changed, Skipped: l.Skipped,
 		Failed: l.Msg == enforce.MsgFailed, Refused: l.Refused, Cause: l.Cause, Err: l.Err, Path: l.Path, Fix: l.Fix,

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/observe/records/recordstest"
@@ -64,6 +65,11 @@ func TestLogAndObserveAgree(t *testing.T) {
 			if err != nil || !ok {
 				t.Fatalf("Parse(%s) = %v, %v", lines[0], ok, err)
 			}
+			if parsed.Time.IsZero() {
+				t.Errorf("Parse(%s): no time", lines[0])
+			}
+			// Only the log has a time: the rest must agree.
+			parsed.Time = time.Time{}
 			if !reflect.DeepEqual(parsed, observed[0]) {
 				t.Errorf("log and Observe disagree:\nlog     %+v\nobserve %+v", parsed, observed[0])
 			}
