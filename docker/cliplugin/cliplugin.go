@@ -236,23 +236,17 @@ func ApplyCLIPluginEnv(call CLIPluginCall, dockerEnv string) error {
 // configuration directory ($DOCKER_CONFIG, else ~/.docker) + /cli-plugins,
 // which the docker CLI searches first.
 func CLIPluginDir(dir string, system bool, getenv func(string) string) (string, error) {
-	switch {
-	case dir != "" && system:
-		return "", fmt.Errorf("--dir and --system: choose one")
-	case dir != "":
-		return filepath.Abs(dir)
-	case system:
-		return SystemCLIPluginDir, nil
-	}
-	cfg := getenv("DOCKER_CONFIG")
-	if cfg == "" {
-		home := getenv("HOME")
-		if home == "" {
-			return "", fmt.Errorf("docker CLI plugin directory: neither DOCKER_CONFIG nor HOME is set; use --dir")
+	return execlink.Dir(dir, system, SystemCLIPluginDir, func() (string, error) {
+		cfg := getenv("DOCKER_CONFIG")
+		if cfg == "" {
+			home := getenv("HOME")
+			if home == "" {
+				return "", fmt.Errorf("docker CLI plugin directory: neither DOCKER_CONFIG nor HOME is set; use --dir")
+			}
+			cfg = filepath.Join(home, ".docker")
 		}
-		cfg = filepath.Join(home, ".docker")
-	}
-	return filepath.Join(cfg, "cli-plugins"), nil
+		return filepath.Join(cfg, "cli-plugins"), nil
+	})
 }
 
 // CLIPlugin installs gpurun as the docker CLI plugin docker-gpurun: a

@@ -127,3 +127,19 @@ func (l Links) Uninstall() error {
 	}
 	return nil
 }
+
+// Dir is the directory links go into, as the install commands' flags say:
+// dir (--dir) made absolute, systemDir for system (--system), else what
+// fallback returns (a tool's own per-user directory). Both flags at once
+// are an error naming them.
+func Dir(dir string, system bool, systemDir string, fallback func() (string, error)) (string, error) {
+	switch {
+	case dir != "" && system:
+		return "", errors.New("--dir and --system: choose one")
+	case dir != "":
+		return filepath.Abs(dir)
+	case system:
+		return systemDir, nil
+	}
+	return fallback()
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/internal/execlink"
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/runtime/install"
 )
@@ -65,15 +66,7 @@ is not there is not an error; a file there that is not a link is left alone.`
 // kubectlPluginDir is where the plugin's links go: --dir, --system's, or
 // the directory of this gpurun (on PATH, as kubectl needs).
 func kubectlPluginDir(dir string, system bool, self string) (string, error) {
-	switch {
-	case dir != "" && system:
-		return "", fmt.Errorf("--dir and --system: choose one")
-	case dir != "":
-		return filepath.Abs(dir)
-	case system:
-		return install.SystemKubectlPluginDir, nil
-	}
-	return filepath.Dir(self), nil
+	return execlink.Dir(dir, system, install.SystemKubectlPluginDir, func() (string, error) { return filepath.Dir(self), nil })
 }
 
 // kubectlCompleteArgs turns the command line of kubectl_complete-gpurun,
