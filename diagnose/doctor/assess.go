@@ -112,8 +112,7 @@ func mountCheck(sub subject, applies bool, target int64) Check {
 		if applies {
 			c.Status = Warn
 			c.Detail += "; it is big, but the container shares the host's shared memory and IPC objects (no isolation)"
-			c.Fix = fmt.Sprintf("for isolation: drop --ipc host / hostIPC and give the container its own /dev/shm of %s (gpurun run, or --shm-size=%s)",
-				policy.FormatSize(target), policy.FormatDocker(target))
+			c.Fix = fmt.Sprintf("for isolation: drop --ipc host (hostIPC in a pod) and give the container its own /dev/shm of %s:\n%s", policy.FormatSize(target), startFix(sub.fix, target))
 		}
 	case oci.ShmUser:
 		if sub.shm.fsType != "" && sub.shm.fsType != "tmpfs" && applies {
@@ -162,7 +161,7 @@ func sizeCheck(sub subject, pol *policy.Policy, applies bool, target int64, why 
 			c.Detail += ", and a restart returns it to that"
 			if c.Status == OK {
 				c.Status = Warn
-				c.Fix = fmt.Sprintf("recreate it with --shm-size=%s (or with gpurun run) to keep the size across restarts", policy.FormatDocker(size))
+				c.Fix = recreateFix(sub.fix, size)
 			}
 		}
 	}

@@ -38,3 +38,28 @@ func noShmFix(t fixTarget, size int64) string {
 	r.NoShm = true
 	return remedy.Text(remedy.For(r, size))
 }
+
+// recreateFix is how to start the container again with a /dev/shm of
+// size, for a size that must outlive a restart: its door's "recreate"
+// way, else every way.
+func recreateFix(t fixTarget, size int64) string {
+	for _, st := range remedy.For(t.remedy(), size) {
+		if st.Where == "recreate" {
+			return "to keep the size across restarts, recreate it: " + st.How
+		}
+	}
+	return sizeFix(t, size)
+}
+
+// startFix is the ways to start the container with its own /dev/shm of
+// size: its door's, without growing the one it has now (which, for a
+// container in the host's IPC namespace, is the host's).
+func startFix(t fixTarget, size int64) string {
+	var steps []remedy.Step
+	for _, st := range remedy.For(t.remedy(), size) {
+		if st.Where != "now" {
+			steps = append(steps, st)
+		}
+	}
+	return remedy.Text(steps)
+}
