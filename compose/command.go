@@ -144,9 +144,9 @@ func (o MigrateRun) print(res *Result) error {
 // printChanges writes a line per changed service, and per service that
 // inherits a change.
 func printChanges(w io.Writer, res *Result, done bool) {
-	verb := map[Action]string{ActionAdd: "would add", ActionRaise: "would raise", ActionInherit: "would inherit"}
+	verb := map[ServiceAction]string{ActionAdd: "would add", ActionRaise: "would raise", ActionInherit: "would inherit"}
 	if done {
-		verb = map[Action]string{ActionAdd: "added", ActionRaise: "raised", ActionInherit: "inherits"}
+		verb = map[ServiceAction]string{ActionAdd: "added", ActionRaise: "raised", ActionInherit: "inherits"}
 	}
 	for _, s := range res.Services {
 		if v, ok := verb[s.Action]; ok {

@@ -59,31 +59,31 @@ type Options struct {
 	composeGoOnly bool
 }
 
-// Action is what migrate does to a service.
-type Action string
+// ServiceAction is what migrate does to a service.
+type ServiceAction string
 
 // The actions.
 const (
 	// ActionNone: not a GPU service; left alone.
-	ActionNone Action = "none"
+	ActionNone ServiceAction = "none"
 	// ActionKeep: a GPU service whose /dev/shm is already taken care of.
-	ActionKeep Action = "keep"
+	ActionKeep ServiceAction = "keep"
 	// ActionAdd: shm_size is added (or, for a service that inherits it
 	// through a YAML merge or extends, added where it inherits from).
-	ActionAdd Action = "add"
+	ActionAdd ServiceAction = "add"
 	// ActionRaise: an explicit shm_size below the minimum is raised
 	// (--enforce-min).
-	ActionRaise Action = "raise"
+	ActionRaise ServiceAction = "raise"
 	// ActionInherit: not a GPU service, and not changed itself, but it
 	// takes the shm_size added to a mapping it shares with a GPU service
 	// (through a YAML alias, a "<<" merge or extends), so its /dev/shm
 	// gets the GPU service's larger ceiling. A tmpfs reserves no memory:
 	// pages are charged only when written, so the ceiling costs nothing.
-	ActionInherit Action = "inherit"
+	ActionInherit ServiceAction = "inherit"
 	// ActionSkip: a GPU service that needs a size, left alone because
 	// changing it would change other services too, or its layout cannot be
 	// edited safely; a warning says what to do by hand.
-	ActionSkip Action = "skip"
+	ActionSkip ServiceAction = "skip"
 )
 
 // ServiceReport is migrate's finding and decision for one service.
@@ -99,8 +99,8 @@ type ServiceReport struct {
 	Service string `json:"service"`
 	GPU     bool   `json:"gpu"`
 	// Evidence lists the GPU signals found ("deploy.resources.reservations.devices: driver nvidia").
-	Evidence []string `json:"evidence,omitempty"`
-	Action   Action   `json:"action"`
+	Evidence []string      `json:"evidence,omitempty"`
+	Action   ServiceAction `json:"action"`
 	// Size is the shm_size written (for inherit, the one inherited), in
 	// compose's units ("8gb").
 	Size      string `json:"size,omitempty"`

@@ -187,7 +187,7 @@ func TestDecideMapping(t *testing.T) {
 		body    string
 		config  string
 		opts    Options
-		action  Action
+		action  ServiceAction
 		size    int64
 		reason  string // a part of the reason
 		warning string // a part of a warning, "" for none

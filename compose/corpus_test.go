@@ -23,36 +23,36 @@ import (
 // to its services (read off the files by hand, see testdata/corpus/SOURCES.md),
 // and which services get a warning.
 var corpusWant = map[string]struct {
-	actions  map[string]Action
+	actions  map[string]ServiceAction
 	warnings map[string]string // service -> a word of its warning
 }{
-	"detectron2/docker-compose.yml":                           {actions: map[string]Action{"detectron2": ActionKeep}},
-	"fooocus/docker-compose.yml":                              {actions: map[string]Action{"app": ActionAdd}},
-	"frigate/docker-compose.yml":                              {actions: map[string]Action{"dev": ActionKeep, "mqtt": ActionNone}, warnings: map[string]string{"dev": "below the policy minimum"}},
-	"gpt4all-api/docker-compose.gpu.yaml":                     {actions: map[string]Action{"gpt4all_gpu": ActionKeep}},
-	"h2ogpt/docker-compose.yml":                               {actions: map[string]Action{"h2ogpt": ActionKeep}},
-	"immich-hwaccel-ml/hwaccel.ml.yml":                        {actions: map[string]Action{"armnn": ActionNone, "cpu": ActionNone, "cuda": ActionAdd, "openvino": ActionAdd, "openvino-wsl": ActionAdd, "rknn": ActionAdd}},
-	"immich-hwaccel-transcoding/hwaccel.transcoding.yml":      {actions: map[string]Action{"cpu": ActionNone, "nvenc": ActionAdd, "quicksync": ActionAdd, "rkmpp": ActionAdd, "vaapi": ActionAdd, "vaapi-wsl": ActionAdd}},
-	"invokeai/docker-compose.yml":                             {actions: map[string]Action{"invokeai-cpu": ActionNone, "invokeai-nvidia": ActionAdd, "invokeai-rocm": ActionAdd}},
-	"isaaclab/docker-compose.yaml":                            {actions: map[string]Action{"isaac-lab-base": ActionAdd, "isaac-lab-ros2": ActionAdd}},
-	"kohya-ss/docker-compose.yaml":                            {actions: map[string]Action{"kohya-ss-gui": ActionAdd, "tensorboard": ActionAdd}},
-	"label-studio-sam/docker-compose.yml":                     {actions: map[string]Action{"segment_anything_model": ActionNone}},
-	"langchain-chatchat/docker-compose.yaml":                  {actions: map[string]Action{"chatchat": ActionNone, "xinference": ActionAdd}},
-	"llama-factory-cuda/docker-compose.yml":                   {actions: map[string]Action{"llamafactory": ActionKeep}, warnings: map[string]string{"llamafactory": "has no effect with ipc: host"}},
-	"llama-factory-rocm/docker-compose.yml":                   {actions: map[string]Action{"llamafactory": ActionKeep}},
-	"merlin/docker-compose.yml":                               {actions: map[string]Action{"dev-cpu": ActionNone, "dev-gpu": ActionKeep, "requirements": ActionNone}},
-	"nvidia-fm-asr-nim-llm/docker-compose-nim-llm.yaml":       {actions: map[string]Action{"nim": ActionKeep}},
-	"nvidia-rag-deploy/docker-compose.yaml":                   {actions: map[string]Action{"etcd": ActionNone, "frontend": ActionNone, "jupyter-server": ActionAdd, "milvus": ActionAdd, "minio": ActionNone, "query": ActionKeep, "triton": ActionKeep}},
-	"nvidia-rag-nim-ms/docker-compose-nim-ms.yaml":            {actions: map[string]Action{"nemollm-embedding": ActionKeep, "nemollm-inference": ActionKeep, "ranking-ms": ActionAdd}},
-	"open-webui-gpu/docker-compose.gpu.yaml":                  {actions: map[string]Action{"ollama": ActionAdd, "openWebUI": ActionNone}},
-	"private-gpt/docker-compose.yaml":                         {actions: map[string]Action{"ollama": ActionNone, "ollama-cpu": ActionNone, "ollama-cuda": ActionAdd, "private-gpt-fireworks": ActionNone, "private-gpt-llamacpp-cpu": ActionNone, "private-gpt-ollama": ActionNone}},
-	"sglang/compose.yaml":                                     {actions: map[string]Action{"sglang": ActionKeep}},
-	"stable-diffusion-webui-docker/docker-compose.yml":        {actions: map[string]Action{"auto": ActionAdd, "auto-cpu": ActionInherit, "comfy": ActionAdd, "comfy-cpu": ActionInherit, "download": ActionNone, "invoke": ActionAdd}},
-	"text-generation-webui-nvidia/docker-compose.yml":         {actions: map[string]Action{"text-generation-webui": ActionAdd}},
-	"webodm-gpu-intel/docker-compose.nodeodm.gpu.intel.yml":   {actions: map[string]Action{"node-odm-1": ActionAdd, "webapp": ActionNone}},
-	"webodm-gpu-nvidia/docker-compose.nodeodm.gpu.nvidia.yml": {actions: map[string]Action{"node-odm-1": ActionAdd, "webapp": ActionNone}},
-	"whisper-asr-webservice/docker-compose.gpu.yml":           {actions: map[string]Action{"whisper-asr-webservice-gpu": ActionAdd}},
-	"xinference/docker-compose.yml":                           {actions: map[string]Action{"xinference": ActionAdd}},
+	"detectron2/docker-compose.yml":                           {actions: map[string]ServiceAction{"detectron2": ActionKeep}},
+	"fooocus/docker-compose.yml":                              {actions: map[string]ServiceAction{"app": ActionAdd}},
+	"frigate/docker-compose.yml":                              {actions: map[string]ServiceAction{"dev": ActionKeep, "mqtt": ActionNone}, warnings: map[string]string{"dev": "below the policy minimum"}},
+	"gpt4all-api/docker-compose.gpu.yaml":                     {actions: map[string]ServiceAction{"gpt4all_gpu": ActionKeep}},
+	"h2ogpt/docker-compose.yml":                               {actions: map[string]ServiceAction{"h2ogpt": ActionKeep}},
+	"immich-hwaccel-ml/hwaccel.ml.yml":                        {actions: map[string]ServiceAction{"armnn": ActionNone, "cpu": ActionNone, "cuda": ActionAdd, "openvino": ActionAdd, "openvino-wsl": ActionAdd, "rknn": ActionAdd}},
+	"immich-hwaccel-transcoding/hwaccel.transcoding.yml":      {actions: map[string]ServiceAction{"cpu": ActionNone, "nvenc": ActionAdd, "quicksync": ActionAdd, "rkmpp": ActionAdd, "vaapi": ActionAdd, "vaapi-wsl": ActionAdd}},
+	"invokeai/docker-compose.yml":                             {actions: map[string]ServiceAction{"invokeai-cpu": ActionNone, "invokeai-nvidia": ActionAdd, "invokeai-rocm": ActionAdd}},
+	"isaaclab/docker-compose.yaml":                            {actions: map[string]ServiceAction{"isaac-lab-base": ActionAdd, "isaac-lab-ros2": ActionAdd}},
+	"kohya-ss/docker-compose.yaml":                            {actions: map[string]ServiceAction{"kohya-ss-gui": ActionAdd, "tensorboard": ActionAdd}},
+	"label-studio-sam/docker-compose.yml":                     {actions: map[string]ServiceAction{"segment_anything_model": ActionNone}},
+	"langchain-chatchat/docker-compose.yaml":                  {actions: map[string]ServiceAction{"chatchat": ActionNone, "xinference": ActionAdd}},
+	"llama-factory-cuda/docker-compose.yml":                   {actions: map[string]ServiceAction{"llamafactory": ActionKeep}, warnings: map[string]string{"llamafactory": "has no effect with ipc: host"}},
+	"llama-factory-rocm/docker-compose.yml":                   {actions: map[string]ServiceAction{"llamafactory": ActionKeep}},
+	"merlin/docker-compose.yml":                               {actions: map[string]ServiceAction{"dev-cpu": ActionNone, "dev-gpu": ActionKeep, "requirements": ActionNone}},
+	"nvidia-fm-asr-nim-llm/docker-compose-nim-llm.yaml":       {actions: map[string]ServiceAction{"nim": ActionKeep}},
+	"nvidia-rag-deploy/docker-compose.yaml":                   {actions: map[string]ServiceAction{"etcd": ActionNone, "frontend": ActionNone, "jupyter-server": ActionAdd, "milvus": ActionAdd, "minio": ActionNone, "query": ActionKeep, "triton": ActionKeep}},
+	"nvidia-rag-nim-ms/docker-compose-nim-ms.yaml":            {actions: map[string]ServiceAction{"nemollm-embedding": ActionKeep, "nemollm-inference": ActionKeep, "ranking-ms": ActionAdd}},
+	"open-webui-gpu/docker-compose.gpu.yaml":                  {actions: map[string]ServiceAction{"ollama": ActionAdd, "openWebUI": ActionNone}},
+	"private-gpt/docker-compose.yaml":                         {actions: map[string]ServiceAction{"ollama": ActionNone, "ollama-cpu": ActionNone, "ollama-cuda": ActionAdd, "private-gpt-fireworks": ActionNone, "private-gpt-llamacpp-cpu": ActionNone, "private-gpt-ollama": ActionNone}},
+	"sglang/compose.yaml":                                     {actions: map[string]ServiceAction{"sglang": ActionKeep}},
+	"stable-diffusion-webui-docker/docker-compose.yml":        {actions: map[string]ServiceAction{"auto": ActionAdd, "auto-cpu": ActionInherit, "comfy": ActionAdd, "comfy-cpu": ActionInherit, "download": ActionNone, "invoke": ActionAdd}},
+	"text-generation-webui-nvidia/docker-compose.yml":         {actions: map[string]ServiceAction{"text-generation-webui": ActionAdd}},
+	"webodm-gpu-intel/docker-compose.nodeodm.gpu.intel.yml":   {actions: map[string]ServiceAction{"node-odm-1": ActionAdd, "webapp": ActionNone}},
+	"webodm-gpu-nvidia/docker-compose.nodeodm.gpu.nvidia.yml": {actions: map[string]ServiceAction{"node-odm-1": ActionAdd, "webapp": ActionNone}},
+	"whisper-asr-webservice/docker-compose.gpu.yml":           {actions: map[string]ServiceAction{"whisper-asr-webservice-gpu": ActionAdd}},
+	"xinference/docker-compose.yml":                           {actions: map[string]ServiceAction{"xinference": ActionAdd}},
 }
 
 // insertedLine is the only kind of line migrate may add.
@@ -88,7 +88,7 @@ func TestCorpus(t *testing.T) {
 			old, out := res.Files[0].Old, res.Files[0].New
 
 			// The decisions.
-			got := map[string]Action{}
+			got := map[string]ServiceAction{}
 			for _, s := range res.Services {
 				got[s.Service] = s.Action
 				if w := want.warnings[s.Service]; w != "" {
@@ -176,7 +176,7 @@ func TestCorpus(t *testing.T) {
 	}
 }
 
-func count(m map[string]Action, a Action) int {
+func count(m map[string]ServiceAction, a ServiceAction) int {
 	n := 0
 	for _, v := range m {
 		if v == a {

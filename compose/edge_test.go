@@ -67,7 +67,7 @@ func TestEdgeCases(t *testing.T) {
 		name    string
 		dir     string
 		opts    Options
-		want    map[string]Action
+		want    map[string]ServiceAction
 		size    map[string]int64    // services -> size (from the policy)
 		file    map[string]string   // services -> file the line goes to
 		warn    map[string]string   // services -> a word of a warning
@@ -79,7 +79,7 @@ func TestEdgeCases(t *testing.T) {
 		{
 			name: "CRLF file, tabs in a comment",
 			dir:  "crlf",
-			want: map[string]Action{"trainer": ActionAdd, "web": ActionNone},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "web": ActionNone},
 			out: map[string]string{"compose.yaml": "# CRLF file\r\nservices:\r\n  trainer:\r\n    shm_size: 8gb\r\n" +
 				"    # the\ttrainer\t(tab)\r\n    image: pytorch/pytorch\r\n    gpus: all\r\n  web:\r\n    image: nginx\r\n"},
 		},
@@ -87,33 +87,33 @@ func TestEdgeCases(t *testing.T) {
 			name: `policy match = "all": every service`,
 			dir:  "crlf",
 			opts: Options{Policy: mustPolicy(t, `match = "all"`)},
-			want: map[string]Action{"trainer": ActionAdd, "web": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "web": ActionAdd},
 		},
 		{
 			name: "tabs in comments, a comment on the key line, a blank line",
 			dir:  "tabs-in-comments",
-			want: map[string]Action{"trainer": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd},
 			out: map[string]string{"compose.yaml": "services:\n  trainer:\t# the trainer\n    shm_size: 8gb\n    #\ttabs\there\n\n" +
 				"    image: pytorch/pytorch  #\tpinned later\n    runtime: nvidia\n"},
 		},
 		{
 			name: "flow-style services",
 			dir:  "flow-style",
-			want: map[string]Action{"trainer": ActionAdd, "infer": ActionAdd, "web": ActionNone, "empty-gpu": ActionNone},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "infer": ActionAdd, "web": ActionNone, "empty-gpu": ActionNone},
 			out: map[string]string{"compose.yaml": "services: {trainer: {shm_size: 8gb, image: pytorch/pytorch, gpus: all}, " +
 				"infer: { shm_size: 8gb, image: vllm/vllm-openai, runtime: nvidia }, web: {image: nginx}, empty-gpu: {}}\n"},
 		},
 		{
 			name: "quoted keys",
 			dir:  "quoted-keys",
-			want: map[string]Action{"trainer": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd},
 			out: map[string]string{"compose.yaml": "\"services\":\n  'trainer':\n    shm_size: 8gb\n    \"image\": pytorch/pytorch\n    'deploy':\n" +
 				"      resources:\n        reservations:\n          devices:\n            - {driver: nvidia, count: 2, capabilities: [gpu]}\n"},
 		},
 		{
 			name: "GPU from the override file: the line goes where the image is",
 			dir:  "override",
-			want: map[string]Action{"trainer": ActionAdd, "web": ActionNone, "notebook": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "web": ActionNone, "notebook": ActionAdd},
 			file: map[string]string{"trainer": "compose.yaml", "notebook": "compose.override.yaml"},
 			out: map[string]string{
 				"compose.yaml": "services:\n  trainer:\n    shm_size: 8gb\n    image: pytorch/pytorch\n  web:\n    image: nginx\n",
@@ -126,13 +126,13 @@ func TestEdgeCases(t *testing.T) {
 			name: "the override alone, as -f, has its own image for notebook",
 			dir:  "override",
 			opts: Options{Files: []string{"compose.override.yaml"}},
-			want: map[string]Action{"trainer": ActionAdd, "notebook": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "notebook": ActionAdd},
 			file: map[string]string{"trainer": "compose.override.yaml", "notebook": "compose.override.yaml"},
 		},
 		{
 			name:    "extends from another file: the extending service gets the line",
 			dir:     "extends",
-			want:    map[string]Action{"app": ActionAdd},
+			want:    map[string]ServiceAction{"app": ActionAdd},
 			file:    map[string]string{"app": "compose.yaml"},
 			out:     map[string]string{"compose.yaml": "services:\n  app:\n    shm_size: 8gb\n    extends:\n      file: common/base.yaml\n      service: gpu-base\n    command: python train.py\n"},
 			changed: []string{"compose.yaml"},
@@ -140,7 +140,7 @@ func TestEdgeCases(t *testing.T) {
 		{
 			name:   "extends in one file: a GPU extender takes the base's line, a CPU extender inherits it",
 			dir:    "extends-same-file",
-			want:   map[string]Action{"trainer": ActionAdd, "trainer-big": ActionAdd, "evaluator": ActionAdd, "evaluator-cpu": ActionInherit},
+			want:   map[string]ServiceAction{"trainer": ActionAdd, "trainer-big": ActionAdd, "evaluator": ActionAdd, "evaluator-cpu": ActionInherit},
 			shared: map[string][]string{"evaluator": {"evaluator-cpu"}, "evaluator-cpu": {"evaluator"}, "trainer": nil, "trainer-big": nil},
 			out: map[string]string{"compose.yaml": "services:\n  trainer:\n    shm_size: 8gb\n    image: pytorch/pytorch\n    runtime: nvidia\n" +
 				"  trainer-big:\n    extends: trainer\n    command: python train.py --big\n  evaluator:\n    shm_size: 8gb\n    image: pytorch/pytorch\n    runtime: nvidia\n" +
@@ -150,7 +150,7 @@ func TestEdgeCases(t *testing.T) {
 			name: "--strict-shared: a CPU extender blocks the base's line",
 			dir:  "extends-same-file",
 			opts: Options{StrictShared: true},
-			want: map[string]Action{"trainer": ActionAdd, "trainer-big": ActionAdd, "evaluator": ActionSkip, "evaluator-cpu": ActionNone},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "trainer-big": ActionAdd, "evaluator": ActionSkip, "evaluator-cpu": ActionNone},
 			warn: map[string]string{"evaluator": "evaluator-cpu, which is not a GPU service (--strict-shared)"},
 			out: map[string]string{"compose.yaml": "services:\n  trainer:\n    shm_size: 8gb\n    image: pytorch/pytorch\n    runtime: nvidia\n" +
 				"  trainer-big:\n    extends: trainer\n    command: python train.py --big\n  evaluator:\n    image: pytorch/pytorch\n    runtime: nvidia\n" +
@@ -159,7 +159,7 @@ func TestEdgeCases(t *testing.T) {
 		{
 			name: "a Stable Diffusion web UI stack: GPU services anchored into CPU variants get the line, the variants inherit it",
 			dir:  "sd-webui",
-			want: map[string]Action{"fetch-models": ActionNone, "forge": ActionAdd, "forge-cpu": ActionInherit, "nodes": ActionAdd, "nodes-cpu": ActionInherit, "trainer": ActionAdd},
+			want: map[string]ServiceAction{"fetch-models": ActionNone, "forge": ActionAdd, "forge-cpu": ActionInherit, "nodes": ActionAdd, "nodes-cpu": ActionInherit, "trainer": ActionAdd},
 			size: map[string]int64{"trainer": target(def, 24*policy.GiB)},
 			shared: map[string][]string{"forge": {"forge-cpu"}, "forge-cpu": {"forge"}, "nodes": {"nodes-cpu"}, "nodes-cpu": {"nodes"},
 				"trainer": nil, "fetch-models": nil},
@@ -170,14 +170,14 @@ func TestEdgeCases(t *testing.T) {
 			name: "a Stable Diffusion web UI stack, --strict-shared: the anchored GPU services are left for a hand edit",
 			dir:  "sd-webui",
 			opts: Options{StrictShared: true},
-			want: map[string]Action{"fetch-models": ActionNone, "forge": ActionSkip, "forge-cpu": ActionNone, "nodes": ActionSkip, "nodes-cpu": ActionNone, "trainer": ActionAdd},
+			want: map[string]ServiceAction{"fetch-models": ActionNone, "forge": ActionSkip, "forge-cpu": ActionNone, "nodes": ActionSkip, "nodes-cpu": ActionNone, "trainer": ActionAdd},
 			size: map[string]int64{"trainer": target(def, 24*policy.GiB)},
 			warn: map[string]string{"forge": "(docker-compose.yml:37) is shared", "nodes": "nodes-cpu, which is not a GPU service"},
 		},
 		{
 			name: "shared anchors: aliases, merges, nested merges, extends, own sizes, ipc: host",
 			dir:  "shared-anchors",
-			want: map[string]Action{"trainer": ActionAdd, "trainer-alias": ActionAdd, "trainer-cpu": ActionInherit, "trainer-cpu-own": ActionNone,
+			want: map[string]ServiceAction{"trainer": ActionAdd, "trainer-alias": ActionAdd, "trainer-cpu": ActionInherit, "trainer-cpu-own": ActionNone,
 				"trainer-cpu-nested": ActionInherit, "trainer-cpu-shadowed": ActionNone, "trainer-cpu-extends": ActionInherit,
 				"trainer-small": ActionAdd, "trainer-keep": ActionKeep, "infer": ActionSkip, "infer-host": ActionNone,
 				"painter": ActionAdd, "painter-trainer-cpu": ActionInherit},
@@ -199,7 +199,7 @@ func TestEdgeCases(t *testing.T) {
 			name: "shared anchors, --strict-shared",
 			dir:  "shared-anchors",
 			opts: Options{StrictShared: true},
-			want: map[string]Action{"trainer": ActionSkip, "trainer-alias": ActionSkip, "trainer-cpu": ActionNone, "trainer-cpu-own": ActionNone,
+			want: map[string]ServiceAction{"trainer": ActionSkip, "trainer-alias": ActionSkip, "trainer-cpu": ActionNone, "trainer-cpu-own": ActionNone,
 				"trainer-cpu-nested": ActionNone, "trainer-cpu-shadowed": ActionNone, "trainer-cpu-extends": ActionNone,
 				"trainer-small": ActionAdd, "trainer-keep": ActionKeep, "infer": ActionSkip, "infer-host": ActionNone,
 				"painter": ActionSkip, "painter-trainer-cpu": ActionNone},
@@ -210,7 +210,7 @@ func TestEdgeCases(t *testing.T) {
 		{
 			name:   "GPU services of one mapping that need different sizes: the line carries the larger",
 			dir:    "shared-sizes",
-			want:   map[string]Action{"trainer": ActionAdd, "tuner": ActionAdd, "cpu": ActionInherit},
+			want:   map[string]ServiceAction{"trainer": ActionAdd, "tuner": ActionAdd, "cpu": ActionInherit},
 			size:   map[string]int64{"trainer": def.ComposeDefault, "tuner": def.ComposeDefault},
 			shared: map[string][]string{"trainer": {"cpu"}, "tuner": {"cpu"}, "cpu": {"trainer", "tuner"}},
 			out: map[string]string{"compose.yaml": "services:\n  trainer: &trainer\n    shm_size: 8gb\n    image: pytorch/pytorch\n    deploy:\n" +
@@ -220,39 +220,39 @@ func TestEdgeCases(t *testing.T) {
 		{
 			name:    "include: the line goes into the included file",
 			dir:     "include",
-			want:    map[string]Action{"trainer": ActionAdd, "web": ActionNone},
+			want:    map[string]ServiceAction{"trainer": ActionAdd, "web": ActionNone},
 			file:    map[string]string{"trainer": filepath.Join("gpu", "compose.yaml")},
 			changed: []string{filepath.Join("gpu", "compose.yaml")},
 		},
 		{
 			name: "profiles: every service counts; a CDI device id is a GPU",
 			dir:  "profiles",
-			want: map[string]Action{"trainer": ActionAdd, "cpu": ActionNone},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "cpu": ActionNone},
 		},
 		{
 			name: "per_gpu times the CDI GPU count",
 			dir:  "profiles",
 			opts: Options{Policy: mustPolicy(t, `per_gpu = "4g"`)},
-			want: map[string]Action{"trainer": ActionAdd, "cpu": ActionNone},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "cpu": ActionNone},
 			size: map[string]int64{"trainer": 2 * 4 * policy.GiB},
 		},
 		{
 			name: "shm_size: ${SHM} counts as set; a default below the minimum is a warning",
 			dir:  "shm-var",
-			want: map[string]Action{"trainer": ActionKeep, "small": ActionKeep},
+			want: map[string]ServiceAction{"trainer": ActionKeep, "small": ActionKeep},
 			warn: map[string]string{"small": "below the policy minimum"},
 		},
 		{
 			name: "an expression is never raised in place",
 			dir:  "shm-var",
 			opts: Options{EnforceMin: true},
-			want: map[string]Action{"trainer": ActionKeep, "small": ActionSkip},
+			want: map[string]ServiceAction{"trainer": ActionKeep, "small": ActionSkip},
 			warn: map[string]string{"small": "expression"},
 		},
 		{
 			name: "empty services map",
 			dir:  "empty-services",
-			want: map[string]Action{},
+			want: map[string]ServiceAction{},
 		},
 		{
 			name:    "services: with nothing is no mapping, for compose either",
@@ -297,7 +297,7 @@ func TestEdgeCases(t *testing.T) {
 		{
 			name: "memory limits",
 			dir:  "memory",
-			want: map[string]Action{"limit-16g": ActionAdd, "mem-3g": ActionAdd, "mem-1g": ActionAdd, "mem-var": ActionAdd},
+			want: map[string]ServiceAction{"limit-16g": ActionAdd, "mem-3g": ActionAdd, "mem-1g": ActionAdd, "mem-var": ActionAdd},
 			size: map[string]int64{
 				"limit-16g": target(def, 16*policy.GiB),
 				"mem-3g":    target(def, 3*policy.GiB),
@@ -309,39 +309,39 @@ func TestEdgeCases(t *testing.T) {
 			name: "--size wins",
 			dir:  "memory",
 			opts: Options{Size: 16 * policy.GiB},
-			want: map[string]Action{"limit-16g": ActionAdd, "mem-3g": ActionAdd, "mem-1g": ActionAdd, "mem-var": ActionAdd},
+			want: map[string]ServiceAction{"limit-16g": ActionAdd, "mem-3g": ActionAdd, "mem-1g": ActionAdd, "mem-var": ActionAdd},
 			size: map[string]int64{"limit-16g": 16 * policy.GiB, "mem-3g": 16 * policy.GiB, "mem-1g": 16 * policy.GiB, "mem-var": 16 * policy.GiB},
 		},
 		{
 			name: "a memory limit from the environment",
 			dir:  "memory",
 			opts: Options{Environ: []string{"MEM=6g"}},
-			want: map[string]Action{"limit-16g": ActionAdd, "mem-3g": ActionAdd, "mem-1g": ActionAdd, "mem-var": ActionAdd},
+			want: map[string]ServiceAction{"limit-16g": ActionAdd, "mem-3g": ActionAdd, "mem-1g": ActionAdd, "mem-var": ActionAdd},
 			size: map[string]int64{"limit-16g": target(def, 16*policy.GiB), "mem-3g": target(def, 3*policy.GiB), "mem-1g": target(def, 1*policy.GiB), "mem-var": target(def, 6*policy.GiB)},
 		},
 		{
 			name: "GPU signals",
 			dir:  "signals",
-			want: map[string]Action{"dev-nvidia0": ActionAdd, "kfd": ActionAdd, "void": ActionNone, "from-env-file": ActionAdd,
+			want: map[string]ServiceAction{"dev-nvidia0": ActionAdd, "kfd": ActionAdd, "void": ActionNone, "from-env-file": ActionAdd,
 				"from-shell": ActionNone, "runtime-only": ActionAdd, "habana": ActionAdd, "by-target": ActionAdd, "plain": ActionNone},
 		},
 		{
 			name: "devices by their path in the container, judged by the one classifier",
 			dir:  "devices",
-			want: map[string]Action{"nvidiactl-only": ActionNone, "card0-only": ActionNone, "dri": ActionAdd, "render-node": ActionAdd,
+			want: map[string]ServiceAction{"nvidiactl-only": ActionNone, "card0-only": ActionNone, "dri": ActionAdd, "render-node": ActionAdd,
 				"host-path-only": ActionNone, "accel": ActionAdd, "privileged": ActionNone},
 		},
 		{
 			name: "NVIDIA_VISIBLE_DEVICES passed through from the shell",
 			dir:  "signals",
 			opts: Options{Environ: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
-			want: map[string]Action{"dev-nvidia0": ActionAdd, "kfd": ActionAdd, "void": ActionNone, "from-env-file": ActionAdd,
+			want: map[string]ServiceAction{"dev-nvidia0": ActionAdd, "kfd": ActionAdd, "void": ActionNone, "from-env-file": ActionAdd,
 				"from-shell": ActionAdd, "runtime-only": ActionAdd, "habana": ActionAdd, "by-target": ActionAdd, "plain": ActionNone},
 		},
 		{
 			name: "services whose /dev/shm is settled, and warnings",
 			dir:  "settled",
-			want: map[string]Action{"host-ipc": ActionKeep, "host-ipc-and-size": ActionKeep, "donor": ActionKeep, "sidecar": ActionKeep,
+			want: map[string]ServiceAction{"host-ipc": ActionKeep, "host-ipc-and-size": ActionKeep, "donor": ActionKeep, "sidecar": ActionKeep,
 				"shm-volume": ActionKeep, "shm-tmpfs": ActionKeep, "small": ActionKeep, "nccl": ActionAdd},
 			warn: map[string]string{"host-ipc-and-size": "Podman refuses", "small": "--enforce-min", "nccl": "NCCL_SHM_DISABLE=1"},
 		},
@@ -349,44 +349,44 @@ func TestEdgeCases(t *testing.T) {
 			name: "--enforce-min raises a small explicit size, keeping its comment",
 			dir:  "settled",
 			opts: Options{EnforceMin: true},
-			want: map[string]Action{"host-ipc": ActionKeep, "host-ipc-and-size": ActionKeep, "donor": ActionKeep, "sidecar": ActionKeep,
+			want: map[string]ServiceAction{"host-ipc": ActionKeep, "host-ipc-and-size": ActionKeep, "donor": ActionKeep, "sidecar": ActionKeep,
 				"shm-volume": ActionKeep, "shm-tmpfs": ActionKeep, "small": ActionRaise, "nccl": ActionAdd},
 			size: map[string]int64{"small": def.Min},
 		},
 		{
 			name: "an anchored GPU service shared only with GPU services of its size gets one line",
 			dir:  "anchors",
-			want: map[string]Action{"trainer": ActionAdd, "trainer-2": ActionAdd, "trainer-alias": ActionAdd, "tuner": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd, "trainer-2": ActionAdd, "trainer-alias": ActionAdd, "tuner": ActionAdd},
 			size: map[string]int64{"trainer": def.ComposeDefault, "trainer-2": def.ComposeDefault, "trainer-alias": def.ComposeDefault, "tuner": target(def, 4*policy.GiB)},
 		},
 		{
 			name: "document markers stay",
 			dir:  "document-markers",
-			want: map[string]Action{"trainer": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd},
 			out:  map[string]string{"compose.yaml": "# one document, with its markers\n---\nservices:\n  trainer:\n    shm_size: 8gb\n    image: pytorch/pytorch\n    gpus: all\n...\n"},
 		},
 		{
 			name: "two documents: the line goes to the one with the image",
 			dir:  "multi-doc",
-			want: map[string]Action{"trainer": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd},
 			out:  map[string]string{"compose.yaml": "services:\n  trainer:\n    shm_size: 8gb\n    image: pytorch/pytorch\n---\nservices:\n  trainer:\n    gpus: all\n"},
 		},
 		{
 			name: ".env says no GPU",
 			dir:  "env-file",
-			want: map[string]Action{"trainer": ActionNone},
+			want: map[string]ServiceAction{"trainer": ActionNone},
 		},
 		{
 			name: "--env-file instead of .env",
 			dir:  "env-file",
 			opts: Options{EnvFiles: []string{"gpus.env"}},
-			want: map[string]Action{"trainer": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd},
 		},
 		{
 			name: "the process environment wins over .env",
 			dir:  "env-file",
 			opts: Options{Environ: []string{"GPUS=0,1"}},
-			want: map[string]Action{"trainer": ActionAdd},
+			want: map[string]ServiceAction{"trainer": ActionAdd},
 		},
 	}
 	for _, tt := range tests {

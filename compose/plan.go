@@ -21,7 +21,7 @@ type decision struct {
 	gpu      bool
 	evidence []string
 	defs     []def
-	action   Action
+	action   ServiceAction
 	size     int64
 	reason   string
 	warnings []string

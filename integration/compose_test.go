@@ -95,7 +95,7 @@ func TestComposeMigrateUp(t *testing.T) {
 	type project struct {
 		name, yaml string
 		want       map[string]int64 // service -> /dev/shm size
-		actions    map[string]compose.Action
+		actions    map[string]compose.ServiceAction
 		file       string
 	}
 	projects := []*project{
@@ -105,7 +105,7 @@ func TestComposeMigrateUp(t *testing.T) {
 				"tuner":   tuner,                   // from the 3g limit
 				"web":     policy.EngineDefaultShm, // not a GPU service
 			},
-			actions: map[string]compose.Action{"trainer": compose.ActionAdd, "tuner": compose.ActionAdd, "web": compose.ActionNone},
+			actions: map[string]compose.ServiceAction{"trainer": compose.ActionAdd, "tuner": compose.ActionAdd, "web": compose.ActionNone},
 		},
 		{name: "shared", yaml: composeSharedYAML,
 			want: map[string]int64{
@@ -113,7 +113,7 @@ func TestComposeMigrateUp(t *testing.T) {
 				"ui-cpu": pol.ComposeDefault,      // inherits it
 				"fetch":  policy.EngineDefaultShm, // merges only x-common
 			},
-			actions: map[string]compose.Action{"ui": compose.ActionAdd, "ui-cpu": compose.ActionInherit, "fetch": compose.ActionNone},
+			actions: map[string]compose.ServiceAction{"ui": compose.ActionAdd, "ui-cpu": compose.ActionInherit, "fetch": compose.ActionNone},
 		},
 	}
 	var files []string

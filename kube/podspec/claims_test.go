@@ -50,7 +50,7 @@ func TestDecideClaimsRealManifests(t *testing.T) {
 		files  []string
 		policy string
 		pod    string // the pod's From ends so
-		action Action
+		action PodAction
 		ctrs   []ctr
 		warn   string // a part of a warning
 	}{

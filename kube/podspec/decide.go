@@ -10,25 +10,25 @@ import (
 	"github.com/gpurun/gpurun/policy"
 )
 
-// Action is what the pod gets.
-type Action string
+// PodAction is what the pod gets.
+type PodAction string
 
 // The values of Action.
 const (
 	// ActionNone leaves the pod as it is.
-	ActionNone Action = "none"
+	ActionNone PodAction = "none"
 	// ActionEmptyDir gives the pod one Memory emptyDir of Decision.Size,
 	// mounted at /dev/shm in every container: all of them share the one
 	// tmpfs, as they share the sandbox's.
-	ActionEmptyDir Action = "emptydir"
+	ActionEmptyDir PodAction = "emptydir"
 	// ActionHostIPC puts the pod in the host's IPC namespace (the policy's
 	// mode "ipc-host").
-	ActionHostIPC Action = "host-ipc"
+	ActionHostIPC PodAction = "host-ipc"
 )
 
 // Decision is what a pod's /dev/shm should be, and why.
 type Decision struct {
-	Action Action `json:"action"`
+	Action PodAction `json:"action"`
 	// Size is the emptyDir's sizeLimit in bytes (ActionEmptyDir).
 	Size int64 `json:"size_bytes,omitempty"`
 	// GPU says a container of the pod has GPU evidence.

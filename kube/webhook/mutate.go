@@ -101,10 +101,10 @@ func DecisionText(d podspec.Decision) string {
 // DecisionAction reads the action back from an annotation DecisionText
 // wrote ("emptydir 1Gi: …" is ActionEmptyDir), "" for a text that starts
 // with no action.
-func DecisionAction(text string) podspec.Action {
+func DecisionAction(text string) podspec.PodAction {
 	head, _, _ := strings.Cut(text, ":")
 	word, _, _ := strings.Cut(head, " ")
-	switch a := podspec.Action(word); a {
+	switch a := podspec.PodAction(word); a {
 	case podspec.ActionEmptyDir, podspec.ActionHostIPC, podspec.ActionNone:
 		return a
 	}

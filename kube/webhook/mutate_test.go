@@ -100,7 +100,7 @@ func TestReviewPodShapes(t *testing.T) {
 	tests := []struct {
 		file string
 		gpu  bool
-		want podspec.Action
+		want podspec.PodAction
 		// memory is the pod's memory limit as read from the file (0: none),
 		// gpus each GPU container's count: the expected size is the
 		// largest of the policy's targets for them.
@@ -304,7 +304,7 @@ func TestHandler(t *testing.T) {
 func TestDecisionAction(t *testing.T) {
 	for _, tc := range []struct {
 		text string
-		want podspec.Action
+		want podspec.PodAction
 	}{
 		{DecisionText(podspec.Decision{Action: podspec.ActionEmptyDir, Size: 1 << 30, Reason: "container trainer: GPU container"}), podspec.ActionEmptyDir},
 		{DecisionText(podspec.Decision{Action: podspec.ActionHostIPC, Reason: "mode ipc-host"}), podspec.ActionHostIPC},
