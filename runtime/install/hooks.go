@@ -13,11 +13,10 @@ import (
 	"sort"
 	"strings"
 
-	toml "github.com/pelletier/go-toml/v2"
-
 	"github.com/gpurun/gpurun/engine/crio"
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/hooksd"
+	"github.com/gpurun/gpurun/engine/storageconf"
 	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/hostpath"
 	"github.com/gpurun/gpurun/policy"
@@ -41,14 +40,6 @@ const (
 	DefaultPodmanHooksDir = hooksd.HooksDirEtc
 	DefaultCRIOHooksDir   = hooksd.HooksDirShare
 )
-
-// PodmanGraphRoot is where root Podman keeps containers' userdata, its
-// /dev/shm tmpfs included, unless storage.conf moves it.
-const PodmanGraphRoot = "/var/lib/containers/storage"
-
-// CRIORunRoot is where CRI-O keeps a pod's /dev/shm tmpfs (the sandbox's
-// userdata/shm), unless storage.conf moves it.
-const CRIORunRoot = "/run/containers/storage"
 
 // HookChange is what an install of the hook wrote: the install state's
 // record of it, so that uninstall removes exactly that.
@@ -431,10 +422,6 @@ func (h Hooks) executable(p string) error {
 	return nil
 }
 
-// StorageConf is containers/storage's configuration, where Podman and CRI-O
-// read their graph root, run root and storage driver.
-const StorageConf = "/etc/containers/storage.conf"
-
 // warnings says what would keep the hook from working on this node: a
 // policy that does not load, and a storage root where the hook would refuse
 // to grow /dev/shm. The hook learns the root from each container's bundle
@@ -447,7 +434,7 @@ func (h Hooks) warnings() {
 		fmt.Fprintf(h.Out, "warning: %v: the hook will leave every container as it is until the policy loads\n", err)
 		return
 	}
-	st, err := h.storage()
+	st, err := storageconf.Read(h.host(storageconf.Path))
 	if err != nil {
 		fmt.Fprintf(h.Out, "warning: %v: the hook learns the storage root from each container's bundle, but install cannot check it\n", err)
 		return
@@ -458,48 +445,12 @@ func (h Hooks) warnings() {
 	}
 	if st.Driver != "" && st.Driver != "overlay" && st.Driver != "overlay2" {
 		fmt.Fprintf(h.Out, "warning: %s sets driver = %q: %s then keeps /dev/shm under %s/%s-containers, which gpurun does not take for an engine's tmpfs, so GPU containers keep their /dev/shm (the overlay driver's %s is supported)\n",
-			h.host(StorageConf), st.Driver, h.Engine, root, st.Driver, dirs.StorageContainersDir)
+			h.host(storageconf.Path), st.Driver, h.Engine, root, st.Driver, dirs.StorageContainersDir)
 	}
 	if resolved, err := filepath.EvalSymlinks(h.host(root)); err == nil && resolved != filepath.Clean(h.host(root)) {
 		fmt.Fprintf(h.Out, "warning: %s %s goes through a symbolic link (to %s): the hook refuses to grow /dev/shm through a link; set %s to the real directory in %s\n",
-			key, root, resolved, key, h.host(StorageConf))
+			key, root, resolved, key, h.host(storageconf.Path))
 	}
-}
-
-// storageConf is the part of storage.conf the hook's checks read.
-type storageConf struct {
-	Driver, GraphRoot, RunRoot string
-}
-
-// storage reads storage.conf on the node, with containers/storage's
-// defaults for what it does not set (root's graph and run roots).
-func (h Hooks) storage() (storageConf, error) {
-	st := storageConf{GraphRoot: PodmanGraphRoot, RunRoot: CRIORunRoot}
-	data, err := os.ReadFile(h.host(StorageConf))
-	if errors.Is(err, fs.ErrNotExist) {
-		return st, nil
-	}
-	if err != nil {
-		return st, fmt.Errorf("read %s: %w", h.host(StorageConf), err)
-	}
-	var f struct {
-		Storage struct {
-			Driver    string `toml:"driver"`
-			GraphRoot string `toml:"graphroot"`
-			RunRoot   string `toml:"runroot"`
-		} `toml:"storage"`
-	}
-	if err := toml.Unmarshal(data, &f); err != nil {
-		return st, fmt.Errorf("%s: %w", h.host(StorageConf), err)
-	}
-	st.Driver = f.Storage.Driver
-	if f.Storage.GraphRoot != "" {
-		st.GraphRoot = f.Storage.GraphRoot
-	}
-	if f.Storage.RunRoot != "" {
-		st.RunRoot = f.Storage.RunRoot
-	}
-	return st, nil
 }
 
 // underAny reports whether dir is one of roots or below one, allowing for

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/crio"
 	"github.com/gpurun/gpurun/engine/hooksd"
+	"github.com/gpurun/gpurun/engine/storageconf"
 )
 
 // hookRoot is a node root with gpurun installed at /usr/local/bin/gpurun.
@@ -301,7 +302,7 @@ func TestHooksWarnsAboutStorage(t *testing.T) {
 				write(t, filepath.Join(root, "etc/gpurun/config.toml"), tt.policy)
 			}
 			if tt.storage != "" {
-				write(t, filepath.Join(root, StorageConf), tt.storage)
+				write(t, filepath.Join(root, storageconf.Path), tt.storage)
 			}
 			if tt.link != "" {
 				if err := os.MkdirAll(filepath.Join(root, "mnt/real"), 0o755); err != nil {
