@@ -145,6 +145,7 @@ func (e *multiEnv) testWebhookFloor(t *testing.T, want int64) {
 	for _, r := range rounds {
 		c.Apply(draClaims(r.ns))
 	}
+	waitWebhookClaims(t, c, rounds[2].ns)
 
 	cfg := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration

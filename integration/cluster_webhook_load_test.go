@@ -371,6 +371,11 @@ func (r *loadRun) check(p *loadPod, body []byte) (problem string, unsized bool) 
 			return fmt.Sprintf("container %s does not mount %s at /dev/shm", ctr.Name, webhook.VolumeName), false
 		}
 	}
+	// A claim the webhook could not read is sized too (unresolved_claims
+	// "gpu"): the decision must name the claim's request and its class.
+	if p.claim && !strings.Contains(decision, "of device class "+harness.DRAGPUClass) {
+		return fmt.Sprintf("a GPU pod by a DRA claim whose claim the webhook did not resolve: decision %q", decision), false
+	}
 	return "", false
 }
 
@@ -722,6 +727,7 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	t.Logf("webhook: replicas ready and caBundle set %s after kubectl apply -k", installed.Round(100*time.Millisecond))
 	ns := testNamespace(t, c)
 	c.Apply(draClaims(ns))
+	waitWebhookClaims(t, c, ns)
 	want, _ := e.pol.Target(policy.Request{MemoryLimit: 9 * policy.GiB, GPUs: 1})
 	run := &loadRun{c: c, ns: ns, want: want, pods: loadPods(), created: make(chan struct{}, loadGPUPods+loadPlainPods)}
 
@@ -1009,6 +1015,7 @@ spec:
 	if e.dra != nil {
 		node := e.dra.gpus.Node.Name
 		c.Apply(draClaims(ns))
+		waitWebhookClaims(t, c, ns)
 		draPod = podSpec{name: "dra-on-" + node, node: node, claims: []podClaim{{name: "gpu", template: "one-gpu"}}, containers: []containerSpec{
 			{name: "trainer", claims: []string{"gpu"}, memoryLimit: "8Gi"}, {name: "sidecar", memoryLimit: "1Gi"}}}
 		c.Apply(podManifest(ns, draPod))
