@@ -27,6 +27,7 @@ import (
 	"strings"
 
 	"github.com/gpurun/gpurun/internal/cfgtree"
+	"github.com/gpurun/gpurun/internal/jsonscan"
 	"github.com/gpurun/gpurun/internal/textpos"
 )
 
@@ -180,10 +181,10 @@ func install(data []byte, o Options) ([]byte, Change, error) {
 	curIsString := false
 	if di >= 0 {
 		m := top.members[di]
-		curIsString = json.Unmarshal(src[m.valStart:m.valEnd], &curDefault) == nil && src[m.valStart] == '"'
+		curIsString = json.Unmarshal(src[m.ValStart:m.ValEnd], &curDefault) == nil && src[m.ValStart] == '"'
 		if !curIsString && o.SetAsDefault {
 			return nil, c, fmt.Errorf("install docker runtime: %s: default-runtime is %s, want a string",
-				pos(src, m.valStart), kind(src[m.valStart]))
+				pos(src, m.ValStart), kind(src[m.ValStart]))
 		}
 	}
 	c.Chain, err = chain(src, top, curDefault, o)
@@ -240,15 +241,15 @@ func putRuntime(src []byte, top object, st style, o Options, c *Change) ([]byte,
 		return insert(src, top, true, st, quote("runtimes"), withName()), nil
 	}
 	m := top.members[ri]
-	switch src[m.valStart] {
+	switch src[m.ValStart] {
 	case 'n': // "runtimes": null, which dockerd reads as no runtimes
 		c.AddedRuntime, c.CreatedRuntimes, c.RuntimesWasNull = true, true, true
 		return replaceValue(src, top, ri, withName(), st), nil
 	case '{':
 	default:
-		return nil, fmt.Errorf("%s: runtimes is %s, want an object", pos(src, m.valStart), kind(src[m.valStart]))
+		return nil, fmt.Errorf("%s: runtimes is %s, want an object", pos(src, m.ValStart), kind(src[m.ValStart]))
 	}
-	rts, err := parseObject(src, m.valStart)
+	rts, err := parseObject(src, m.ValStart)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +262,7 @@ func putRuntime(src []byte, top object, st style, o Options, c *Change) ([]byte,
 		return insert(src, rts, top.multiline(src), st, quote(o.Name), entry), nil
 	}
 	nm := rts.members[ni]
-	prev := src[nm.valStart:nm.valEnd]
+	prev := src[nm.ValStart:nm.ValEnd]
 	if runtimeIs(prev, o) {
 		return src, nil
 	}
@@ -311,7 +312,7 @@ func uninstall(data []byte, o Options, c Change) ([]byte, bool, error) {
 		var cur string
 		if di >= 0 {
 			m := top.members[di]
-			if json.Unmarshal(out[m.valStart:m.valEnd], &cur) == nil && out[m.valStart] == '"' && cur == o.Name {
+			if json.Unmarshal(out[m.ValStart:m.ValEnd], &cur) == nil && out[m.ValStart] == '"' && cur == o.Name {
 				if c.PreviousDefault != "" || c.PreviousDefaultSet {
 					out = replaceValue(out, top, di, quote(c.PreviousDefault), st)
 				} else {
@@ -355,10 +356,10 @@ func dropRuntime(data []byte, top object, st style, o Options, c Change) ([]byte
 		return data, err
 	}
 	m := top.members[ri]
-	if data[m.valStart] != '{' {
+	if data[m.ValStart] != '{' {
 		return data, nil // not ours to fix any more
 	}
-	rts, err := parseObject(data, m.valStart)
+	rts, err := parseObject(data, m.ValStart)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +372,7 @@ func dropRuntime(data []byte, top object, st style, o Options, c Change) ([]byte
 		var cur struct {
 			Path string `json:"path"`
 		}
-		if json.Unmarshal(data[nm.valStart:nm.valEnd], &cur) != nil || cur.Path != o.Path {
+		if json.Unmarshal(data[nm.ValStart:nm.ValEnd], &cur) != nil || cur.Path != o.Path {
 			return data, nil // someone else's entry now
 		}
 	}
@@ -413,10 +414,10 @@ func chain(data []byte, top object, def string, o Options) (string, error) {
 		return "", err
 	}
 	m := top.members[ri]
-	if data[m.valStart] != '{' {
+	if data[m.ValStart] != '{' {
 		return "", nil
 	}
-	rts, err := parseObject(data, m.valStart)
+	rts, err := parseObject(data, m.ValStart)
 	if err != nil {
 		return "", err
 	}
@@ -428,7 +429,7 @@ func chain(data []byte, top object, def string, o Options) (string, error) {
 	var rt struct {
 		Path string `json:"path"`
 	}
-	if json.Unmarshal(data[rts.members[i].valStart:rts.members[i].valEnd], &rt) != nil || rt.Path == "" {
+	if json.Unmarshal(data[rts.members[i].ValStart:rts.members[i].ValEnd], &rt) != nil || rt.Path == "" {
 		return "", nil
 	}
 	if rt.Path == o.Path || filepath.Base(rt.Path) == filepath.Base(o.Path) {
@@ -451,12 +452,12 @@ func runtimeIs(raw []byte, o Options) bool {
 	var path string
 	var args []string
 	for _, m := range obj.members {
-		if seen[m.key] {
+		if seen[m.Key] {
 			return false
 		}
-		seen[m.key] = true
-		v := raw[m.valStart:m.valEnd]
-		switch m.key {
+		seen[m.Key] = true
+		v := raw[m.ValStart:m.ValEnd]
+		switch m.Key {
 		case "path":
 			if v[0] != '"' || json.Unmarshal(v, &path) != nil {
 				return false
@@ -475,19 +476,13 @@ func runtimeIs(raw []byte, o Options) bool {
 
 // --- a byte-preserving view of a JSON document ---
 
+// space is JSON's white space.
 const space = " \t\r\n"
-
-// member is one member of a JSON object, located in the document.
-type member struct {
-	key              string // decoded
-	keyStart, keyEnd int    // the key's quotes, inclusive..exclusive
-	valStart, valEnd int    // the value's bytes
-}
 
 // object is a JSON object located in the document.
 type object struct {
 	open, close int // offsets of '{' and '}'
-	members     []member
+	members     []jsonscan.Member
 }
 
 // style is how the document is laid out, for the text we add.
@@ -503,7 +498,7 @@ func load(data []byte) (object, style, error) {
 	if err := json.Unmarshal(data, new(json.RawMessage)); err != nil {
 		return object{}, style{}, syntaxError(data, err)
 	}
-	i := skipSpace(data, 0)
+	i := jsonscan.Space(data, 0)
 	if data[i] != '{' {
 		return object{}, style{}, fmt.Errorf("parse daemon.json: %s: top level is %s, want an object", pos(data, i), kind(data[i]))
 	}
@@ -554,7 +549,7 @@ func detectStyle(data []byte, top object) style {
 	}
 	if len(top.members) > 0 {
 		m := top.members[0]
-		if sep := data[m.keyEnd:m.valStart]; !bytes.ContainsAny(sep, "\r\n") {
+		if sep := data[m.KeyEnd:m.ValStart]; !bytes.ContainsAny(sep, "\r\n") {
 			st.colon = string(sep)
 		}
 	}
@@ -568,27 +563,11 @@ func detectStyle(data []byte, top object) style {
 // parseObject locates the members of the object whose '{' is at open in a
 // document already known to be valid JSON.
 func parseObject(data []byte, open int) (object, error) {
-	obj := object{open: open}
-	i := skipSpace(data, open+1)
-	for data[i] != '}' {
-		if data[i] == ',' {
-			i = skipSpace(data, i+1)
-		}
-		var m member
-		m.keyStart = i
-		m.keyEnd = skipValue(data, i)
-		if err := json.Unmarshal(data[m.keyStart:m.keyEnd], &m.key); err != nil {
-			return obj, fmt.Errorf("parse daemon.json: %s: %w", pos(data, i), err)
-		}
-		i = skipSpace(data, m.keyEnd)
-		i = skipSpace(data, i+1) // the colon
-		m.valStart = i
-		m.valEnd = skipValue(data, i)
-		obj.members = append(obj.members, m)
-		i = skipSpace(data, m.valEnd)
+	members, end := jsonscan.Object(data, open)
+	if end >= len(data) {
+		return object{}, fmt.Errorf("parse daemon.json: %s: the object does not end", pos(data, open))
 	}
-	obj.close = i
-	return obj, nil
+	return object{open: open, close: end, members: members}, nil
 }
 
 // find returns the index of the member named key, or -1. A key that occurs
@@ -598,12 +577,12 @@ func (obj object) find(data []byte, key string, fold bool) (int, error) {
 	idx := -1
 	for i, m := range obj.members {
 		switch {
-		case m.key != key && !(fold && strings.EqualFold(m.key, key)):
+		case m.Key != key && !(fold && strings.EqualFold(m.Key, key)):
 			continue
-		case m.key != key:
-			return -1, fmt.Errorf("%s: key %q is another spelling of %q, which dockerd does not accept", pos(data, m.keyStart), m.key, key)
+		case m.Key != key:
+			return -1, fmt.Errorf("%s: key %q is another spelling of %q, which dockerd does not accept", pos(data, m.KeyStart), m.Key, key)
 		case idx >= 0:
-			return -1, fmt.Errorf("%s: key %q appears twice", pos(data, m.keyStart), key)
+			return -1, fmt.Errorf("%s: key %q appears twice", pos(data, m.KeyStart), key)
 		}
 		idx = i
 	}
@@ -612,7 +591,7 @@ func (obj object) find(data []byte, key string, fold bool) (int, error) {
 
 // multiline says whether the object's members start on lines of their own.
 func (obj object) multiline(data []byte) bool {
-	return len(obj.members) > 0 && bytes.ContainsAny(data[obj.open+1:obj.members[0].keyStart], "\n")
+	return len(obj.members) > 0 && bytes.ContainsAny(data[obj.open+1:obj.members[0].KeyStart], "\n")
 }
 
 // insert adds key: value (compact JSON) as the object's last member, laid
@@ -634,7 +613,7 @@ func insert(data []byte, obj object, multi bool, st style, key, value []byte) []
 		b.WriteString(st.nl + outer)
 		return splice(data, obj.open+1, obj.close, b.Bytes())
 	case obj.multiline(data):
-		ind := lineIndent(data, obj.members[0].keyStart)
+		ind := lineIndent(data, obj.members[0].KeyStart)
 		b.WriteString("," + st.nl + ind)
 		b.Write(key)
 		b.WriteString(st.colon)
@@ -645,7 +624,7 @@ func insert(data []byte, obj object, multi bool, st style, key, value []byte) []
 		b.WriteString(st.colon)
 		b.Write(render(value, st, false, ""))
 	}
-	end := obj.members[len(obj.members)-1].valEnd
+	end := obj.members[len(obj.members)-1].ValEnd
 	return splice(data, end, end, b.Bytes())
 }
 
@@ -653,13 +632,13 @@ func insert(data []byte, obj object, multi bool, st style, key, value []byte) []
 // laid out like the object's members.
 func replaceValue(data []byte, obj object, i int, value []byte, st style) []byte {
 	m := obj.members[i]
-	return splice(data, m.valStart, m.valEnd, render(value, st, obj.multiline(data), lineIndent(data, m.keyStart)))
+	return splice(data, m.ValStart, m.ValEnd, render(value, st, obj.multiline(data), lineIndent(data, m.KeyStart)))
 }
 
 // restoreValue puts back raw, the exact text member i's value had.
 func restoreValue(data []byte, obj object, i int, raw []byte) []byte {
 	m := obj.members[i]
-	return splice(data, m.valStart, m.valEnd, raw)
+	return splice(data, m.ValStart, m.ValEnd, raw)
 }
 
 // remove deletes member i together with the separator that belongs to
@@ -669,9 +648,9 @@ func remove(data []byte, obj object, i int) []byte {
 	case n == 1:
 		return splice(data, obj.open+1, obj.close, nil)
 	case i == n-1:
-		return splice(data, obj.members[i-1].valEnd, obj.members[i].valEnd, nil)
+		return splice(data, obj.members[i-1].ValEnd, obj.members[i].ValEnd, nil)
 	default:
-		return splice(data, obj.members[i].keyStart, obj.members[i+1].keyStart, nil)
+		return splice(data, obj.members[i].KeyStart, obj.members[i+1].KeyStart, nil)
 	}
 }
 
@@ -772,57 +751,6 @@ func splitBOM(data []byte) (bom, body []byte) {
 		return data[:3], data[3:]
 	}
 	return nil, data
-}
-
-// skipSpace returns the offset of the first non-blank byte at or after i.
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && strings.IndexByte(space, data[i]) >= 0 {
-		i++
-	}
-	return i
-}
-
-// skipValue returns the offset just past the JSON value starting at i, in
-// a document already known to be valid.
-func skipValue(data []byte, i int) int {
-	depth := 0
-	inString, escaped := false, false
-	for ; i < len(data); i++ {
-		ch := data[i]
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			continue
-		}
-		switch ch {
-		case '"':
-			inString = true
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-			if depth < 0 {
-				return i // the end of a scalar at the end of its container
-			}
-		case ',', ' ', '\t', '\r', '\n':
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return i
 }
 
 // pos names the line and column of the byte at off (package textpos's

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gpurun/gpurun/internal/jsonscan"
 )
 
 // mapFields are the spec's fields whose JSON objects are maps, not
@@ -84,83 +86,17 @@ type walker struct {
 }
 
 // space steps over white space.
-func (w *walker) space() {
-	for w.i < len(w.data) {
-		switch w.data[w.i] {
-		case ' ', '\t', '\n', '\r':
-			w.i++
-		default:
-			return
-		}
-	}
-}
+func (w *walker) space() { w.i = jsonscan.Space(w.data, w.i) }
 
 // str steps over the string at w.i and returns it, unescaped.
 func (w *walker) str() string {
-	start := w.i
-	plain := true
-	for w.i++; w.i < len(w.data); w.i++ {
-		switch c := w.data[w.i]; {
-		case c == '\\':
-			plain = false
-			w.i++
-		case c == '"':
-			w.i++
-			raw := w.data[start:w.i]
-			if plain && utf8.Valid(raw) {
-				return string(raw[1 : len(raw)-1])
-			}
-			var s string
-			_ = json.Unmarshal(raw, &s) // valid JSON: a string; invalid UTF-8 becomes U+FFFD, as encoding/json reads it
-			return s
-		}
-	}
-	return string(w.data[start:])
-}
-
-// skipStr steps over the string at w.i.
-func (w *walker) skipStr() {
-	for w.i++; w.i < len(w.data); w.i++ {
-		switch w.data[w.i] {
-		case '\\':
-			w.i++
-		case '"':
-			w.i++
-			return
-		}
-	}
+	s, i := jsonscan.String(w.data, w.i)
+	w.i = i
+	return s
 }
 
 // skip steps over the value at w.i.
-func (w *walker) skip() {
-	depth := 0
-	for w.i < len(w.data) {
-		switch w.data[w.i] {
-		case '"':
-			w.skipStr()
-			if depth == 0 {
-				return
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return // the end of a number or a literal
-			}
-			depth--
-			if depth == 0 {
-				w.i++
-				return
-			}
-		case ',', ' ', '\t', '\n', '\r':
-			if depth == 0 {
-				return // the end of a number or a literal
-			}
-		}
-		w.i++
-	}
-}
+func (w *walker) skip() { w.i = jsonscan.Skip(w.data, w.i) }
 
 // value checks the value at w.i, under key: every object in it when whole,
 // else the parts rule names.
