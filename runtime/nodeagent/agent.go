@@ -241,16 +241,11 @@ func (a *Agent) Install(ctx context.Context) error {
 			return err
 		}
 	}
-	unlock, err := a.lockNode(ctx)
+	rec, statePath, unlock, err := a.lockAndLoad(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	statePath := a.host(a.statePath())
-	rec, err := loadRecord(statePath)
-	if err != nil {
-		return err
-	}
 	dist := a.distribution()
 	if a.DropInDir != "" && dist.Templated() {
 		a.log().Info("--drop-in does not apply to "+string(dist)+": gpurun's tables go into its containerd template", "drop-in", a.DropInDir)
@@ -295,6 +290,21 @@ func (a *Agent) Install(ctx context.Context) error {
 		}
 	}
 	return a.applyRestart(ctx, rec, statePath)
+}
+
+// lockAndLoad takes the node's lock (one install or uninstall at a time,
+// whatever starts it) and reads the agent's record of the node (nil for
+// none), at statePath; unlock gives the lock back.
+func (a *Agent) lockAndLoad(ctx context.Context) (rec *Record, statePath string, unlock func(), err error) {
+	if unlock, err = a.lockNode(ctx); err != nil {
+		return nil, "", nil, err
+	}
+	statePath = a.host(a.statePath())
+	if rec, err = loadRecord(statePath); err != nil {
+		unlock()
+		return nil, "", nil, err
+	}
+	return rec, statePath, unlock, nil
 }
 
 // describe writes into rec what this install sets up: this release, and

@@ -27,16 +27,11 @@ func (a *Agent) Uninstall(ctx context.Context) error {
 	if err := a.check(); err != nil {
 		return err
 	}
-	unlock, err := a.lockNode(ctx)
+	rec, statePath, unlock, err := a.lockAndLoad(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	statePath := a.host(a.statePath())
-	rec, err := loadRecord(statePath)
-	if err != nil {
-		return err
-	}
 	if rec == nil {
 		a.log().Info("no record of an install by gpurun node; removing a registration gpurun's marker shows, if any", "record", a.statePath())
 		dist := a.distribution()
