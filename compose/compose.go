@@ -175,7 +175,7 @@ func Migrate(ctx context.Context, opts Options) (*Result, error) {
 			errs = append(errs, err)
 			continue
 		}
-		reports, pedits := plan(p, opts)
+		reports, pedits := placeEdits(p, opts)
 		if len(pedits) > 0 {
 			if err := p.validate(); err != nil {
 				errs = append(errs, err)

@@ -44,9 +44,9 @@ func (d *decision) skip(warning string) {
 	d.warnings = append(d.warnings, warning)
 }
 
-// plan decides every service of a project and returns the reports and the
+// placeEdits decides every service of a project and returns the reports and the
 // edits, by absolute file path.
-func plan(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit) {
+func placeEdits(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit) {
 	defs := p.defs()
 	pol := composePolicy(opts)
 	ds := map[string]*decision{}
@@ -58,8 +58,8 @@ func plan(p *project, opts Options) ([]ServiceReport, map[string][]yamledit.Edit
 		ds[name] = d
 	}
 	edits := map[string][]yamledit.Edit{}
-	planAdds(p, opts, ds, defs, edits)
-	planRaises(p, opts, ds, defs, edits)
+	placeAdds(p, opts, ds, defs, edits)
+	placeRaises(p, opts, ds, defs, edits)
 	var reports []ServiceReport
 	for _, name := range p.names {
 		d := ds[name]
@@ -205,7 +205,7 @@ type group struct {
 // where is the file and line of the group's mapping.
 func (g *group) where() string { return fmt.Sprintf("%s:%d", g.pf.f.Name, g.line) }
 
-// planAdds places the new shm_size lines.
+// placeAdds places the new shm_size lines.
 //
 // A line added to a mapping reaches every service that takes its keys from
 // that mapping: services that alias it or merge it with "<<" (and do not
@@ -223,7 +223,7 @@ func (g *group) where() string { return fmt.Sprintf("%s:%d", g.pf.f.Name, g.line
 //     service:x, container:x), where shm_size is ignored or refused;
 //   - anything else (a GPU service that keeps its own /dev/shm, one left
 //     alone) blocks the line: the services are skipped with a warning.
-func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string][]def, edits map[string][]yamledit.Edit) {
+func placeAdds(p *project, opts Options, ds map[string]*decision, defs map[string][]def, edits map[string][]yamledit.Edit) {
 	groups, groupOf := groupAdds(p, ds)
 	shareLargest(groups)
 	extenders := extendsGraph(p, defs)
@@ -244,7 +244,7 @@ func planAdds(p *project, opts Options, ds map[string]*decision, defs map[string
 			s.file, s.line = g.pf.f.Name, g.line
 		}
 	}
-	planInherits(ds, defs, groups, written, into)
+	placeInherits(ds, defs, groups, written, into)
 }
 
 // groupAdds gathers the services to add shm_size to by the mapping that
@@ -412,11 +412,11 @@ func coverage(p *project, ds map[string]*decision, defs map[string][]def, g *gro
 	return slices.Sorted(maps.Keys(covered))
 }
 
-// planInherits marks the services that are not GPU services but take a
+// placeInherits marks the services that are not GPU services but take a
 // written line (ActionInherit), each from the nearest one (its own merges
 // in YAML's precedence, then extends), and names them in the reports of
 // the GPU services whose line they take.
-func planInherits(ds map[string]*decision, defs map[string][]def, groups, written []*group, into map[*group]*group) {
+func placeInherits(ds map[string]*decision, defs map[string][]def, groups, written []*group, into map[*group]*group) {
 	from := map[string]*group{}
 	rank := map[string]int{}
 	for _, g := range written {
@@ -535,9 +535,9 @@ func extendsGraph(p *project, defs map[string][]def) func(abs, name string) []st
 	}
 }
 
-// planRaises changes explicit shm_size values below the minimum
+// placeRaises changes explicit shm_size values below the minimum
 // (--enforce-min), where the value is the service's own.
-func planRaises(p *project, opts Options, ds map[string]*decision, defs map[string][]def, edits map[string][]yamledit.Edit) {
+func placeRaises(p *project, opts Options, ds map[string]*decision, defs map[string][]def, edits map[string][]yamledit.Edit) {
 	for _, name := range p.names {
 		d := ds[name]
 		if d.action != ActionRaise {
