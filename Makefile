@@ -51,7 +51,7 @@ demo: bin/gpurun bin/gpurun-full
 # Docker daemon that answers — and as non-root stops at once, naming the
 # command that works. Then the three suites, in order.
 test: test-deps
-	$(MAKE) test-unit test-integration e2e
+	$(MAKE) --no-print-directory test-unit test-integration e2e
 
 .PHONY: test-deps
 test-deps:

@@ -67,7 +67,7 @@ const distVersion = "v1.2.3-rc.1"
 // makeVar asks the Makefile for the value of one of its variables.
 func makeVar(t *testing.T, name string, vars ...string) string {
 	t.Helper()
-	args := append([]string{"-s", "-C", "..", "--eval", "print-var: ; @echo $(" + name + ")", "print-var"}, vars...)
+	args := append([]string{"-s", "--no-print-directory", "-C", "..", "--eval", "print-var: ; @echo $(" + name + ")", "print-var"}, vars...)
 	return strings.TrimSpace(mustRun(t, os.Environ(), "make", args...))
 }
 
@@ -148,7 +148,7 @@ func TestDist(t *testing.T) {
 	if !slices.Contains(arches, "amd64") || !slices.Contains(arches, "arm64") {
 		t.Fatalf("DIST_ARCHES = %v, want amd64 and arm64", arches)
 	}
-	mustRun(t, os.Environ(), "make", "-s", "-C", "..", "dist", "DIST="+dist, "VERSION="+distVersion)
+	mustRun(t, os.Environ(), "make", "-s", "--no-print-directory", "-C", "..", "dist", "DIST="+dist, "VERSION="+distVersion)
 
 	// The man pages gpurun __gendocs wrote: one per command (docgen's and
 	// cmd/internal/fullcli's unit tests check that against the command tree).
