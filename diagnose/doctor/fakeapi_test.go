@@ -343,16 +343,3 @@ func field(m map[string]any, path ...string) any {
 	}
 	return cur
 }
-
-// set writes a nested field of a map, making the maps on its way.
-func set(m map[string]any, value any, path ...string) {
-	for _, p := range path[:len(path)-1] {
-		next, ok := m[p].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			m[p] = next
-		}
-		m = next
-	}
-	m[path[len(path)-1]] = value
-}

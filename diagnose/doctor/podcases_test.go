@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/gpurun/gpurun/internal/cfgtree"
 )
 
 var sprintf = fmt.Sprintf
@@ -21,7 +23,7 @@ const (
 func agentReady(since string) func(t *testing.T, f *fakeAPI) {
 	return func(t *testing.T, f *fakeAPI) {
 		f.edit(t, "Pod", named(agentPodName), func(m map[string]any) {
-			set(m, []any{map[string]any{"type": "Ready", "status": "True", "lastTransitionTime": since}}, "status", "conditions")
+			cfgtree.Set(m, []string{"status", "conditions"}, []any{map[string]any{"type": "Ready", "status": "True", "lastTransitionTime": since}})
 		})
 	}
 }
@@ -29,7 +31,7 @@ func agentReady(since string) func(t *testing.T, f *fakeAPI) {
 // setAsDefault sets the recorded agent's set-as-default setting.
 func setAsDefault(v string) func(t *testing.T, f *fakeAPI) {
 	return func(t *testing.T, f *fakeAPI) {
-		f.edit(t, "ConfigMap", named(agentConfig), func(m map[string]any) { set(m, v, "data", "set-as-default") })
+		f.edit(t, "ConfigMap", named(agentConfig), func(m map[string]any) { cfgtree.Set(m, []string{"data", "set-as-default"}, v) })
 	}
 }
 
@@ -161,8 +163,8 @@ func claimedGPU(class string) func(t *testing.T, f *fakeAPI) {
 		f.edit(t, "Pod", named("unsized"), func(m map[string]any) {
 			c := field(m, "spec", "containers").([]any)[0].(map[string]any)
 			delete(c, "env")
-			set(c, []any{map[string]any{"name": "gpu"}}, "resources", "claims")
-			set(m, []any{map[string]any{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}}, "spec", "resourceClaims")
+			cfgtree.Set(c, []string{"resources", "claims"}, []any{map[string]any{"name": "gpu"}})
+			cfgtree.Set(m, []string{"spec", "resourceClaims"}, []any{map[string]any{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}})
 		})
 		f.add(t, sprintf(claimTemplate, class))
 	}
@@ -194,11 +196,13 @@ func nodeVariants() []podCase {
 		{name: "the NRI plugin not ready", dir: "agent-not-ready", exit: 1,
 			edit: func(t *testing.T, f *fakeAPI) {
 				relabel := func(m map[string]any) {
-					set(m, nriDaemonSet, "metadata", "labels", "app.kubernetes.io/name")
-					set(m, nriDaemonSet, "metadata", "name")
+					cfgtree.Set(m, []string{"metadata", "labels", "app.kubernetes.io/name"}, nriDaemonSet)
+					cfgtree.Set(m, []string{"metadata", "name"}, nriDaemonSet)
 				}
 				f.edit(t, "DaemonSet", nil, relabel)
-				f.edit(t, "Pod", named(agentPodName), func(m map[string]any) { set(m, nriDaemonSet, "metadata", "labels", "app.kubernetes.io/name") })
+				f.edit(t, "Pod", named(agentPodName), func(m map[string]any) {
+					cfgtree.Set(m, []string{"metadata", "labels", "app.kubernetes.io/name"}, nriDaemonSet)
+				})
 			},
 			checks: map[string]Status{"shm.door": Problem, "node.agent": Warn},
 			detail: map[string]string{"shm.door": "the gpurun-nri pod gpurun-node-6hdmz on node gpurun-node is not ready"}},
@@ -218,8 +222,8 @@ func nodeVariants() []podCase {
 		{name: "a pod not started yet", dir: "agent-not-ready", exit: 1,
 			edit: func(t *testing.T, f *fakeAPI) {
 				f.edit(t, "Pod", named("early"), func(m map[string]any) {
-					set(m, "", "spec", "nodeName")
-					set(m, map[string]any{"phase": "Pending"}, "status")
+					cfgtree.Set(m, []string{"spec", "nodeName"}, "")
+					cfgtree.Set(m, []string{"status"}, map[string]any{"phase": "Pending"})
 				})
 			},
 			checks: map[string]Status{"shm.door": Problem, "node": OK, "node.agent": OK, "restarts": OK, "log": OK},
@@ -237,7 +241,7 @@ func webhookVariants() []podCase {
 	return []podCase{
 		{name: "the webhook was down", dir: "webhook-left-out", exit: 1,
 			edit: both(optIn, func(t *testing.T, f *fakeAPI) {
-				f.edit(t, "Deployment", nil, func(m map[string]any) { set(m, 0, "status", "readyReplicas") })
+				f.edit(t, "Deployment", nil, func(m map[string]any) { cfgtree.Set(m, []string{"status", "readyReplicas"}, 0) })
 			}),
 			checks: map[string]Status{"shm.door": Problem, "webhook": Warn},
 			detail: map[string]string{"shm.door": "the webhook was down or too slow when the pod was created, and pods.gpurun.io admits pods unchanged then (failurePolicy Ignore); 0 of 2 replicas ready now",
@@ -245,13 +249,15 @@ func webhookVariants() []podCase {
 			fix: map[string]string{"shm.door": "sizeLimit: 1Gi"}},
 		{name: "created before the webhook", dir: "webhook-left-out", exit: 1,
 			edit: both(optIn, func(t *testing.T, f *fakeAPI) {
-				f.edit(t, "MutatingWebhookConfiguration", nil, func(m map[string]any) { set(m, "2026-12-06T13:00:00Z", "metadata", "creationTimestamp") })
+				f.edit(t, "MutatingWebhookConfiguration", nil, func(m map[string]any) {
+					cfgtree.Set(m, []string{"metadata", "creationTimestamp"}, "2026-12-06T13:00:00Z")
+				})
 			}),
 			checks: map[string]Status{"shm.door": Problem, "webhook": OK},
 			detail: map[string]string{"shm.door": "the pod was created (2026-12-06T12:50:30Z) before the webhook's configuration (2026-12-06T13:00:00Z)"}},
 		{name: "a hostIPC GPU pod", dir: "webhook-left-out", exit: 0,
 			edit: func(t *testing.T, f *fakeAPI) {
-				f.edit(t, "Pod", named("unsized"), func(m map[string]any) { set(m, true, "spec", "hostIPC") })
+				f.edit(t, "Pod", named("unsized"), func(m map[string]any) { cfgtree.Set(m, []string{"spec", "hostIPC"}, true) })
 			},
 			checks: map[string]Status{"shm.door": Warn},
 			detail: map[string]string{"shm.door": "the host's /dev/shm (hostIPC: true)"}},
@@ -290,8 +296,8 @@ func secondPod(t *testing.T, f *fakeAPI) {
 			t.Fatal(err)
 		}
 	})
-	set(copied, "train-xm2pq", "metadata", "name")
-	set(copied, "0b5c0b1e-0000-4000-8000-000000000002", "metadata", "uid")
+	cfgtree.Set(copied, []string{"metadata", "name"}, "train-xm2pq")
+	cfgtree.Set(copied, []string{"metadata", "uid"}, "0b5c0b1e-0000-4000-8000-000000000002")
 	st := field(copied, "status", "containerStatuses").([]any)[0].(map[string]any)
 	st["restartCount"] = 0
 	delete(st, "lastState")
