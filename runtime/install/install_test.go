@@ -1,9 +1,11 @@
 package install
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -499,8 +501,19 @@ func TestDockerDefaultReplacedTwice(t *testing.T) {
 			// A stand-in for dockerd: SIGHUP ends it (standInDockerd).
 			daemon := exec.Command(os.Args[0])
 			daemon.Env = append(os.Environ(), standInEnv+"=1")
+			ready, err := daemon.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := daemon.Start(); err != nil {
 				t.Fatal(err)
+			}
+			// Wait until it has asked for SIGHUP: one sent before would
+			// be lost where whatever started the tests ignores SIGHUP
+			// (nohup), the stand-in inheriting that.
+			line, err := bufio.NewReader(ready).ReadString('\n')
+			if err != nil || line != standInReady+"\n" {
+				t.Fatalf("the stand-in dockerd said %q, %v; want %q", line, err, standInReady)
 			}
 			done := make(chan struct{})
 			go func() { _ = daemon.Wait(); close(done) }()
@@ -522,10 +535,9 @@ func TestDockerDefaultReplacedTwice(t *testing.T) {
 			if runtimes, _ := m["runtimes"].(map[string]any); len(runtimes) != 1 || runtimes["nvidia"] == nil || m["default-runtime"] != tc.wantDefault {
 				t.Errorf("after the uninstall: runtimes %v, default-runtime %v; want nvidia's only, default %v\n%s", m["runtimes"], m["default-runtime"], tc.wantDefault, read(t, cfg))
 			}
-			// A SIGHUP ends the stand-in at once, but on a busy machine
-			// (CI compiles beside the tests) it may take seconds to be
-			// scheduled: wait long for an exit that must come, briefly
-			// for one that must not.
+			// A SIGHUP ends the stand-in at once; on a busy machine it may
+			// take a while to be scheduled: wait long for an exit that
+			// must come, briefly for one that must not.
 			wait := 2 * time.Second
 			if tc.wantReload {
 				wait = 30 * time.Second
@@ -545,8 +557,12 @@ func TestDockerDefaultReplacedTwice(t *testing.T) {
 	}
 }
 
-// standInEnv makes the test binary a stand-in for dockerd (TestMain).
-const standInEnv = "GPURUN_TEST_STANDIN_DOCKERD"
+// standInEnv makes the test binary a stand-in for dockerd (TestMain),
+// which prints standInReady once it listens for SIGHUP.
+const (
+	standInEnv   = "GPURUN_TEST_STANDIN_DOCKERD"
+	standInReady = "ready"
+)
 
 // TestMain runs the tests, or, with standInEnv set, stands in for dockerd:
 // it waits for SIGHUP and exits 0 (1 after a minute without one). It asks
@@ -558,6 +574,7 @@ func TestMain(m *testing.M) {
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	fmt.Println(standInReady)
 	select {
 	case <-hup:
 		os.Exit(0)
