@@ -195,22 +195,10 @@ func (c Containerd) signal(ctx context.Context) error {
 	if err := SamePIDNamespace(c.HostRoot); err != nil {
 		return fmt.Errorf("restart containerd: %w", err)
 	}
-	procs, err := FindContainerd(c.HostRoot, c.config())
+	old, err := c.running()
 	if err != nil {
-		return fmt.Errorf("restart containerd: %w", err)
+		return err
 	}
-	switch len(procs) {
-	case 0:
-		return fmt.Errorf("restart containerd: no running containerd reads %s", c.config())
-	case 1:
-	default:
-		pids := make([]string, len(procs))
-		for i, p := range procs {
-			pids[i] = fmt.Sprint(p.PID)
-		}
-		return fmt.Errorf("restart containerd: %d containerd processes read %s (pids %s): restart the right one by hand", len(procs), c.config(), strings.Join(pids, ", "))
-	}
-	old := procs[0]
 	procDir := ProcDir(c.HostRoot)
 	if err := syscall.Kill(old.PID, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("restart containerd: SIGTERM to pid %d: %w", old.PID, err)
@@ -271,6 +259,25 @@ func (c Containerd) signal(ctx context.Context) error {
 	}
 	fmt.Fprintf(c.out(), "containerd restarted (pid %d), answering on %s\n", fresh.PID, socket)
 	return nil
+}
+
+// running is the one running containerd that reads c's config.
+func (c Containerd) running() (Process, error) {
+	procs, err := FindContainerd(c.HostRoot, c.config())
+	if err != nil {
+		return Process{}, fmt.Errorf("restart containerd: %w", err)
+	}
+	switch len(procs) {
+	case 0:
+		return Process{}, fmt.Errorf("restart containerd: no running containerd reads %s", c.config())
+	case 1:
+		return procs[0], nil
+	}
+	pids := make([]string, len(procs))
+	for i, p := range procs {
+		pids[i] = fmt.Sprint(p.PID)
+	}
+	return Process{}, fmt.Errorf("restart containerd: %d containerd processes read %s (pids %s): restart the right one by hand", len(procs), c.config(), strings.Join(pids, ", "))
 }
 
 // socketOf returns the gRPC socket of the containerd that reads config (a

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/restart"
-	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/hostpath"
 	"github.com/gpurun/gpurun/policy"
 )
@@ -90,7 +87,7 @@ func (c Containerd) dropIn() (node, here string) {
 func (c Containerd) Install() error {
 	if c.Distribution.Templated() {
 		c.ConfigPath = c.generatedNode()
-		return c.installTemplate()
+		return install[templateAdd](c.Options, containerdTemplate{c})
 	}
 	if c.DropInDir == "" && !c.NoAutoDropIn {
 		// An install already recorded into a drop-in directory stays
@@ -104,96 +101,100 @@ func (c Containerd) Install() error {
 			c.DropInDir = path.Dir(rec.DropIn)
 		}
 	}
-	err := c.install()
+	err := install[containerdEdit](c.Options, containerdConfig{c})
 	var hidden *HiddenError
 	if errors.As(err, &hidden) && hidden.DropIn != "" && c.DropInDir == "" && !c.NoAutoDropIn {
 		// Nothing is written before verify refuses: install again, the
 		// way that works.
 		fmt.Fprintf(c.Out, "%s: %s would hide an install in place; installing into %s instead (a drop-in directory of gpurun's own, which containerd reads last; --no-auto-drop-in refuses instead)\n", c.configPath(), hidden.File, hidden.DropIn)
 		c.DropInDir = hidden.DropIn
-		return c.install()
+		return install[containerdEdit](c.Options, containerdConfig{c})
 	}
 	return err
 }
 
-// install is Install of a config gpurun edits (not a distribution's
-// template), in place or into c.DropInDir: the install sequence (see
-// sequence.go) around containerd's editor.
-func (c Containerd) install() error {
+// containerdConfig is Install and Uninstall of a config gpurun edits (not
+// a distribution's template), in place or into c.DropInDir: containerd's
+// editor, as an engine of the install sequence (see sequence.go).
+type containerdConfig struct{ Containerd }
+
+// key is containerd's engine in the state file.
+func (containerdConfig) key() string { return "containerd" }
+
+// edit reads the config and works the install out (editConfig).
+func (c containerdConfig) edit(state) (change[containerdEdit], error) {
 	path := c.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
-		return err
+		return change[containerdEdit]{}, err
 	}
-	e, err := c.edit(path, before)
+	e, err := c.editConfig(path, before)
+	if err != nil {
+		return change[containerdEdit]{}, err
+	}
+	ch := change[containerdEdit]{path: path, files: []fileDiff{{path, before, e.after, existed}}, chain: e.ch.Chain, changed: e.ch.Changed, own: e}
+	if e.dropHere != "" {
+		ch.files = append(ch.files, fileDiff{e.dropHere, e.dropBefore, e.dropIn, e.dropExisted})
+		ch.changed = ch.changed || e.dropChanged()
+	}
+	return ch, nil
+}
+
+// unchanged keeps the policy in step with the default gpurun stands in
+// for (rechain), and else finishes or says there is nothing to do.
+func (c containerdConfig) unchanged(st state, ch change[containerdEdit]) error {
+	rechained, err := c.rechain(st, ch.path, ch.old, ch.hadOld, ch.own.ch, ch.pol.change)
 	if err != nil {
 		return err
 	}
-	pol, err := c.chainPolicy(e.ch.Chain)
-	if err != nil {
-		return err
+	if !rechained || (ch.hadOld && ch.old.Pending) {
+		return c.nothingToDo(st, c.key(), ch.path, ch.old, ch.hadOld)
 	}
-	if c.DryRun {
-		files := []fileDiff{{path, before, e.after}}
-		if e.dropHere != "" {
-			files = append(files, fileDiff{e.dropHere, e.dropBefore, e.dropIn})
-		}
-		c.showPlan(files, pol)
-		return nil
-	}
-	st, err := loadState(c.statePath())
-	if err != nil {
-		return err
-	}
-	rec, hadRecord := st["containerd"][path]
-	dropChanged := e.dropHere != "" && string(e.dropBefore) != string(e.dropIn)
-	if !e.ch.Changed && !dropChanged {
-		rechained, err := c.rechain(st, path, rec, hadRecord, e.ch, pol.change)
-		if err != nil {
-			return err
-		}
-		if !rechained || (hadRecord && rec.Pending) {
-			if err := c.unchanged(st, "containerd", path, rec, hadRecord); err != nil {
-				return err
-			}
-		}
-		return c.restart()
-	}
-	if hadRecord && rec.Policy != nil && pol.change != nil && rec.Policy.Value != pol.change.Value {
+	return nil
+}
+
+// keep merges the change with the recorded one; the main config is
+// backed up before its own first change.
+func (c containerdConfig) keep(ch change[containerdEdit]) (record, error) {
+	rec, e := ch.old, ch.own
+	if ch.hadOld && rec.Policy != nil && ch.pol.change != nil && rec.Policy.Value != ch.pol.change.Value {
 		// The default gpurun stands in for changed (NVIDIA's toolkit
 		// installed or removed since): chain the one there is now, and
 		// keep what the policy had before the first chaining.
 		kept := *rec.Policy
-		kept.Value = pol.change.Value
+		kept.Value = ch.pol.change.Value
 		rec.Policy = &kept
 	}
-	var writes []fileWrite
-	if dropChanged {
-		writes = append(writes, fileWrite{e.dropHere, e.dropIn})
+	if ch.hadOld && !e.ch.Changed {
+		return rec, nil
 	}
-	if e.ch.Changed {
-		writes = append(writes, fileWrite{path, e.after})
-	}
-	if !hadRecord || e.ch.Changed {
-		// The main config is backed up before its own first change.
-		if rec, err = newRecord(c.Options, path, before, existed && e.ch.Changed, rec, hadRecord, e.ch, mergeContainerd, record{DropIn: e.dropNode, Policy: pol.change}); err != nil {
-			return err
-		}
-	}
-	if err := c.commit(st, "containerd", path, rec, writes); err != nil {
+	main := ch.files[0]
+	return newRecord(c.Options, ch.path, main.before, main.existed && e.ch.Changed, rec, ch.hadOld, e.ch, mergeContainerd, record{DropIn: e.dropNode, Policy: ch.pol.change})
+}
+
+// report rechains (the policy as the new record says) and says what was
+// written.
+func (c containerdConfig) report(st state, ch change[containerdEdit], rec record) error {
+	if _, err := c.rechain(st, ch.path, rec, true, ch.own.ch, ch.pol.change); err != nil {
 		return err
 	}
-	if _, err := c.rechain(st, path, rec, true, e.ch, pol.change); err != nil {
-		return err
-	}
-	if dropChanged {
+	e := ch.own
+	if e.dropChanged() {
 		fmt.Fprintf(c.Out, "%s: gpurun runtime tables written\n", e.dropHere)
 	}
 	what := "registered runtime handler " + RuntimeName
 	if e.ch.SetDefault {
 		what += " as the default"
 	}
-	c.report(path, fmt.Sprintf("%s (%s, config version %d)", what, c.RuntimePath, e.ch.Version), rec.Backup)
+	c.reportLine(ch.path, fmt.Sprintf("%s (%s, config version %d)", what, c.RuntimePath, e.ch.Version), rec.Backup)
+	return nil
+}
+
+// apply restarts containerd (or says how) after an install.
+func (c containerdConfig) apply(_ change[containerdEdit], dryRun bool) error {
+	if dryRun {
+		return nil
+	}
 	return c.restart()
 }
 
@@ -204,17 +205,23 @@ type containerdEdit struct {
 	after              []byte
 	dropNode, dropHere string
 	dropBefore, dropIn []byte
+	dropExisted        bool
 	ch                 containerd.Change
 }
 
-// edit works the install out on the config as containerd reads it now,
+// dropChanged says the install writes the drop-in.
+func (e containerdEdit) dropChanged() bool {
+	return e.dropHere != "" && string(e.dropBefore) != string(e.dropIn)
+}
+
+// editConfig works the install out on the config as containerd reads it now,
 // imports included (gpurun stands in for its default runtime, wherever
 // that is set), and verifies that containerd would see it as asked. It
 // leaves gpurun's own drop-in out of what it reads, since it is written
 // anew: on containerd 1.x it carries a copy of the CRI section another
 // file may have changed since (NVIDIA's toolkit rewrites its drop-in
 // whenever its pod starts).
-func (c Containerd) edit(path string, before []byte) (containerdEdit, error) {
+func (c Containerd) editConfig(path string, before []byte) (containerdEdit, error) {
 	var e containerdEdit
 	var exclude []string
 	if c.DropInDir != "" {
@@ -231,7 +238,7 @@ func (c Containerd) edit(path string, before []byte) (containerdEdit, error) {
 		if e.after, e.dropIn, e.ch, err = containerd.DropIn(before, e.dropNode, opts); err != nil {
 			return e, fmt.Errorf("install into %s: %w", path, err)
 		}
-		if e.dropBefore, _, err = readConfig(e.dropHere); err != nil {
+		if e.dropBefore, e.dropExisted, err = readConfig(e.dropHere); err != nil {
 			return e, err
 		}
 	} else if e.after, e.ch, err = containerd.Install(before, opts); err != nil {
@@ -435,23 +442,39 @@ func (c Containerd) alternatives(cfg *containerd.Config, p []string) (alts []str
 func (c Containerd) Uninstall() error {
 	if c.Distribution.Templated() {
 		c.ConfigPath = c.generatedNode()
-		return c.uninstallTemplate()
+		return uninstall[containerdRemoval](c.Options, containerdTemplate{c})
 	}
+	return uninstall[containerdRemoval](c.Options, containerdConfig{c})
+}
+
+// containerdRemoval is what an uninstall leaves of containerd's config,
+// for the check that containerd no longer sees gpurun: the main config,
+// the drop-in removed (a node path) and the other files written back.
+type containerdRemoval struct {
+	main     []byte
+	dropNode string
+	others   map[string][]byte
+}
+
+// undo works the uninstall out (removal): the main config without
+// gpurun's tables or import, the copies other tools made taken out, the
+// drop-in removed.
+func (c containerdConfig) undo() (*undoPlan[containerdRemoval], error) {
 	path := c.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	st, rec, ch, recorded, err := recordFor[containerd.Change](c.Options, "containerd", path)
+	st, rec, ch, recorded, err := recordFor[containerd.Change](c.Options, c.key(), path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !recorded {
 		fmt.Fprintf(c.Out, "%s: no install recorded in %s; removing what gpurun's marker shows\n", path, c.statePath())
 	}
 	if !existed {
 		fmt.Fprintf(c.Out, "%s: does not exist; nothing to do\n", path)
-		return nil
+		return nil, nil
 	}
 	dropNode := rec.DropIn
 	if dropNode == "" && c.DropInDir != "" {
@@ -459,42 +482,28 @@ func (c Containerd) Uninstall() error {
 	}
 	after, changed, others, err := c.removal(path, before, dropNode, ch)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if c.DryRun {
-		c.showDiff(path, before, after)
-		for _, node := range slices.Sorted(maps.Keys(others)) {
-			old, _, _ := readConfig(c.host(node))
-			c.showDiff(c.host(node), old, others[node])
-		}
-		if dropNode != "" {
-			fmt.Fprintf(c.Out, "would remove %s\n", c.host(dropNode))
-		}
-		return nil
-	}
+	f := fileUndo{path: path, before: before, after: after, write: changed, done: path + ": gpurun runtime not registered; nothing to do"}
 	if changed {
-		if err := atomicfile.Write(path, after, 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.Out, "%s: gpurun runtime removed\n", path)
-	} else {
-		fmt.Fprintf(c.Out, "%s: gpurun runtime not registered; nothing to do\n", path)
+		f.done = path + ": gpurun runtime removed"
 	}
+	files := []fileUndo{f}
 	for _, node := range slices.Sorted(maps.Keys(others)) {
-		if err := atomicfile.Write(c.host(node), others[node], 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.Out, "%s: removed the copy of gpurun's runtime handler another tool wrote there\n", c.host(node))
+		old, _, _ := readConfig(c.host(node))
+		files = append(files, fileUndo{path: c.host(node), before: old, after: others[node], write: true,
+			done: c.host(node) + ": removed the copy of gpurun's runtime handler another tool wrote there"})
 	}
 	if dropNode != "" {
-		if err := os.Remove(c.host(dropNode)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove %s: %w", c.host(dropNode), err)
-		}
+		files = append(files, fileUndo{path: c.host(dropNode), remove: true, would: "would remove " + c.host(dropNode)})
 	}
-	if err := c.forget(st, "containerd", path, rec, recorded); err != nil {
-		return err
-	}
-	if err := c.stillRegistered(after, dropNode, others); err != nil {
+	return &undoPlan[containerdRemoval]{st: st, path: path, rec: rec, recorded: recorded, files: files, own: containerdRemoval{after, dropNode, others}}, nil
+}
+
+// undone checks that containerd no longer sees gpurun's handler, and
+// restarts it.
+func (c containerdConfig) undone(u *undoPlan[containerdRemoval]) error {
+	if err := c.stillRegistered(u.own.main, u.own.dropNode, u.own.others); err != nil {
 		return err
 	}
 	return c.restart()

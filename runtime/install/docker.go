@@ -12,7 +12,6 @@ import (
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/docker"
 	"github.com/gpurun/gpurun/engine/restart"
-	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -155,103 +154,114 @@ func (d Docker) coveredNote(root string) string {
 
 // Install registers gpurun-runtime, telling it dockerd's data-root. A
 // second install changes nothing.
-func (d Docker) Install() error {
+func (d Docker) Install() error { return install[docker.Change](d.Options, d) }
+
+// Uninstall undoes what Install recorded for this daemon.json.
+func (d Docker) Uninstall() error { return uninstall[dockerUndo](d.Options, d) }
+
+// key is daemon.json's engine in the state file.
+func (Docker) key() string { return "docker" }
+
+// edit works the install out on daemon.json with docker's editor. dockerd
+// passes a runtime's runtimeArgs on every call, ahead of its own arguments
+// (it writes them into a wrapper script it runs instead of the runtime's
+// path): so dockerd itself names its data-root to gpurun-runtime each
+// time, and the shim knows exactly where a --ipc shareable group's tmpfs
+// may be, wherever the data-root is.
+func (d Docker) edit(state) (change[docker.Change], error) {
 	path := d.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
-		return err
+		return change[docker.Change]{}, err
 	}
 	opts := d.options()
-	// dockerd passes a runtime's runtimeArgs on every call, ahead of its own
-	// arguments (it writes them into a wrapper script it runs instead of the
-	// runtime's path): so dockerd itself names its data-root to
-	// gpurun-runtime each time, and the shim knows exactly where a
-	// --ipc shareable group's tmpfs may be, wherever the data-root is.
 	cfg, err := docker.ReadDaemonJSON(path, before)
 	if err != nil {
-		return fmt.Errorf("install docker runtime: %w", err)
+		return change[docker.Change]{}, fmt.Errorf("install docker runtime: %w", err)
 	}
 	if root := d.dataRoot(cfg); root != "" {
 		opts.RuntimeArgs = []string{dirs.DockerRootFlag + "=" + root}
 	}
 	after, ch, err := docker.Install(before, opts)
 	if err != nil {
-		return fmt.Errorf("install into %s: %w", path, err)
+		return change[docker.Change]{}, fmt.Errorf("install into %s: %w", path, err)
 	}
-	pol, err := d.chainPolicy(ch.Chain)
-	if err != nil {
-		return err
-	}
-	if d.DryRun {
-		d.showPlan([]fileDiff{{path, before, after}}, pol)
-		return nil
-	}
-	st, err := loadState(d.statePath())
-	if err != nil {
-		return err
-	}
-	old, hadOld := st["docker"][path]
-	if !ch.Changed {
-		if err := d.unchanged(st, "docker", path, old, hadOld); err != nil {
-			return err
-		}
-		return d.reload(after)
-	}
-	rec, err := newRecord(d.Options, path, before, existed, old, hadOld, ch, mergeDocker, record{Policy: pol.change})
-	if err != nil {
-		return err
-	}
-	if err := d.commit(st, "docker", path, rec, []fileWrite{{path, after}}); err != nil {
-		return err
-	}
-	what := "registered runtime " + RuntimeName
-	if ch.SetDefault {
-		what += " as the default runtime"
-	}
-	d.report(path, fmt.Sprintf("%s (%s)", what, d.RuntimePath), rec.Backup)
-	return d.reload(after)
+	return change[docker.Change]{path: path, files: []fileDiff{{path, before, after, existed}}, chain: ch.Chain, changed: ch.Changed, own: ch}, nil
 }
 
-// Uninstall undoes what Install recorded for this daemon.json.
-func (d Docker) Uninstall() error {
+// unchanged is Options.nothingToDo.
+func (d Docker) unchanged(st state, ch change[docker.Change]) error {
+	return d.nothingToDo(st, d.key(), ch.path, ch.old, ch.hadOld)
+}
+
+// keep backs daemon.json up before its first change and merges the
+// change with the recorded one.
+func (d Docker) keep(ch change[docker.Change]) (record, error) {
+	f := ch.files[0]
+	return newRecord(d.Options, ch.path, f.before, f.existed, ch.old, ch.hadOld, ch.own, mergeDocker, record{Policy: ch.pol.change})
+}
+
+// report says what was registered.
+func (d Docker) report(_ state, ch change[docker.Change], rec record) error {
+	what := "registered runtime " + RuntimeName
+	if ch.own.SetDefault {
+		what += " as the default runtime"
+	}
+	d.reportLine(ch.path, fmt.Sprintf("%s (%s)", what, d.RuntimePath), rec.Backup)
+	return nil
+}
+
+// apply reloads dockerd (or says how) after an install.
+func (d Docker) apply(ch change[docker.Change], dryRun bool) error {
+	if dryRun {
+		return nil
+	}
+	return d.reload(ch.files[0].after)
+}
+
+// dockerUndo is what an uninstall from daemon.json did, for undone.
+type dockerUndo struct {
+	ch      docker.Change
+	changed bool
+	after   []byte
+}
+
+// undo works the uninstall out with docker's editor: what the record
+// says was added, or, with no record (a lost state file), the runtime
+// gpurun's name stands for, and the default if it names it.
+func (d Docker) undo() (*undoPlan[dockerUndo], error) {
 	path := d.configPath()
 	before, existed, err := readConfig(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !existed {
 		fmt.Fprintf(d.Out, "%s: does not exist; nothing to do\n", path)
-		return nil
+		return nil, nil
 	}
-	st, rec, ch, recorded, err := recordFor[docker.Change](d.Options, "docker", path)
+	st, rec, ch, recorded, err := recordFor[docker.Change](d.Options, d.key(), path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !recorded {
-		// No record (a lost state file): remove the runtime gpurun's name
-		// stands for, and the default if it names it.
 		ch = docker.Change{Changed: true, AddedRuntime: true, SetDefault: true}
 		fmt.Fprintf(d.Out, "%s: no install recorded in %s; removing the %q runtime\n", path, d.statePath(), RuntimeName)
 	}
 	after, changed, err := docker.Uninstall(before, docker.Options{Name: RuntimeName, Path: d.RuntimePath}, ch)
 	if err != nil {
-		return fmt.Errorf("uninstall from %s: %w", path, err)
+		return nil, fmt.Errorf("uninstall from %s: %w", path, err)
 	}
-	if d.DryRun {
-		d.showDiff(path, before, after)
-		return nil
-	}
+	f := fileUndo{path: path, before: before, after: after, write: changed, done: path + ": gpurun runtime not registered; nothing to do"}
 	if changed {
-		if err := atomicfile.Write(path, after, 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(d.Out, "%s: gpurun runtime removed\n", path)
-	} else {
-		fmt.Fprintf(d.Out, "%s: gpurun runtime not registered; nothing to do\n", path)
+		f.done = path + ": gpurun runtime removed"
 	}
-	if err := d.forget(st, "docker", path, rec, recorded); err != nil {
-		return err
-	}
+	return &undoPlan[dockerUndo]{st: st, path: path, rec: rec, recorded: recorded, files: []fileUndo{f}, own: dockerUndo{ch, changed, after}}, nil
+}
+
+// undone says what dockerd keeps until it restarts, and reloads it
+// unless a reload would break it.
+func (d Docker) undone(u *undoPlan[dockerUndo]) error {
+	ch, changed := u.own.ch, u.own.changed
 	if changed && (ch.CreatedRuntimes || (ch.SetDefault && !ch.PreviousDefaultSet)) {
 		// moby's reload only applies keys present in daemon.json: with
 		// "runtimes" or "default-runtime" gone, a SIGHUP keeps the old ones.
@@ -266,7 +276,7 @@ func (d Docker) Uninstall() error {
 		fmt.Fprintf(d.Out, "not reloading dockerd: its default runtime stays gpurun until it restarts, and a reload would drop gpurun's runtime under it; restart it: systemctl restart docker\n")
 		return nil
 	}
-	return d.reload(after)
+	return d.reload(u.own.after)
 }
 
 // reload signals dockerd when asked to, else says how.

@@ -135,67 +135,108 @@ func digest(data []byte) string {
 // different file of the same name, and records what it wrote. A second
 // install changes nothing; one with other options rewrites gpurun's files.
 // With DryRun it prints the diffs and changes nothing.
-func (h Hooks) Install() error {
+func (h Hooks) Install() error { return install[hookAdd](h.Options, h) }
+
+// hookAdd is a hook install's own part of its change: the files, the
+// record of them (ch; old, the earlier one's), and whether the hooks.d
+// entry there now is someone else's, to be kept (replace).
+type hookAdd struct {
+	f       hookFiles
+	ch, old HookChange
+	replace bool
+}
+
+// key is the hook's engine in the state file: EnginePodman or EngineCRIO.
+func (h Hooks) key() string { return h.Engine }
+
+// edit works out the hook's files (plan) and their record, beside what an
+// earlier install recorded.
+func (h Hooks) edit(st state) (change[hookAdd], error) {
 	f, err := h.plan()
 	if err != nil {
-		return err
+		return change[hookAdd]{}, err
 	}
-	if h.DryRun {
-		files := []fileDiff{{f.here, f.before, f.want}}
-		if f.dropHere != "" {
-			files = append(files, fileDiff{f.dropHere, f.dropBefore, f.dropWant})
-		}
-		h.showPlan(files, policyPlan{})
-		h.warnings()
-		return nil
-	}
-	st, err := loadState(h.statePath())
-	if err != nil {
-		return err
-	}
-	rec, hadRecord := st[h.Engine][f.here]
-	var old HookChange
-	if hadRecord {
-		if err := json.Unmarshal(rec.Change, &old); err != nil {
-			return fmt.Errorf("install state %s: %w", h.statePath(), err)
+	a := hookAdd{f: f}
+	if rec, ok := st[h.Engine][f.here]; ok {
+		if err := json.Unmarshal(rec.Change, &a.old); err != nil {
+			return change[hookAdd]{}, fmt.Errorf("install state %s: %w", h.statePath(), err)
 		}
 	}
-	ch := HookChange{HookFile: f.node, SHA256: digest(f.want), Replaced: old.Replaced}
+	a.ch = HookChange{HookFile: f.node, SHA256: digest(f.want), Replaced: a.old.Replaced}
+	files := []fileDiff{{f.here, f.before, f.want, f.existed}}
 	if f.dropNode != "" {
-		ch.DropIn, ch.DropInSHA256 = f.dropNode, digest(f.dropWant)
+		a.ch.DropIn, a.ch.DropInSHA256 = f.dropNode, digest(f.dropWant)
+		files = append(files, fileDiff{f.dropHere, f.dropBefore, f.dropWant, f.dropExisted})
 	}
 	// A different file of this name that no install of gpurun wrote is
 	// someone else's: keep a copy, which uninstall puts back.
-	if f.existed && string(f.before) != string(f.want) && ch.Replaced == "" && !h.ours(st, f.here, f.before) {
-		ch.Replaced = fmt.Sprintf("%s.gpurun-%s.bak", f.here, h.now().UTC().Format("20060102T150405Z"))
-		if err := atomicfile.Write(ch.Replaced, f.before, 0o600); err != nil {
-			return fmt.Errorf("back up %s: %w", f.here, err)
-		}
+	a.replace = f.existed && f.hookChanged() && a.ch.Replaced == "" && !h.ours(st, f.here, f.before)
+	changed := f.hookChanged() || f.dropChanged() || a.dropObsolete()
+	return change[hookAdd]{path: f.here, files: files, changed: changed, own: a}, nil
+}
+
+// dropObsolete says an earlier install wrote a drop-in this one does not
+// (a re-install without the annotation).
+func (a hookAdd) dropObsolete() bool { return a.old.DropIn != "" && a.old.DropIn != a.ch.DropIn }
+
+// unchanged says there is nothing to do, and records files an earlier
+// install wrote and did not record (or recorded otherwise).
+func (h Hooks) unchanged(st state, c change[hookAdd]) error {
+	fmt.Fprintf(h.Out, "%s: gpurun hook already installed for %s; nothing to do\n", c.path, h.Engine)
+	if c.hadOld && c.own.old == c.own.ch && !c.old.Pending {
+		return nil
 	}
-	changed, err := h.write(f, ch, old)
+	return h.finish(st, h.key(), c.path, h.hookRecord(c))
+}
+
+// keep backs up someone else's hooks.d entry of this name, takes out a
+// drop-in an earlier install wrote that this one does not (first, so
+// that the record of it stays until it is gone), and records the hook.
+func (h Hooks) keep(c change[hookAdd]) (record, error) {
+	f := c.own.f
+	replaced, err := h.backup(f.here, f.before, c.own.replace, c.own.ch.Replaced)
 	if err != nil {
-		return err
+		return record{}, err
 	}
-	if !changed {
-		fmt.Fprintf(h.Out, "%s: gpurun hook already installed for %s; nothing to do\n", f.here, h.Engine)
-	}
-	if !hadRecord || changed || old != ch {
-		raw, err := json.Marshal(ch)
-		if err != nil {
-			return err
-		}
-		if st[h.Engine] == nil {
-			st[h.Engine] = map[string]record{}
-		}
-		installed := h.now().UTC()
-		if hadRecord {
-			installed = rec.InstalledAt
-		}
-		st[h.Engine][f.here] = record{Change: raw, DropIn: f.dropNode, Backup: ch.Replaced, InstalledAt: installed}
-		if err := st.save(h.statePath()); err != nil {
-			return err
+	c.own.ch.Replaced = replaced
+	if c.own.dropObsolete() {
+		if err := h.removeOwned(c.own.old.DropIn, c.own.old.DropInSHA256); err != nil {
+			return record{}, err
 		}
 	}
+	return h.hookRecord(c), nil
+}
+
+// hookRecord is the state's record of the hook's change: installed when
+// it was first.
+func (h Hooks) hookRecord(c change[hookAdd]) record {
+	raw, _ := json.Marshal(c.own.ch) // strings only: it cannot fail
+	installed := h.now().UTC()
+	if c.hadOld {
+		installed = c.old.InstalledAt
+	}
+	return record{Change: raw, DropIn: c.own.f.dropNode, Backup: c.own.ch.Replaced, InstalledAt: installed}
+}
+
+// report says which of the hook's files were written.
+func (h Hooks) report(_ state, c change[hookAdd], rec record) error {
+	f := c.own.f
+	if f.hookChanged() {
+		fmt.Fprintf(h.Out, "%s: gpurun hook installed for %s (%s hook at %s, every container; the hook decides)", f.here, h.Engine, h.GPURunPath, hooksd.HookStage)
+		if rec.Backup != "" && rec.Backup != c.own.old.Replaced {
+			fmt.Fprintf(h.Out, "; the previous file is kept as %s", rec.Backup)
+		}
+		fmt.Fprintln(h.Out)
+	}
+	if f.dropChanged() {
+		fmt.Fprintf(h.Out, "%s: pods may set %s; restart CRI-O to apply: systemctl restart crio\n", f.dropHere, h.ShmAnnotation)
+	}
+	return nil
+}
+
+// apply says what would keep the hook from working: Podman and CRI-O
+// read hooks.d at each container's start, and need no reload.
+func (h Hooks) apply(change[hookAdd], bool) error {
 	h.warnings()
 	return nil
 }
@@ -210,6 +251,15 @@ type hookFiles struct {
 	dropNode, dropHere string
 	dropBefore         []byte
 	dropWant           []byte
+	dropExisted        bool
+}
+
+// hookChanged says the install writes the hooks.d entry.
+func (f hookFiles) hookChanged() bool { return !f.existed || string(f.before) != string(f.want) }
+
+// dropChanged says the install writes CRI-O's drop-in.
+func (f hookFiles) dropChanged() bool {
+	return f.dropHere != "" && string(f.dropBefore) != string(f.dropWant)
 }
 
 // plan works out the hook's files, checked as doctor checks them: Podman
@@ -238,44 +288,11 @@ func (h Hooks) plan() (hookFiles, error) {
 		if f.dropWant, err = crio.ShmDropIn(h.ShmAnnotation); err != nil {
 			return f, err
 		}
-		if f.dropBefore, _, err = readConfig(f.dropHere); err != nil {
+		if f.dropBefore, f.dropExisted, err = readConfig(f.dropHere); err != nil {
 			return f, err
 		}
 	}
 	return f, nil
-}
-
-// write writes the hook's files where they differ, saying so, and takes
-// out a drop-in an earlier install wrote that this one does not (a
-// re-install without the annotation). It reports whether it changed
-// anything.
-func (h Hooks) write(f hookFiles, ch, old HookChange) (bool, error) {
-	changed := false
-	if string(f.before) != string(f.want) || !f.existed {
-		if err := writeFile(f.here, f.want); err != nil {
-			return false, err
-		}
-		changed = true
-		fmt.Fprintf(h.Out, "%s: gpurun hook installed for %s (%s hook at %s, every container; the hook decides)", f.here, h.Engine, h.GPURunPath, hooksd.HookStage)
-		if ch.Replaced != "" && ch.Replaced != old.Replaced {
-			fmt.Fprintf(h.Out, "; the previous file is kept as %s", ch.Replaced)
-		}
-		fmt.Fprintln(h.Out)
-	}
-	if f.dropHere != "" && string(f.dropBefore) != string(f.dropWant) {
-		if err := writeFile(f.dropHere, f.dropWant); err != nil {
-			return false, err
-		}
-		changed = true
-		fmt.Fprintf(h.Out, "%s: pods may set %s; restart CRI-O to apply: systemctl restart crio\n", f.dropHere, h.ShmAnnotation)
-	}
-	if old.DropIn != "" && old.DropIn != ch.DropIn {
-		if err := h.removeOwned(old.DropIn, old.DropInSHA256); err != nil {
-			return false, err
-		}
-		changed = true
-	}
-	return changed, nil
 }
 
 // Uninstall removes what Install recorded for this engine: the hooks.d
@@ -472,12 +489,4 @@ func underAny(dir string, roots []string) bool {
 		}
 	}
 	return false
-}
-
-// writeFile writes data atomically, creating the directory.
-func writeFile(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return atomicfile.Write(path, data, 0o644)
 }

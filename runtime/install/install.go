@@ -271,6 +271,9 @@ func (o Options) finish(st state, engine, path string, rec record) error {
 		}
 	}
 	rec.Pending = false
+	if st[engine] == nil {
+		st[engine] = map[string]record{}
+	}
 	st[engine][path] = rec
 	return st.save(o.statePath())
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/gpurun/gpurun/engine/containerd"
-	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/hostpath"
 )
 
@@ -128,75 +127,90 @@ func (c Containerd) recordedTemplate(st state) (string, record, bool) {
 	return "", record{}, false
 }
 
-// installTemplate registers gpurun-runtime in a k3s or RKE2 template; the
-// generated config.toml is read, never written.
-func (c Containerd) installTemplate() error {
+// containerdTemplate is Install and Uninstall of a k3s or RKE2 node's
+// containerd: gpurun's tables go into the distribution's template, and the
+// config.toml it generates is read, never written. As an engine of the
+// install sequence (see sequence.go), its change is containerd's editor's
+// change to that config, as the template's block.
+type containerdTemplate struct{ Containerd }
+
+// templateAdd is an install's change to a template: containerd's
+// editor's change (ch), as the text added to the template (tc).
+type templateAdd struct {
+	ch containerd.Change
+	tc TemplateChange
+}
+
+// key is containerd's engine in the state file.
+func (containerdTemplate) key() string { return "containerd" }
+
+// edit reads the generated config and the template and works the install
+// out (templateEdit); a block the record names that is still in the
+// template is no change.
+func (c containerdTemplate) edit(st state) (change[templateAdd], error) {
+	var none change[templateAdd]
 	dist := string(c.Distribution)
 	if c.DropInDir != "" {
-		return fmt.Errorf("--drop-in does not apply to %s: gpurun's tables go into its containerd template", dist)
+		return none, fmt.Errorf("--drop-in does not apply to %s: gpurun's tables go into its containerd template", dist)
 	}
-	genNode := c.generatedNode()
-	genPath := c.host(genNode)
+	genPath := c.host(c.generatedNode())
 	gen, existed, err := readConfig(genPath)
 	if err != nil {
-		return err
+		return none, err
 	}
 	if !existed {
-		return fmt.Errorf("%s does not exist: start %s once, so that it writes its containerd config, then install", genPath, dist)
+		return none, fmt.Errorf("%s does not exist: start %s once, so that it writes its containerd config, then install", genPath, dist)
 	}
 	tmplNode, err := c.templateNode(gen)
 	if err != nil {
-		return err
+		return none, err
 	}
 	tmplPath := c.host(tmplNode)
 	tmpl, tmplExisted, err := readConfig(tmplPath)
 	if err != nil {
-		return err
+		return none, err
 	}
-	st, err := loadState(c.statePath())
-	if err != nil {
-		return err
-	}
-	rec, hadRecord := st["containerd"][tmplPath]
-	if hadRecord && rec.Template != nil && strings.Contains(string(tmpl), rec.Template.block()) {
-		if c.DryRun {
-			fmt.Fprintf(c.Out, "%s: no change\n", tmplPath)
-			return nil
-		}
-		if err := c.unchanged(st, "containerd", tmplPath, rec, hadRecord); err != nil {
-			return err
-		}
-		return c.restart()
+	if rec, ok := st[c.key()][tmplPath]; ok && rec.Template != nil && strings.Contains(string(tmpl), rec.Template.block()) {
+		return change[templateAdd]{path: tmplPath, files: []fileDiff{{tmplPath, tmpl, tmpl, tmplExisted}}}, nil
 	}
 	if bytes.Contains(tmpl, []byte(containerd.Marker)) {
-		return fmt.Errorf("%s holds a block of gpurun's that %s does not record: take it out by hand, then install again", tmplPath, c.statePath())
+		return none, fmt.Errorf("%s holds a block of gpurun's that %s does not record: take it out by hand, then install again", tmplPath, c.statePath())
 	}
 	out, ch, tc, err := c.templateEdit(gen, tmpl, tmplExisted, tmplPath)
 	if err != nil {
-		return err
+		return none, err
 	}
 	tc.Path = tmplNode
-	pol, err := c.chainPolicy(ch.Chain)
-	if err != nil {
-		return err
-	}
-	if c.DryRun {
-		c.showPlan([]fileDiff{{tmplPath, tmpl, out}}, pol)
-		return nil
-	}
-	// A template's record is made anew: an install that finds gpurun's
-	// block gone starts again (nothing of the old record is merged).
-	if rec, err = newRecord[containerd.Change](c.Options, tmplPath, tmpl, tmplExisted, rec, hadRecord, ch, nil, record{Template: &tc, Policy: pol.change}); err != nil {
-		return err
-	}
-	if err := c.commit(st, "containerd", tmplPath, rec, []fileWrite{{tmplPath, out}}); err != nil {
-		return err
-	}
+	return change[templateAdd]{path: tmplPath, files: []fileDiff{{tmplPath, tmpl, out, tmplExisted}}, chain: ch.Chain, changed: true, own: templateAdd{ch, tc}}, nil
+}
+
+// unchanged is Options.nothingToDo.
+func (c containerdTemplate) unchanged(st state, ch change[templateAdd]) error {
+	return c.nothingToDo(st, c.key(), ch.path, ch.old, ch.hadOld)
+}
+
+// keep makes the template's record anew: an install that finds gpurun's
+// block gone starts again (nothing of the old record is merged).
+func (c containerdTemplate) keep(ch change[templateAdd]) (record, error) {
+	f, tc := ch.files[0], ch.own.tc
+	return newRecord[containerd.Change](c.Options, ch.path, f.before, f.existed, ch.old, ch.hadOld, ch.own.ch, nil, record{Template: &tc, Policy: ch.pol.change})
+}
+
+// report says what was added, and when the distribution renders it.
+func (c containerdTemplate) report(_ state, ch change[templateAdd], rec record) error {
 	what := "added to"
-	if tc.Created {
+	if ch.own.tc.Created {
 		what = "created"
 	}
-	c.report(tmplPath, fmt.Sprintf("%s with runtime handler %s (%s, config version %d); %s writes it into %s when it starts", what, RuntimeName, c.RuntimePath, ch.Version, dist, genNode), rec.Backup)
+	c.reportLine(ch.path, fmt.Sprintf("%s with runtime handler %s (%s, config version %d); %s writes it into %s when it starts", what, RuntimeName, c.RuntimePath, ch.own.ch.Version, c.Distribution, c.generatedNode()), rec.Backup)
+	return nil
+}
+
+// apply restarts the distribution (or says how) after an install.
+func (c containerdTemplate) apply(_ change[templateAdd], dryRun bool) error {
+	if dryRun {
+		return nil
+	}
 	return c.restart()
 }
 
@@ -259,55 +273,44 @@ func (c Containerd) templateEdit(gen, tmpl []byte, tmplExisted bool, tmplPath st
 	return out, ch, tc, nil
 }
 
-// uninstallTemplate takes out exactly what installTemplate added.
-func (c Containerd) uninstallTemplate() error {
+// undo works out taking exactly what the install added out of the
+// template the state records.
+func (c containerdTemplate) undo() (*undoPlan[containerdRemoval], error) {
 	st, err := loadState(c.statePath())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tmplPath, rec, ok := c.recordedTemplate(st)
 	if !ok {
 		l := c.layout()
 		if t := l.TemplateWithBlock(c.HostRoot); t != "" {
 			fmt.Fprintf(c.Out, "%s: holds a block of gpurun's, but %s records no install: left as it is; take it out by hand\n", c.host(t), c.statePath())
-			return nil
+			return nil, nil
 		}
 		fmt.Fprintf(c.Out, "%s: no gpurun install recorded in %s; nothing to do\n", l.ContainerdDir(), c.statePath())
-		return nil
+		return nil, nil
 	}
 	tmpl, existed, err := readConfig(tmplPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out, remove, found := RemoveFromTemplate(tmpl, *rec.Template)
-	if c.DryRun {
-		switch {
-		case remove:
-			fmt.Fprintf(c.Out, "would remove %s (created by install)\n", tmplPath)
-		default:
-			c.showDiff(tmplPath, tmpl, out)
-		}
-		return nil
-	}
+	f := fileUndo{path: tmplPath, before: tmpl, after: out}
 	switch {
-	case !existed || !found:
-		fmt.Fprintf(c.Out, "%s: gpurun's block is not there (changed by hand?); left as it is\n", tmplPath)
 	case remove:
-		if err := os.Remove(tmplPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove %s: %w", tmplPath, err)
-		}
-		fmt.Fprintf(c.Out, "removed %s (created by install)\n", tmplPath)
+		f.remove = true
+		f.would = fmt.Sprintf("would remove %s (created by install)", tmplPath)
+		f.done = fmt.Sprintf("removed %s (created by install)", tmplPath)
+	case !existed || !found:
+		f.done = tmplPath + ": gpurun's block is not there (changed by hand?); left as it is"
 	default:
-		if err := atomicfile.Write(tmplPath, out, 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.Out, "%s: gpurun runtime removed\n", tmplPath)
+		f.write, f.done = true, tmplPath+": gpurun runtime removed"
 	}
-	if err := c.forget(st, "containerd", tmplPath, rec, true); err != nil {
-		return err
-	}
-	return c.restart()
+	return &undoPlan[containerdRemoval]{st: st, path: tmplPath, rec: rec, recorded: true, files: []fileUndo{f}}, nil
 }
+
+// undone restarts the distribution, which renders the template anew.
+func (c containerdTemplate) undone(*undoPlan[containerdRemoval]) error { return c.restart() }
 
 // TemplateWithBlock returns the k3s or RKE2 containerd template (a node
 // path) that holds a block of gpurun's (containerd.Marker), "" when
