@@ -16,14 +16,21 @@ type fixTarget struct {
 
 // remedy is what doctor knows of the container, as remedy's target.
 func (t fixTarget) remedy() remedy.Target {
-	r := remedy.Target{Ref: t.ref, Donor: t.donor, UserMount: t.userMount}
-	switch t.mode {
+	engine, pod := t.mode.engine()
+	return remedy.Target{Where: remedy.WhereFor(engine, pod), Ref: t.ref, Donor: t.donor, UserMount: t.userMount}
+}
+
+// engine is the engine a report's one container runs under, as
+// remedy.WhereFor takes it, and whether it is a pod's: "" and false where
+// the report is not on one container seen from its host.
+func (m Mode) engine() (name string, pod bool) {
+	switch m {
 	case ModeDocker:
-		r.Where = remedy.Docker
+		return remedy.EngineDocker, false
 	case ModeCRI:
-		r.Where = remedy.Pod
+		return "", true
 	}
-	return r
+	return "", false
 }
 
 // sizeFix returns the ways to give a container a /dev/shm of size bytes:

@@ -26,13 +26,15 @@ import (
 	"context"
 
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/policy/remedy"
 )
 
-// Engine names, as Container.Engine gives them.
+// Engine names, as Container.Engine gives them: remedy's, which turns them
+// into a container's front door (remedy.WhereFor).
 const (
-	EngineDocker     = "docker"
-	EngineContainerd = "containerd"
-	EnginePodman     = "podman"
+	EngineDocker     = remedy.EngineDocker
+	EngineContainerd = remedy.EngineContainerd
+	EnginePodman     = remedy.EnginePodman
 )
 
 // Options say where to look and what to compute. The zero value looks in

@@ -105,22 +105,16 @@ func SuggestFor(m Measured, pol *policy.Policy) *Suggestion {
 // setting, only to grow (near), since the policy sizes every container it
 // matches.
 func settings(m Measured, size int64, pol *policy.Policy, near bool) []string {
-	t := remedy.Target{Ref: m.Ref}
-	switch {
-	case m.Pod:
-		t.Where = remedy.Pod
+	t := remedy.Target{Where: remedy.WhereFor(m.Engine, m.Pod), Ref: m.Ref}
+	switch t.Where {
+	case remedy.Pod:
 		if len(pol.AllowedAnnotations) > 0 {
 			t.Annotation = pol.AllowedAnnotations[0]
 		}
-	case m.Engine == EngineDocker:
-		t.Where = remedy.Docker
+	case remedy.Docker:
 		if m.Kind == string(oci.ShmEngine) {
 			t.Donor = m.Owner
 		}
-	case m.Engine == EnginePodman:
-		t.Where = remedy.Podman
-	case m.Engine == EngineContainerd:
-		t.Where = remedy.Containerd
 	}
 	steps := remedy.For(t, size)
 	switch {

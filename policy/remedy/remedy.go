@@ -32,6 +32,34 @@ const (
 	Containerd Where = "containerd"
 )
 
+// The engines' names, as stats (shmstats.Container.Engine) gives them and
+// WhereFor takes them.
+const (
+	EngineDocker     = "docker"
+	EngineContainerd = "containerd"
+	EnginePodman     = "podman"
+)
+
+// WhereFor says where a container runs from what its observer knows: the
+// name of the engine that started it (EngineDocker, EngineContainerd,
+// EnginePodman, "" unknown) and whether it is a Kubernetes pod's container,
+// which its pod's spec sizes whatever the engine. It is the one mapping of
+// engines to front doors; doctor (its Mode) and stats (Container.Engine)
+// both ask it.
+func WhereFor(engine string, pod bool) Where {
+	switch {
+	case pod:
+		return Pod
+	case engine == EngineDocker:
+		return Docker
+	case engine == EnginePodman:
+		return Podman
+	case engine == EngineContainerd:
+		return Containerd
+	}
+	return Anywhere
+}
+
 // Target is the container a remedy is for.
 type Target struct {
 	Where Where
