@@ -1,11 +1,8 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpurun/gpurun/internal/filesum"
 )
 
 // readTrees records every entry at or below each of roots (glob patterns
@@ -70,7 +69,7 @@ func describeEntry(path string, d fs.DirEntry) (string, error) {
 	case mode.IsDir():
 		return "dir " + perm, nil
 	case mode.IsRegular():
-		sum, err := hashFile(path)
+		sum, err := filesum.SHA256(path)
 		if err != nil {
 			return "", err
 		}
@@ -100,20 +99,6 @@ func octalMode(mode fs.FileMode) string {
 		}
 	}
 	return fmt.Sprintf("%04o", p)
-}
-
-// hashFile returns the hex SHA-256 of a file's content.
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // readTmp returns the paths of the entries of dir whose names start with

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/atomicfile"
+	"github.com/gpurun/gpurun/internal/filesum"
 	"github.com/gpurun/gpurun/runtime/install"
 )
 
@@ -227,19 +227,11 @@ func sha(data []byte) string {
 // binary is tens of MiB; status runs next to the agent in its memory
 // limit), "" when it does not exist.
 func fileSHA(path string) (string, error) {
-	f, err := os.Open(path)
+	sum, err := filesum.SHA256(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return sum, err
 }
 
 // checkBinary says whether the node file of b (a path here) holds the
