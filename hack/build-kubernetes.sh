@@ -12,7 +12,8 @@
 # directory only ever appears whole: the build happens in a temporary
 # directory next to it, which is renamed when every binary is there, so an
 # interrupted build leaves no half cache; a second run finds it and does
-# nothing. Concurrent runs serialise on a lock in the cache directory.
+# nothing. Concurrent runs serialise on a lock in the cache directory
+# (hack/lib/cachedir.sh).
 #
 # k8s.io/kubernetes cannot be built from its module zip alone: its go.mod
 # replaces the k8s.io/* staging modules with ./staging/... directories the
@@ -30,11 +31,8 @@
 set -euo pipefail
 
 prog=build-kubernetes
-log() { printf '%s: %s\n' "$prog" "$*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# shellcheck source=lib/cachedir.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/cachedir.sh"
 
 version=${GPURUN_K8S_VERSION:-v1.37.2}
 cache=${GPURUN_K8S_CACHE:-/var/cache/gpurun-k8s}
@@ -53,26 +51,9 @@ complete() {
 	done
 }
 
-if complete; then
-	echo "$dest/bin"
-	exit 0
-fi
-
+cache_reuse "$dest/bin"
 command -v go >/dev/null || die "go not found in PATH"
-command -v flock >/dev/null || die "flock not found (apt-get install -y util-linux)"
-mkdir -p "$cache"
-exec 9>"$cache/.lock"
-flock 9
-# Another run may have finished while this one waited.
-if complete; then
-	echo "$dest/bin"
-	exit 0
-fi
-[ ! -e "$dest" ] || die "$dest exists but lacks binaries: remove it"
-
-begin=$(date +%s)
-work=$(mktemp -d "$cache/.build-$version-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+cache_lock "$dest/bin" "$version"
 
 # A build of its own: no workspace, no vendor directory, this toolchain,
 # go.mod and go.sum written as the build needs.
@@ -127,6 +108,4 @@ for b in "${bins[@]}"; do
 	[ -x "$work/out/bin/$b" ] || die "go build made no $b"
 done
 "$work/out/bin/kubelet" --version >&2
-mv "$work/out" "$dest"
-log "built in $(($(date +%s) - begin)) s: $dest/bin"
-echo "$dest/bin"
+cache_commit "$dest/bin"

@@ -21,19 +21,16 @@
 # `make image` would (harness.DockerfileImageTar). The directory only ever
 # appears whole: the build happens in a temporary directory next to it,
 # renamed into place at the end; a second run finds it and does nothing.
-# Concurrent runs serialise on a lock in the cache directory. Outside the
-# cache it leaves only what any go build does (the Go module and build
-# caches).
+# Concurrent runs serialise on a lock in the cache directory
+# (hack/lib/cachedir.sh). Outside the cache it leaves only what any go
+# build does (the Go module and build caches).
 #
 # Timings go to stderr as "build-previous: ..." lines.
 set -euo pipefail
 
 prog=build-previous
-log() { printf '%s: %s\n' "$prog" "$*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# shellcheck source=lib/cachedir.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/cachedir.sh"
 
 commit=${GPURUN_PREV_COMMIT:-460d3b5}
 cache=${GPURUN_PREV_CACHE:-/var/cache/gpurun-prev}
@@ -51,28 +48,11 @@ complete() {
 	[ -f "$dest/Dockerfile" ] && [ -f "$dest/chart/gpurun/Chart.yaml" ] && [ -f "$dest/commit" ]
 }
 
-if complete; then
-	echo "$dest"
-	exit 0
-fi
-
+cache_reuse "$dest"
 command -v go >/dev/null || die "go not found in PATH"
-command -v flock >/dev/null || die "flock not found (apt-get install -y util-linux)"
 full=$(git -C "$repo" rev-parse --verify --quiet "$commit^{commit}") ||
 	die "commit $commit is not in $repo's history (a shallow clone? git fetch --unshallow)"
-mkdir -p "$cache"
-exec 9>"$cache/.lock"
-flock 9
-# Another run may have finished while this one waited.
-if complete; then
-	echo "$dest"
-	exit 0
-fi
-[ ! -e "$dest" ] || die "$dest exists but is not complete: remove it"
-
-begin=$(date +%s)
-work=$(mktemp -d "$cache/.build-$commit-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+cache_lock "$dest" "$commit"
 mkdir "$work/src" "$work/out"
 git -C "$repo" archive --format=tar "$full" | tar -x -C "$work/src"
 
@@ -88,6 +68,4 @@ cp -a "$work/src/bin/image" "$work/out/image"
 cp "$work/src/deploy/image/Dockerfile" "$work/out/Dockerfile"
 cp -a "$work/src/deploy/helm/gpurun" "$work/out/chart/gpurun"
 echo "$full" >"$work/out/commit"
-mv "$work/out" "$dest"
-log "$dest ready in $(($(date +%s) - begin)) s"
-echo "$dest"
+cache_commit "$dest"

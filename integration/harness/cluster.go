@@ -113,6 +113,24 @@ func (c *Cluster) For(t testing.TB) *Cluster {
 	return &v
 }
 
+// requireClusterHost fails the test unless the host has what every
+// cluster needs — root, the Kubernetes binaries, etcd, ip and the CNI
+// plugins of the pods' network — and returns the directory of the
+// Kubernetes binaries.
+func requireClusterHost(t testing.TB) string {
+	t.Helper()
+	requireRoot(t)
+	k8sBin := requireK8s(t)
+	requireBinary(t, "etcd", "etcd-server")
+	requireBinary(t, "ip", "iproute2")
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join("/usr/lib/cni", p)); err != nil {
+			t.Fatalf("harness: prerequisite missing: CNI plugin %s (apt-get install -y containernetworking-plugins): %v", p, err)
+		}
+	}
+	return k8sBin
+}
+
 // requireK8s returns the directory of the Kubernetes binaries or fails the
 // test saying how to build them.
 func requireK8s(t testing.TB) string {
@@ -150,15 +168,7 @@ func requireK8s(t testing.TB) string {
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	begin := time.Now()
-	requireRoot(t)
-	k8sBin := requireK8s(t)
-	requireBinary(t, "etcd", "etcd-server")
-	requireBinary(t, "ip", "iproute2")
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		if _, err := os.Stat(filepath.Join("/usr/lib/cni", p)); err != nil {
-			t.Fatalf("harness: prerequisite missing: CNI plugin %s (apt-get install -y containernetworking-plugins): %v", p, err)
-		}
-	}
+	k8sBin := requireClusterHost(t)
 	var ctdBin, ctr, ctdBinDir string
 	if opts.Containerd2 {
 		ctdBinDir, _ = requireContainerd2(t)
@@ -167,11 +177,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		ctdBin, ctr = requireContainerd16(t)
 	}
 
-	sweepStaleClusters(t)
-	dir := makeDir(t, "k")
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		t.Fatalf("harness: %v", err)
-	}
+	dir := makeClusterDir(t, "k")
 	c := &Cluster{
 		Dir:          dir,
 		NodeDir:      filepath.Join(dir, "n"),
@@ -200,23 +206,14 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	// Registered first, so it runs last: after the daemons, containerd and
 	// the namespaces are gone.
 	t.Cleanup(c.removeAll)
-	for _, d := range []string{c.NodeDir, c.logDir, c.KubeletRoot, c.PodLogsDir, c.BinDir, c.CDISpecDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatalf("harness: %v", err)
-		}
-	}
-	if err := makeRShared(c.NodeDir); err != nil {
-		t.Fatalf("harness: %v", err)
-	}
-	if err := makeCgroupRoot(c.CgroupRoot); err != nil {
+	if err := makeNodeDirs(c.NodeDir, c.CgroupRoot, c.logDir, c.KubeletRoot, c.PodLogsDir, c.BinDir, c.CDISpecDir); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
 
 	c.ns = NewNetNS(t, dir)
 	node.ns = c.ns
 	mounts := nodeMounts{
-		sysctls: []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-			"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"},
+		sysctls:  kubeletSysctls(),
 		overlays: []string{"/var/lib", "/var/log", "/run"},
 		scratch:  filepath.Join(dir, "scratch"),
 	}
@@ -721,6 +718,20 @@ func (c *Cluster) removeAll() {
 // that started it.
 const ownerFile = "owner"
 
+// makeClusterDir removes what the clusters of dead test processes left
+// (sweepStaleClusters), then makes a cluster's directory of kind ("k" for
+// StartCluster's, "m" for StartMultiNodeCluster's: the ones the sweep
+// looks at) with this process as its owner.
+func makeClusterDir(t testing.TB, kind string) string {
+	t.Helper()
+	sweepStaleClusters(t)
+	dir := makeDir(t, kind)
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return dir
+}
+
 // sweepStaleClusters removes what clusters left whose test process died
 // without running its cleanups (go test -timeout panics, a kill): the
 // daemons die with it (PR_SET_PDEATHSIG), but containerd's shims, the
@@ -806,12 +817,4 @@ func (c *Cluster) othersCgroup(pid string) bool {
 
 // ReadNodeFile reads a file as the node sees it (through its mount
 // namespace: /var/log/gpurun.log is the node's, not the host's).
-func (c *Cluster) ReadNodeFile(path string) ([]byte, error) {
-	var data []byte
-	err := c.ns.Do(func() error {
-		var err error
-		data, err = os.ReadFile(path)
-		return err
-	})
-	return data, err
-}
+func (c *Cluster) ReadNodeFile(path string) ([]byte, error) { return c.ns.ReadFile(path) }

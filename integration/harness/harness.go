@@ -40,6 +40,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -225,20 +226,15 @@ func runCmd(ctx context.Context, env []string, name string, args ...string) (str
 
 // mountPoints returns the mount points at or below dir, deepest first.
 func mountPoints(dir string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := selfMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return m.Mountpoint != dir && !strings.HasPrefix(m.Mountpoint, dir+"/"), false
+	})
 	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
+		return nil, err
 	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Mountpoint)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		return strings.Count(out[i], "/") > strings.Count(out[j], "/")
@@ -246,23 +242,20 @@ func mountPoints(dir string) ([]string, error) {
 	return out, nil
 }
 
-// unescapeMountinfo decodes the \ooo octal escapes of /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+// selfMounts returns the mounts of the process's mount namespace
+// (/proc/self/mountinfo, whichever thread asks) that filter keeps, read
+// with moby's mountinfo, as gpurun's own code reads a mount table.
+func selfMounts(filter mountinfo.FilterFunc) ([]*mountinfo.Info, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
+	defer f.Close()
+	ms, err := mountinfo.GetMountsFromReader(f, filter)
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
-	return b.String()
+	return ms, nil
 }
 
 // unmountAll lazily unmounts everything at or below dir, deepest first,
@@ -348,25 +341,13 @@ func isZombie(pid int) bool {
 // cgroupMounts returns the mount points of all cgroup (v1) and cgroup2
 // hierarchies.
 func cgroupMounts() []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := selfMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return nil
 	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		// ... mountpoint ... - fstype source options
-		parts := strings.SplitN(line, " - ", 2)
-		if len(parts) != 2 {
-			continue
-		}
-		fields := strings.Fields(parts[0])
-		tail := strings.Fields(parts[1])
-		if len(fields) < 5 || len(tail) < 1 {
-			continue
-		}
-		if tail[0] == "cgroup" || tail[0] == "cgroup2" {
-			out = append(out, unescapeMountinfo(fields[4]))
-		}
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Mountpoint)
 	}
 	return out
 }

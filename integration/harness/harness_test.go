@@ -177,20 +177,6 @@ func TestImportedNames(t *testing.T) {
 	}
 }
 
-func TestUnescapeMountinfo(t *testing.T) {
-	for in, want := range map[string]string{
-		`/tmp/a\040b`:   "/tmp/a b",
-		`/plain`:        "/plain",
-		`/x\134y\011z`:  "/x\\y\tz",
-		`/trailing\04`:  `/trailing\04`,
-		`/bad\09x/more`: `/bad\09x/more`,
-	} {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestFlagValue(t *testing.T) {
 	argv := []string{"/usr/bin/containerd-shim-runc-v2", "-namespace", "k8s.io", "-id", "abc", "-address", "/tmp/x.sock"}
 	if got := flagValue(argv, "-id"); got != "abc" {

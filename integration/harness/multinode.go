@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -128,15 +127,7 @@ func (n *ClusterNode) NetNS() *NetNS { return n.ns }
 
 // ReadFile reads a file as the node sees it (through its mount
 // namespace).
-func (n *ClusterNode) ReadFile(path string) ([]byte, error) {
-	var data []byte
-	err := n.ns.Do(func() error {
-		var err error
-		data, err = os.ReadFile(path)
-		return err
-	})
-	return data, err
-}
+func (n *ClusterNode) ReadFile(path string) ([]byte, error) { return n.ns.ReadFile(path) }
 
 // Multi-node network: the control plane's namespace holds a bridge
 // (multiBridge, multiControlIP) that every node's eth0 is a veth peer of;
@@ -196,15 +187,7 @@ func StartMultiNodeCluster(t testing.TB, opts MultiNodeOptions) *Cluster {
 	if len(opts.Nodes) == 0 || len(opts.Nodes) > multiMaxNodes {
 		t.Fatalf("harness: %d nodes: want 1 to %d", len(opts.Nodes), multiMaxNodes)
 	}
-	requireRoot(t)
-	k8sBin := requireK8s(t)
-	requireBinary(t, "etcd", "etcd-server")
-	requireBinary(t, "ip", "iproute2")
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		if _, err := os.Stat(filepath.Join("/usr/lib/cni", p)); err != nil {
-			t.Fatalf("harness: prerequisite missing: CNI plugin %s (apt-get install -y containernetworking-plugins): %v", p, err)
-		}
-	}
+	k8sBin := requireClusterHost(t)
 	seen := map[string]bool{}
 	for _, spec := range opts.Nodes {
 		if spec.Name == "" || seen[spec.Name] || strings.ContainsAny(spec.Name, "/ ") {
@@ -216,11 +199,7 @@ func StartMultiNodeCluster(t testing.TB, opts MultiNodeOptions) *Cluster {
 		}
 	}
 
-	sweepStaleClusters(t)
-	dir := makeDir(t, "m")
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		t.Fatalf("harness: %v", err)
-	}
+	dir := makeClusterDir(t, "m")
 	c := &Cluster{
 		Dir:         dir,
 		t:           t,
@@ -379,21 +358,12 @@ func StartMultiNodeCluster(t testing.TB, opts MultiNodeOptions) *Cluster {
 func (c *Cluster) setUpNode(ctx context.Context, n *ClusterNode) {
 	t := c.t
 	t.Helper()
-	for _, d := range []string{n.Dir, n.KubeletRoot, n.PodLogsDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatalf("harness: %v", err)
-		}
-	}
-	if err := makeRShared(n.Dir); err != nil {
-		t.Fatalf("harness: %v", err)
-	}
-	if err := makeCgroupRoot(n.CgroupRoot); err != nil {
+	if err := makeNodeDirs(n.Dir, n.CgroupRoot, n.KubeletRoot, n.PodLogsDir); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
 	n.ns = NewNetNS(t, n.Dir)
 	mnt, err := newMountNS(nodeMounts{
-		sysctls: []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-			"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"},
+		sysctls: kubeletSysctls(),
 		// The directories the node has of its own (the host's files
 		// below, the node's writes kept apart): what the node agent and
 		// containerd write there (the agent's records in /var/lib/gpurun,

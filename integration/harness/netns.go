@@ -194,6 +194,19 @@ func (ns *NetNS) Command(cmd *exec.Cmd) error {
 	return ns.Do(cmd.Run)
 }
 
+// ReadFile reads a file as the namespace's processes see it (through its
+// mount namespace, where it has one: a node's /var/log/gpurun.log is the
+// node's, not the host's).
+func (ns *NetNS) ReadFile(path string) ([]byte, error) {
+	var data []byte
+	err := ns.Do(func() error {
+		var err error
+		data, err = os.ReadFile(path)
+		return err
+	})
+	return data, err
+}
+
 // DialContext dials from inside the namespace: the socket is made there,
 // and stays there whichever thread uses it later. It fits
 // http.Transport.DialContext, for clients of servers that listen on the

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/gpurun/gpurun/internal/cfgtree"
 )
 
 // NodeConfigOptions configures [StartContainerdOnNodeConfig] and
@@ -97,30 +99,8 @@ func NodeConfig(dir string, node []byte, hostRoot string) (string, error) {
 	}
 	cfg["disabled_plugins"] = disabled
 	grpc, ttrpc := filepath.Join(dir, "containerd.sock"), filepath.Join(dir, "containerd.sock.ttrpc")
-	set := func(v any, path ...string) {
-		m := cfg
-		for _, p := range path[:len(path)-1] {
-			next, ok := m[p].(map[string]any)
-			if !ok {
-				next = map[string]any{}
-				m[p] = next
-			}
-			m = next
-		}
-		m[path[len(path)-1]] = v
-	}
-	get := func(path ...string) map[string]any {
-		var cur any = cfg
-		for _, p := range path {
-			m, ok := cur.(map[string]any)
-			if !ok {
-				return nil
-			}
-			cur = m[p]
-		}
-		m, _ := cur.(map[string]any)
-		return m
-	}
+	set := func(v any, path ...string) { cfgtree.Set(cfg, path, v) }
+	get := func(path ...string) map[string]any { return cfgtree.Table(cfg, path...) }
 	set(filepath.Join(dir, "opt"), "plugins", "io.containerd.internal.v1.opt", "path")
 	var runtimePlugin string
 	switch version {

@@ -3,9 +3,10 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -38,6 +39,30 @@ type nodeMounts struct {
 	binds map[string]string
 	// scratch holds the private copies and overlay layers.
 	scratch string
+}
+
+// kubeletSysctls are the /proc/sys files the kubelet sets at start unless
+// they already have its values: a test node's mount namespace hides them
+// behind private copies (nodeMounts.sysctls).
+func kubeletSysctls() []string {
+	return []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+		"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+}
+
+// makeNodeDirs makes a test node's directory dir and its other
+// directories, makes dir rshared (so that what the node mounts below it
+// propagates between the node's mount namespace and the harness's) and
+// makes its kubelet's cgroupRoot.
+func makeNodeDirs(dir, cgroupRoot string, dirs ...string) error {
+	for _, d := range append([]string{dir}, dirs...) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := makeRShared(dir); err != nil {
+		return err
+	}
+	return makeCgroupRoot(cgroupRoot)
 }
 
 // newMountNS makes a mount namespace from a copy of the caller's: the root
@@ -126,7 +151,7 @@ func (m nodeMounts) setup() error {
 			}
 		}
 	}
-	for _, target := range sortedKeys(m.binds) {
+	for _, target := range slices.Sorted(maps.Keys(m.binds)) {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return err
 		}
@@ -135,16 +160,6 @@ func (m nodeMounts) setup() error {
 		}
 	}
 	return nil
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // mountedFiles returns the regular files mounted below dir, with their
