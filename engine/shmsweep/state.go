@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -214,6 +215,44 @@ func GC(o Options) (removed int, err error) {
 		return removed, fmt.Errorf("gc %s: %w", o.StateDir, err)
 	}
 	return removed, nil
+}
+
+// GCInterval is how often GCDue runs GC at most: a pod gone meanwhile
+// keeps its records (a few hundred bytes in a tmpfs) that much longer,
+// and a node starting a hundred pods at once reads every pod's records
+// once, not at each pod's first start.
+const GCInterval = time.Minute
+
+// gcStamp, in the state dir, is when GCDue last ran GC (its mtime).
+const gcStamp = ".gc"
+
+// GCDue runs GC when none has run for every (by the state dir's stamp,
+// which it then sets to now), and says whether it ran. Its caller calls it
+// at a sandbox's first start, as it would GC.
+func GCDue(o Options, every time.Duration, now time.Time) (removed int, ran bool, err error) {
+	o = o.withDefaults()
+	stamp := filepath.Join(o.StateDir, gcStamp)
+	var st unix.Stat_t
+	if err := unix.Stat(stamp, &st); err == nil && now.Sub(time.Unix(st.Mtim.Unix())) < every {
+		return 0, false, nil
+	}
+	if err := setMtime(stamp, now); err != nil {
+		return 0, false, fmt.Errorf("gc %s: %w", o.StateDir, err)
+	}
+	removed, err = GC(o)
+	return removed, true, err
+}
+
+// setMtime sets file's mtime to t, creating it (empty) where it is not.
+func setMtime(file string, t time.Time) error {
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Chtimes(file, t, t)
 }
 
 // shmDirGone tells whether the sandbox directory dir records a ShmDir

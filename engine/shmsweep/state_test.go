@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestParseCgroupsPath: runc's two forms of linux.cgroupsPath.
@@ -161,5 +162,44 @@ func TestForgetAndGC(t *testing.T) {
 	o.StateDir = filepath.Join(t.TempDir(), "none")
 	if n, err := GC(o); n != 0 || err != nil {
 		t.Errorf("GC of no state dir = %d, %v", n, err)
+	}
+}
+
+// TestGCDue: GCDue runs GC the first time, not again within the interval
+// (a gone pod's records stay until then), and again once it has passed.
+func TestGCDue(t *testing.T) {
+	f := newFixture(t, false)
+	o := f.opts()
+	gone := func(sandbox string) {
+		shm := filepath.Join(t.TempDir(), sandbox)
+		os.Mkdir(shm, 0o755)
+		s := f.start()
+		s.ShmDir, s.SandboxID = shm, sandbox
+		if _, err := Sweep(o, s); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(shm)
+	}
+	now := time.Now()
+	gone("a")
+	for _, tc := range []struct {
+		at      time.Duration
+		sandbox string // made and gone before the call ("" none)
+		ran     bool
+		removed int
+	}{
+		{0, "", true, 1},
+		{time.Second, "b", false, 0},
+		{GCInterval - time.Second, "c", false, 0},
+		{GCInterval + time.Second, "", true, 2},
+		{GCInterval + 2*time.Second, "", false, 0},
+	} {
+		if tc.sandbox != "" {
+			gone(tc.sandbox)
+		}
+		removed, ran, err := GCDue(o, GCInterval, now.Add(tc.at))
+		if err != nil || ran != tc.ran || removed != tc.removed {
+			t.Errorf("at +%s: GCDue = %d, %v, %v; want %d, %v", tc.at, removed, ran, err, tc.removed, tc.ran)
+		}
 	}
 }

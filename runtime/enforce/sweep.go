@@ -1,6 +1,8 @@
 package enforce
 
 import (
+	"time"
+
 	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
@@ -53,12 +55,13 @@ func (e *Enforcer) sweepTarget(s Subject, req Request, pl oci.Plan) (shmsweep.St
 }
 
 // sweep removes what the container's earlier instance left in its pod's
-// /dev/shm (shmsweep's rules), and drops the records of pods that are gone
-// when this is a new pod's first start. It never fails the start.
+// /dev/shm (shmsweep's rules), and, at a new pod's first start, drops the
+// records of pods that are gone, at most once a minute
+// (shmsweep.GCInterval). It never fails the start.
 func (e *Enforcer) sweep(st shmsweep.Start) *Swept {
 	res, err := e.sweeper(st)
 	if err == nil && res.NewSandbox {
-		if _, gcErr := shmsweep.GC(e.sweepOpts); gcErr != nil {
+		if _, _, gcErr := shmsweep.GCDue(e.sweepOpts, shmsweep.GCInterval, time.Now()); gcErr != nil {
 			e.log.Warn("dropping the sweep records of gone pods", "err", gcErr.Error())
 		}
 	}

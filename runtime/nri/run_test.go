@@ -3,21 +3,30 @@ package nri
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/engine/shmsweep"
+	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // fakeRuntime is the runtime side of NRI (the adaptation containerd and
@@ -339,5 +348,294 @@ func BenchmarkCreateContainerNRI(b *testing.B) {
 		if err != nil || len(resp.GetAdjust().GetMounts()) == 0 {
 			b.Fatalf("response %v, err %v", resp, err)
 		}
+	}
+}
+
+// concurrentCreates is how many containers the concurrent benchmarks
+// create at once: a node starting 100 pods together.
+const concurrentCreates = 100
+
+// benchNode is a node for the concurrent benchmarks: containerd's state
+// dir, an engine root of the policy, under which each pod's sandbox
+// /dev/shm is a directory of the pod's (in the test's temporary directory:
+// the sweep refuses the host's /dev/shm, and only reads a pod's), and the
+// restart sweep's records, on a tmpfs as /run/gpurun is on a node
+// (/dev/shm, else the temporary directory): they are written and fsynced
+// on every pod's first start.
+type benchNode struct {
+	state string // containerd's state dir
+	pol   *policy.Policy
+	sweep shmsweep.Options
+	pods  int // pods made so far: each round's are new
+}
+
+func newBenchNode(b *testing.B) *benchNode {
+	dir := b.TempDir()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		b.Fatal(err)
+	}
+	records, err := os.MkdirTemp("/dev/shm", "gpurun-nri-bench-")
+	if err != nil {
+		records = filepath.Join(dir, "sweep")
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(records) })
+	n := &benchNode{state: filepath.Join(dir, "containerd"), pol: policy.Default(),
+		// The pods' /dev/shm are directories on dir's filesystem.
+		sweep: shmsweep.Options{StateDir: records, TmpfsMagic: int64(st.Type)}}
+	n.pol.EngineRoots = []string{n.state}
+	return n
+}
+
+// plugin returns a plugin for the node whose remounts of the pods' host
+// tmpfs are recorded, not made (they need root; the integration tests make
+// them), and which counts in bad the containers whose outcome is not the
+// one of their shape: a remount and a first start's sweep (sandbox-bind),
+// an adjustment (own-tmpfs).
+func (n *benchNode) plugin(shape string, bad *atomic.Int64) *Plugin {
+	return New(Config{Policy: n.pol, Sweep: n.sweep,
+		Facts: testFacts(testHostMemory, func(string) (int64, error) { return engineDefault, nil }),
+		Grow: func(_ string, size int64, _ remount.Scope) (remount.Result, error) {
+			return remount.Result{Before: engineDefault, After: size, Changed: true}, nil
+		},
+		Observe: func(_ enforce.Subject, res enforce.Result) {
+			ok := res.Err == nil
+			switch shape {
+			case "sandbox-bind":
+				ok = ok && res.Plan.Action == oci.ActionRemount && res.Grown != nil &&
+					res.Sweep != nil && res.Sweep.Err == nil && res.Sweep.NewSandbox
+			case "own-tmpfs":
+				ok = ok && res.Plan.Action == oci.ActionSetSize && res.Done.Changed
+			}
+			if !ok {
+				bad.Add(1)
+			}
+		}})
+}
+
+// round returns the CreateContainer requests of concurrentCreates new
+// pods' GPU containers, one per pod, of shape: "sandbox-bind", the
+// container binds its pod's sandbox /dev/shm (containerd's CRI; made
+// here), or "own-tmpfs", it has a 64 MiB tmpfs of its own.
+func (n *benchNode) round(b *testing.B, shape string) []*adaptation.CreateContainerRequest {
+	reqs := make([]*adaptation.CreateContainerRequest, concurrentCreates)
+	for i := range reqs {
+		n.pods++
+		pod := fmt.Sprintf("%064x", n.pods)
+		shm := &api.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}}
+		if shape == "sandbox-bind" {
+			dir := filepath.Join(n.state, "io.containerd.grpc.v1.cri", "sandboxes", pod, "shm")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			shm = &api.Mount{Destination: "/dev/shm", Type: "bind", Source: dir, Options: []string{"rbind", "rprivate", "rw"}}
+		}
+		ctr := gpuContainer(shm)
+		ctr.Id, ctr.PodSandboxId = fmt.Sprintf("%064x", 1<<40+n.pods), pod
+		ctr.Annotations = map[string]string{oci.AnnotationCRIContainerType: "container", oci.AnnotationCRISandboxID: pod}
+		reqs[i] = &adaptation.CreateContainerRequest{Pod: &api.PodSandbox{Id: pod, Name: fmt.Sprintf("job-%d", n.pods), Namespace: "ml"}, Container: ctr}
+	}
+	return reqs
+}
+
+// remove deletes a round's pods as the runtime does (RemovePodSandbox,
+// which drops their sweep records, and their sandbox dirs), so that every
+// round finds the node with the same pods: none.
+func (n *benchNode) remove(b *testing.B, p *Plugin, reqs []*adaptation.CreateContainerRequest) {
+	for _, r := range reqs {
+		if err := p.RemovePodSandbox(context.Background(), r.Pod); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(n.state, "io.containerd.grpc.v1.cri", "sandboxes", r.Pod.Id)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// concurrently runs create(i) for every i < n in goroutines of their own,
+// started before and released together, and returns each one's duration.
+// The timer, stopped by the caller, runs from the release to the last
+// one's end.
+func concurrently(b *testing.B, n int, create func(i int)) []time.Duration {
+	took := make([]time.Duration, n)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-release
+			start := time.Now()
+			create(i)
+			took[i] = time.Since(start)
+		}()
+	}
+	b.StartTimer()
+	close(release)
+	wg.Wait()
+	return took
+}
+
+// percentile returns the p-th percentile (0 < p ≤ 1) of d: the smallest
+// duration that at least p of them do not exceed.
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(d))
+	return s[max(0, int(math.Ceil(p*float64(len(s))))-1)]
+}
+
+func reportPercentiles(b *testing.B, name string, d []time.Duration) {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(percentile(d, 0.50)), name+"-p50-µs")
+	b.ReportMetric(us(percentile(d, 0.99)), name+"-p99-µs")
+}
+
+// BenchmarkCreateContainerConcurrent measures the plugin's own time per
+// CreateContainer when a node starts 100 pods at once: each round, 100
+// goroutines, released together, each call the handler for the GPU
+// container of a new pod of its own (distinct pods: the restart sweep
+// keeps its records per pod, and a pod's first start collects the records
+// of pods gone). Between rounds, off the clock, the pods are removed as
+// the runtime removes them (RemovePodSandbox). It reports the p50 and p99
+// of the handler's time over every create (plugin-p50-µs, plugin-p99-µs),
+// and ns/op is one round, all 100 creates. Two shapes:
+//
+//   - sandbox-bind: the container binds its pod's sandbox /dev/shm
+//     (containerd's CRI): the plan grows that tmpfs (the remount is
+//     recorded, not made: it needs root) and the restart sweep records the
+//     pod's first start and collects the records of pods gone;
+//   - own-tmpfs: the container has a tmpfs of its own, which the plugin
+//     answers with an adjustment (no host state).
+//
+// The handler does not serialize: it takes no lock across a create, only
+// a read lock for the policy in force and the runtime's name
+// (Plugin.state), and the log's lock for one write per record (Log; the
+// records are discarded here). The sweep's records are files of each
+// pod's own, though a pod's first start reads every pod's (shmsweep.GC,
+// most of a sandbox-bind create's time). So 100 creates run in parallel
+// as far as the CPUs allow, and the p99 is mostly their wait for a CPU
+// (GOMAXPROCS). Through NRI the runtime never calls it so: see
+// BenchmarkCreateContainerConcurrentNRI.
+func BenchmarkCreateContainerConcurrent(b *testing.B) {
+	for _, shape := range []string{"sandbox-bind", "own-tmpfs"} {
+		b.Run(shape, func(b *testing.B) {
+			n := newBenchNode(b)
+			var bad atomic.Int64
+			p := n.plugin(shape, &bad)
+			ctx := context.Background()
+			var own []time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				reqs := n.round(b, shape)
+				own = append(own, concurrently(b, len(reqs), func(i int) {
+					if _, _, err := p.CreateContainer(ctx, reqs[i].Pod, reqs[i].Container); err != nil {
+						b.Error(err)
+					}
+				})...)
+				b.StopTimer()
+				n.remove(b, p, reqs)
+				b.StartTimer()
+			}
+			if k := bad.Load(); k > 0 {
+				b.Fatalf("%d of %d creates did not take the %s path", k, len(own), shape)
+			}
+			reportPercentiles(b, "plugin", own)
+		})
+	}
+}
+
+// timedPlugin is the plugin with the time spent inside its CreateContainer
+// handler recorded.
+type timedPlugin struct {
+	*Plugin
+	mu  sync.Mutex
+	own []time.Duration
+}
+
+func (t *timedPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	start := time.Now()
+	adj, upd, err := t.Plugin.CreateContainer(ctx, pod, ctr)
+	took := time.Since(start)
+	t.mu.Lock()
+	t.own = append(t.own, took)
+	t.mu.Unlock()
+	return adj, upd, err
+}
+
+func (t *timedPlugin) take() []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	own := t.own
+	t.own = nil
+	return own
+}
+
+// BenchmarkCreateContainerConcurrentNRI is BenchmarkCreateContainerConcurrent
+// through the NRI protocol: 100 goroutines each send the runtime's
+// adaptation (what containerd and CRI-O embed) a CreateContainer for a new
+// pod's GPU container at once, which relays it over ttrpc on a unix socket
+// to the plugin, served by the NRI stub as Run serves it. It reports the
+// p50 and p99 of the plugin's own time (plugin-p50-µs, plugin-p99-µs: the
+// time inside its handler, as the stub calls it) and of the whole round
+// trip (roundtrip-p50-µs, roundtrip-p99-µs: from the runtime's call to its
+// answer). The adaptation holds a lock of its own across each
+// CreateContainer, over every plugin (the runtime's side, not gpurun's), so
+// the plugin sees the creates one at a time and a round trip's p99 is
+// mostly its wait behind the 99 others.
+func BenchmarkCreateContainerConcurrentNRI(b *testing.B) {
+	for _, shape := range []string{"sandbox-bind", "own-tmpfs"} {
+		b.Run(shape, func(b *testing.B) {
+			n := newBenchNode(b)
+			var bad atomic.Int64
+			tp := &timedPlugin{Plugin: n.plugin(shape, &bad)}
+			socket := filepath.Join(b.TempDir(), "nri.sock")
+			r := startRuntime(b, socket)
+			defer r.Stop()
+			st, err := stub.New(tp, stub.WithSocketPath(socket), stub.WithPluginName(DefaultName), stub.WithPluginIdx(DefaultIndex),
+				stub.WithLogger(stubLogger{slog.New(slog.DiscardHandler)}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := st.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer st.Stop()
+			// Registered: the adaptation relays a request to the plugin.
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				resp, err := r.CreateContainer(context.Background(), ownTmpfsRequest())
+				if err == nil && len(resp.GetAdjust().GetMounts()) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("the plugin did not register: %v", err)
+				}
+			}
+			tp.take()
+			bad.Store(0)
+			var trips, own []time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				reqs := n.round(b, shape)
+				trips = append(trips, concurrently(b, len(reqs), func(i int) {
+					resp, err := r.CreateContainer(context.Background(), reqs[i])
+					if err != nil || shape == "own-tmpfs" && len(resp.GetAdjust().GetMounts()) == 0 {
+						b.Errorf("response %v, err %v", resp, err)
+					}
+				})...)
+				b.StopTimer()
+				own = append(own, tp.take()...)
+				n.remove(b, tp.Plugin, reqs)
+				b.StartTimer()
+			}
+			if k := bad.Load(); k > 0 || len(own) != len(trips) {
+				b.Fatalf("%d of %d creates did not take the %s path; the plugin handled %d", k, len(trips), shape, len(own))
+			}
+			reportPercentiles(b, "plugin", own)
+			reportPercentiles(b, "roundtrip", trips)
+		})
 	}
 }
