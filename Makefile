@@ -184,7 +184,13 @@ e2e: $(CONTAINERD2_TOOLS) k8s-tools
 # BenchmarkRuntimeShimRuncRun runs 60 rounds of runc, a Go binary that only
 # execs runc and gpurun-runtime, and reports each one's CPU time and its
 # ratio to runc's (cpu-ratio; go-exec-cpu-ratio is the floor of any Go
-# wrapper).
+# wrapper). BenchmarkHookRunc runs 60 rounds of runc alone, runc with a Go
+# hook that does nothing and runc with gpurun's createRuntime hook, the
+# same way (cpu-ratio; go-hook-cpu-ratio is the floor of any Go hook).
+# The unit benchmarks include the NRI plugin's under 100 concurrent
+# creates (runtime/nri: BenchmarkCreateContainerConcurrent, the handler's
+# p50/p99; ...ConcurrentNRI, the same through the NRI protocol, with the
+# round trip's p50/p99).
 # The webhook's load test (integration/cluster_webhook_load_test.go) on the
 # multi-node cluster prints its bench: line: the API server's admission
 # p50/p99 for gpurun's webhook, the webhook's own, pods/s and how long the
@@ -201,8 +207,8 @@ bench: build $(CONTAINERD2_TOOLS) k8s-tools $(HELM) prev-release
 		-run '^TestClusterMultiNode$$/^cluster$$/^(webhook-load|chart_runtime-class)$$' -v ./integration/ >$$out 2>&1 || status=$$?; \
 	grep -E '^bench:|load_test.go|load_floor_test.go|upgrade_test.go|^(---|ok|FAIL)' $$out; [ $$status = 0 ] || tail -50 $$out; rm -f $$out; exit $$status
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
-	$(GO) test -run '^$$' -bench . -skip '^(BenchmarkRunOverhead|BenchmarkRuntimeShimRuncRun)$$' -benchtime 20x -tags integration ./integration/...
-	$(GO) test -run '^$$' -bench '^(BenchmarkRunOverhead|BenchmarkRuntimeShimRuncRun)$$' -benchtime 60x -tags integration ./integration/
+	$(GO) test -run '^$$' -bench . -skip '^(BenchmarkRunOverhead|BenchmarkRuntimeShimRuncRun|BenchmarkHookRunc)$$' -benchtime 20x -tags integration ./integration/...
+	$(GO) test -run '^$$' -bench '^(BenchmarkRunOverhead|BenchmarkRuntimeShimRuncRun|BenchmarkHookRunc)$$' -benchtime 60x -tags integration ./integration/
 	$(GO) test -run '^$$' -bench '^BenchmarkTorch' -benchtime 3x -timeout 20m -tags '$(E2E_TAGS)' ./integration/
 
 # A short run of every fuzz target (go test runs one target per invocation).

@@ -25,6 +25,7 @@ import (
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
+	"github.com/gpurun/gpurun/runtime/enforce"
 	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
@@ -65,7 +66,7 @@ func plannedKiB(t *testing.T, config, bundle string) (int64, oci.Action) {
 }
 
 // hookLog returns the hook's log records for container id.
-func hookLog(t *testing.T, path, id string) []map[string]any {
+func hookLog(t testing.TB, path, id string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	data, _ := os.ReadFile(path)
@@ -524,35 +525,123 @@ func TestHookPodman(t *testing.T) {
 	}
 }
 
-// BenchmarkHookRunc: `runc run` of a busybox bundle without GPU evidence
-// (the hook decides "none": the cost every container pays for a hooks.d
-// entry with "when": {"always": true}) with gpurun hook at createRuntime,
-// versus the same bundle without the hook, alternated; reported as a ratio.
+// BenchmarkHookRunc measures what gpurun's OCI hook at createRuntime (as
+// Podman and CRI-O run it from hooks.d) adds to a whole container life:
+// `runc run` of a busybox bundle (`true`) with the hook against the same
+// bundle without it, runc creating, starting, waiting for and deleting
+// the container, with the bundles on a tmpfs (/dev/shm) as engines keep
+// them. Its cost is the CPU time of the whole process tree (user and
+// system: runc, its init, the hook and the container's process, all of
+// which runc waits for), which contention on a busy machine inflates far
+// less than wall time. Two bundles:
+//
+//   - gpu: NVIDIA_VISIBLE_DEVICES=all; the hook sizes the container's own
+//     64 MiB /dev/shm tmpfs, growing it inside the container's mount
+//     namespace (the sizing path);
+//   - no-gpu: no GPU evidence; the hook decides "none", the cost every
+//     container pays for a hooks.d entry with "when": {"always": true}.
+//
+// Before the clock, one hooked run must have taken that path (the hook's
+// log record: set-size, changed; or none), so the benchmark cannot
+// measure a hook that does nothing. Each round runs the bundle without a
+// hook, with a static Go binary as the hook that only reads the state runc
+// gives it (the floor of any hook written in Go) and with gpurun's hook, in
+// an order that rotates, so drift and contention fall on all three;
+// config.json is put back before each run, off the clock, as the shim's
+// benchmark does. It reports the medians of the CPU times (runc-cpu-ms,
+// go-hook-cpu-ms, hooked-cpu-ms) and their ratios to runc's (cpu-ratio;
+// go-hook-cpu-ratio, the floor), and the mean wall times as before
+// (runc-ms/run, hooked-ms/run, ratio). GPURUN_BENCH_GPURUN measures
+// another build of gpurun (an older one, for before/after).
 func BenchmarkHookRunc(b *testing.B) {
 	e := newRuncEnv(b, "")
-	gpurun := installed(b, bin(b, "gpurun"))
-	plain := e.bundle(b, "plain", []string{"true"}, nil, nil)
-	hooked := e.bundle(b, "hooked", []string{"true"}, nil, withHook(gpurun, e.config, "createRuntime", true, nil))
-	n := 0
-	run := func(bundle string) time.Duration {
-		n++
-		id := fmt.Sprintf("%s-bench-%d", filepath.Base(e.dir), n)
-		start := time.Now()
-		if _, stderr, err := e.run("runc", "run", "--bundle", bundle, id); err != nil {
-			b.Fatalf("runc run: %v %s", err, stderr)
-		}
-		return time.Since(start)
+	gpurun := benchGpurun(b)
+	floor := buildStaticGo(b, "package main\n\nimport (\n\t\"io\"\n\t\"os\"\n)\n\nfunc main() { _, _ = io.Copy(io.Discard, os.Stdin) }\n")
+	// The bundles on a tmpfs, as engines keep them (under /run).
+	shm, err := os.MkdirTemp("/dev/shm", "gpurun-bench-")
+	if err != nil {
+		b.Fatal(err)
 	}
-	run(plain)
-	run(hooked)
-	var plainTotal, hookTotal time.Duration
-	b.ResetTimer()
-	for b.Loop() {
-		plainTotal += run(plain)
-		hookTotal += run(hooked)
+	b.Cleanup(func() { _ = os.RemoveAll(shm) })
+	for _, v := range []struct {
+		name   string
+		env    []string
+		action oci.Action
+	}{
+		{"gpu", []string{"NVIDIA_VISIBLE_DEVICES=all"}, oci.ActionSetSize},
+		{"no-gpu", nil, oci.ActionNone},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			hook := func(path string) func(map[string]any) {
+				return func(spec map[string]any) {
+					withHook(gpurun, e.config, "createRuntime", true, nil)(spec)
+					h := spec["hooks"].(map[string]any)["createRuntime"].([]any)[0].(map[string]any)
+					if path != gpurun {
+						h["path"], h["args"] = path, []string{"hook"}
+					}
+				}
+			}
+			dir := filepath.Join(shm, v.name)
+			bundles := map[string]string{
+				"runc":    harness.RuncBundle(b, filepath.Join(dir, "plain"), e.rootfs, []string{"true"}, v.env, nil),
+				"go-hook": harness.RuncBundle(b, filepath.Join(dir, "go-hook"), e.rootfs, []string{"true"}, v.env, hook(floor)),
+				"hooked":  harness.RuncBundle(b, filepath.Join(dir, "hooked"), e.rootfs, []string{"true"}, v.env, hook(gpurun)),
+			}
+			specs := map[string][]byte{}
+			for name, bundle := range bundles {
+				spec, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				specs[name] = spec
+			}
+			n := 0
+			runIt := func(name string) (cost, string) {
+				if err := os.WriteFile(filepath.Join(bundles[name], "config.json"), specs[name], 0o644); err != nil {
+					b.Fatal(err)
+				}
+				n++
+				id := fmt.Sprintf("%s-%s-%d", filepath.Base(e.dir), v.name, n)
+				_, stderr, c, err := e.runMeasured(nil, "runc", "run", "--bundle", bundles[name], id)
+				if err != nil {
+					b.Fatalf("runc run (%s): %v\n%s", name, err, stderr)
+				}
+				return c, id
+			}
+			_, id := runIt("hooked")
+			recs := hookLog(b, e.logFile, id)
+			if len(recs) != 1 || recs[0]["msg"] != enforce.MsgPlanned || recs[0]["action"] != string(v.action) || recs[0]["err"] != nil ||
+				v.action == oci.ActionSetSize && recs[0]["changed"] != true {
+				b.Fatalf("the hook's records for %s: %v; want one %q, %s%s: not the path measured", id, recs, enforce.MsgPlanned, v.action,
+					map[bool]string{true: ", changed"}[v.action == oci.ActionSetSize])
+			}
+			// One of each before the clock, so caches are warm for all.
+			order := []string{"runc", "go-hook", "hooked"}
+			for _, name := range order {
+				runIt(name)
+			}
+			costs := map[string][]cost{}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				for j := range order {
+					name := order[(i+j)%len(order)]
+					c, _ := runIt(name)
+					costs[name] = append(costs[name], c)
+				}
+			}
+			b.StopTimer()
+			runc, hooked := costs["runc"], costs["hooked"]
+			mean := func(c []cost) float64 {
+				var sum time.Duration
+				for _, x := range c {
+					sum += x.wall
+				}
+				return ms(sum) / float64(len(c))
+			}
+			b.ReportMetric(mean(runc), "runc-ms/run")
+			b.ReportMetric(mean(hooked), "hooked-ms/run")
+			b.ReportMetric(mean(hooked)/mean(runc), "ratio")
+			reportCPU(b, "runc", runc, map[string][]cost{"go-hook": costs["go-hook"], "hooked": hooked})
+		})
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(plainTotal.Microseconds())/float64(b.N)/1000, "runc-ms/run")
-	b.ReportMetric(float64(hookTotal.Microseconds())/float64(b.N)/1000, "hooked-ms/run")
-	b.ReportMetric(float64(hookTotal)/float64(plainTotal), "ratio")
 }
