@@ -25,6 +25,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
@@ -969,6 +970,30 @@ func (r *rendered) checkWebhookHA(t *testing.T, d *appsv1.Deployment, args []str
 	ann := d.Spec.Template.Annotations
 	if listen != ":"+port || port == "" || ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != port || labels["gpurun.io/metrics"] != "true" {
 		t.Errorf("--metrics-listen %q, port metrics %q, annotations %v, labels %v: want one metrics port, scraped", listen, port, ann, labels)
+	}
+	checkGoMemory(t, c)
+}
+
+// checkGoMemory: the Go runtime's soft memory limit (GOMEMLIMIT) is set,
+// below the container's memory limit, so that the garbage collector works
+// harder, instead of the kernel killing the webhook, as a heap that
+// GOGC lets grow comes near the limit.
+func checkGoMemory(t *testing.T, c corev1.Container) {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	limit := c.Resources.Limits.Memory()
+	soft, err := resource.ParseQuantity(strings.TrimSuffix(env["GOMEMLIMIT"], "B"))
+	switch {
+	case err != nil:
+		t.Errorf("container %s: GOMEMLIMIT %q: %v", c.Name, env["GOMEMLIMIT"], err)
+	case limit.IsZero() || soft.Cmp(*limit) >= 0:
+		t.Errorf("container %s: GOMEMLIMIT %s, memory limit %s: want a soft limit below the limit", c.Name, env["GOMEMLIMIT"], limit)
+	}
+	if g, err := strconv.Atoi(env["GOGC"]); env["GOGC"] != "" && (err != nil || g < 100) {
+		t.Errorf("container %s: GOGC %q: want a number, at least Go's default 100", c.Name, env["GOGC"])
 	}
 }
 

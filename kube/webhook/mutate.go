@@ -13,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/policy"
@@ -147,37 +148,56 @@ func Review(req *admissionv1.AdmissionReview, pol *policy.Policy) (*admissionv1.
 // ReviewWith is Review with pods' DRA resource claims resolved through
 // claims (nil: none can be).
 func ReviewWith(req *admissionv1.AdmissionReview, pol *policy.Policy, claims podspec.Claims) (*admissionv1.AdmissionReview, Mutation) {
-	out := &admissionv1.AdmissionReview{TypeMeta: req.TypeMeta}
-	if out.APIVersion == "" {
-		out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
-	}
+	out := answerOf(req.TypeMeta)
 	var m Mutation
 	if req.Request == nil {
 		return out, m
 	}
-	resp := &admissionv1.AdmissionResponse{UID: req.Request.UID, Allowed: true}
-	out.Response = resp
 	r := req.Request
-	if r.Operation != admissionv1.Create || r.Kind.Kind != "Pod" || r.SubResource != "" {
-		m.Skipped = fmt.Sprintf("%s %s: only pods on CREATE are sized", r.Operation, r.Kind.Kind)
+	out.Response = &admissionv1.AdmissionResponse{UID: r.UID, Allowed: true}
+	if why := notSized(r.Operation, r.Kind.Kind, r.SubResource); why != "" {
+		m.Skipped = why
 		return out, m
 	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(r.Object.Raw, &pod); err != nil {
 		m.Skipped = "the pod cannot be read: " + err.Error()
-		resp.Warnings = []string{"gpurun: /dev/shm left as it is: " + m.Skipped}
+		out.Response.Warnings = []string{"gpurun: /dev/shm left as it is: " + m.Skipped}
 		return out, m
 	}
+	return out, reviewPod(out.Response, &pod, r.Namespace, pol, claims)
+}
+
+// answerOf is the answer's review, of the request's version.
+func answerOf(tm metav1.TypeMeta) *admissionv1.AdmissionReview {
+	out := &admissionv1.AdmissionReview{TypeMeta: tm}
+	if out.APIVersion == "" {
+		out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
+	}
+	return out
+}
+
+// notSized says why a request is not sized ("" for a pod's CREATE).
+func notSized(op admissionv1.Operation, kind, subResource string) string {
+	if op != admissionv1.Create || kind != "Pod" || subResource != "" {
+		return fmt.Sprintf("%s %s: only pods on CREATE are sized", op, kind)
+	}
+	return ""
+}
+
+// reviewPod decides pod, created in namespace, and puts the patch and the
+// warnings in resp.
+func reviewPod(resp *admissionv1.AdmissionResponse, pod *corev1.Pod, namespace string, pol *policy.Policy, claims podspec.Claims) Mutation {
 	if pod.Namespace == "" {
 		// A pod's object may leave its namespace out; the request names
 		// it, and its claims are in it.
-		pod.Namespace = r.Namespace
+		pod.Namespace = namespace
 	}
-	m, err := MutateWith(&pod, pol, claims)
+	m, err := MutateWith(pod, pol, claims)
 	if err != nil {
 		m.Skipped = err.Error()
 		resp.Warnings = []string{"gpurun: /dev/shm left as it is: " + err.Error()}
-		return out, m
+		return m
 	}
 	for _, w := range m.Decision.Warnings {
 		resp.Warnings = append(resp.Warnings, "gpurun: "+w)
@@ -186,10 +206,10 @@ func ReviewWith(req *admissionv1.AdmissionReview, pol *policy.Policy, claims pod
 		patch, err := json.Marshal(m.Patches)
 		if err != nil {
 			m.Skipped = err.Error()
-			return out, m
+			return m
 		}
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.Patch, resp.PatchType = patch, &pt
 	}
-	return out, m
+	return m
 }

@@ -126,6 +126,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	srv := &http.Server{
 		Handler:           h,
 		TLSConfig:         tlsCfg,
+		Protocols:         reviewProtocols(),
 		ReadHeaderTimeout: min(timeout, 5*time.Second),
 		ReadTimeout:       timeout,
 		WriteTimeout:      timeout,
@@ -199,6 +200,22 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	log.Info("gpurun webhook stopped", "drained_for", time.Since(began).Round(time.Millisecond).String(), "reviews_while_draining", h.drained.Load())
 	return nil
+}
+
+// reviewProtocols are the review port's: HTTP/1.1 only, as
+// controller-runtime's webhook server has by default. The API server then
+// keeps a pool of kept-alive connections, spread over the replicas,
+// instead of one HTTP/2 connection to one replica; a review costs the
+// webhook less CPU (HTTP/2 runs each request on a goroutine of its own,
+// whose stack grows anew through the JSON decoding, and frames it:
+// docs/install-kubernetes.md#what-a-review-costs); Drain's
+// Connection: close moves the API server off a replica that drains; and
+// the port is out of reach of HTTP/2's stream-reset floods
+// (CVE-2023-44487, CVE-2023-39325).
+func reviewProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	return &p
 }
 
 // claims starts the claims cache (ClaimCache, until ctx ends) where

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +81,14 @@ func serveHelper(v string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if f := os.Getenv(profileEnv); f != "" {
+		stop, err := cpuProfile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer stop()
+	}
 	err = Serve(context.Background(), ServeOptions{
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", CertFile: f[0], KeyFile: f[1],
 		ShutdownDelay: delay, ShutdownTimeout: 5 * time.Second,
@@ -90,6 +99,26 @@ func serveHelper(v string) int {
 		return 1
 	}
 	return 0
+}
+
+// profileEnv, when set for a benchmark that starts a webhook process
+// (BenchmarkServeProcess), names the file for its CPU profile.
+const profileEnv = "GPURUN_WEBHOOK_TEST_CPUPROFILE"
+
+// cpuProfile starts a CPU profile into file; stop ends it.
+func cpuProfile(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", profileEnv, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", profileEnv, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // webhookProcess is a webhook started by TestServeSIGTERM.
@@ -107,16 +136,16 @@ func (p *webhookProcess) logText() string {
 	return p.log.String()
 }
 
-// startWebhook runs the test binary as a webhook (serveHelper) and waits
-// until it serves.
-func startWebhook(t *testing.T, certFile, keyFile string, delay time.Duration) *webhookProcess {
+// startWebhook runs the test binary as a webhook (serveHelper), with env
+// added to its environment, and waits until it serves.
+func startWebhook(t testing.TB, certFile, keyFile string, delay time.Duration, env ...string) *webhookProcess {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &webhookProcess{cmd: exec.Command(exe), done: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(), helperEnv+"="+certFile+","+keyFile+","+delay.String())
+	p.cmd.Env = append(append(os.Environ(), env...), helperEnv+"="+certFile+","+keyFile+","+delay.String())
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

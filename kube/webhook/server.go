@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/policy"
@@ -211,8 +212,21 @@ type answered struct {
 }
 
 // answer decodes a review and answers it; status and err say why a body
-// is refused.
+// is refused. A pod's CREATE, which is every review the
+// MutatingWebhookConfiguration sends, is decoded in one pass (podReview);
+// anything else, or a body that pass cannot read, as an AdmissionReview
+// whose object is read apart (ReviewWith).
 func (h *Handler) answer(body []byte) (answered, int, error) {
+	var pr podReview
+	if err := json.Unmarshal(body, &pr); err == nil && pr.Request != nil && pr.Request.Object != nil &&
+		notSized(pr.Request.Operation, pr.Request.Kind.Kind, pr.Request.SubResource) == "" {
+		r := pr.Request
+		out := answerOf(pr.TypeMeta)
+		out.Response = &admissionv1.AdmissionResponse{UID: r.UID, Allowed: true}
+		m := reviewPod(out.Response, r.Object, r.Namespace, h.Policy(), h.Claims)
+		req := &admissionv1.AdmissionRequest{UID: r.UID, Namespace: r.Namespace, Name: r.Name}
+		return answered{req: req, out: out, m: m}, http.StatusOK, nil
+	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil {
 		return answered{}, http.StatusBadRequest, fmt.Errorf("decode the AdmissionReview: %w", err)
@@ -222,6 +236,22 @@ func (h *Handler) answer(body []byte) (answered, int, error) {
 	}
 	out, m := ReviewWith(&review, h.Policy(), h.Claims)
 	return answered{req: review.Request, out: out, m: m}, http.StatusOK, nil
+}
+
+// podReview is an AdmissionReview of a pod, its object decoded with it:
+// one pass over the body, where AdmissionReview's RawExtension takes two
+// more (a copy of the object, then the pod out of it).
+type podReview struct {
+	metav1.TypeMeta `json:",inline"`
+	Request         *struct {
+		UID         types.UID               `json:"uid"`
+		Kind        metav1.GroupVersionKind `json:"kind"`
+		SubResource string                  `json:"subResource,omitempty"`
+		Name        string                  `json:"name,omitempty"`
+		Namespace   string                  `json:"namespace,omitempty"`
+		Operation   admissionv1.Operation   `json:"operation"`
+		Object      *corev1.Pod             `json:"object,omitempty"`
+	} `json:"request,omitempty"`
 }
 
 // classify names a review's decision and outcome for the metrics.
@@ -288,16 +318,22 @@ func (h *Handler) mutate(w http.ResponseWriter, r *http.Request) {
 	}
 	out, m, req := a.out, a.m, a.req
 	decision, outcome = classify(out, m)
-	attrs := []any{"namespace", req.Namespace, "pod", req.Name, "uid", string(req.UID)}
-	switch {
-	case m.Skipped != "":
-		h.log().Debug("pod left as it is", append(attrs, "why", m.Skipped)...)
-	case len(m.Patches) > 0:
-		d := m.Decision
-		h.log().Info("pod admitted", append(attrs, "action", string(d.Action), "size_bytes", d.Size, "gpu", d.GPU, "reason", d.Reason)...)
+	// A line a review at debug level (--verbose) only: the pod carries
+	// its decision (DecisionAnnotation) and the metrics count the reviews,
+	// while a line each at info level costs every review a write and a
+	// busy cluster's log pipeline a line per pod created.
+	if log := h.log(); log.Enabled(r.Context(), slog.LevelDebug) {
+		attrs := []any{"namespace", req.Namespace, "pod", req.Name, "uid", string(req.UID)}
+		switch {
+		case m.Skipped != "":
+			log.Debug("pod left as it is", append(attrs, "why", m.Skipped)...)
+		case len(m.Patches) > 0:
+			d := m.Decision
+			log.Debug("pod admitted", append(attrs, "action", string(d.Action), "size_bytes", d.Size, "gpu", d.GPU, "reason", d.Reason)...)
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(out); err != nil {
-		h.log().Warn("write the review", append(attrs, "err", err.Error())...)
+		h.log().Warn("write the review", "namespace", req.Namespace, "pod", req.Name, "uid", string(req.UID), "err", err.Error())
 	}
 }

@@ -55,7 +55,14 @@ gpurun_webhook_admission_duration_seconds, gpurun_webhook_reviews_total by
 decision and outcome, gpurun_webhook_reviews_in_flight,
 gpurun_webhook_ready, gpurun_webhook_tls_reloads_total, the serving
 certificate's expiry, and gpurun_webhook_connections_total and
-gpurun_webhook_connections_open (the review port's connections).`
+gpurun_webhook_connections_open (the review port's connections).
+
+Log: JSON on stderr. Each review's decision is on its pod (the annotation)
+and in the metrics; --verbose adds a line per review.
+
+The review port speaks HTTP/1.1 only, as controller-runtime's webhook
+server does by default: the API server keeps a pool of connections, spread
+over the replicas, and each review costs the webhook less CPU.`
 
 func newWebhookCmd(g *cli.Globals) *cobra.Command {
 	var o webhook.ServeOptions
