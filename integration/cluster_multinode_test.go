@@ -46,7 +46,7 @@ func TestClusterMultiNode(t *testing.T) {
 		rel := k3stest.V3Imports()
 		k3s := harness.K3sNode{DataDir: "/var/lib/rancher/k3s", Program: "k3s", Release: rel, Base: string(readTestdata(t, k3sTestdata+rel.Base))}
 		prev := harness.RequirePrevious(t)
-		images := []string{gpurunImageTar(t), prev.ImageTar(t, t.TempDir(), agentImageName+":"+prevImageTag)}
+		images := []string{gpurunImageTar(t), prev.ImageTar(t, t.TempDir(), agentImageName+":"+prevImageTag), nullWebhookImageTar(t)}
 		c = harness.StartMultiNodeCluster(t, harness.MultiNodeOptions{Nodes: harness.MixedNodes(k3s), Images: images})
 		e := &multiEnv{c: c, pol: shippedPolicy(t), prev: prev, dra: startDRA(t, c, c.Node("gpu-c2"))}
 		t.Run("nodes", e.testNodes)

@@ -9,20 +9,24 @@ package integration
 // it, decodes the answer and applies the patch, all on CPUs that the
 // clients' other creates keep busy. So the same load is sent three times,
 // each to a namespace of its own: with no webhook at all, with a webhook
-// that does nothing (it runs in the test process and answers every review
-// allowed with a one-operation patch, without reading the pod), and with
-// gpurun's. The do-nothing webhook's p99 is the least any webhook can
-// reach here; gpurun's over it is what gpurun adds; the creates' own
-// latency over the round without a webhook is what a user waits for.
+// that does nothing (testdata/nullwebhook: it answers every review
+// allowed with a one-operation patch, without reading the pod, deployed
+// as gpurun's is, two replicas in pods behind a Service), and with
+// gpurun's. The do-nothing webhook's latency and CPU per review are the
+// least any webhook deployed so can reach here; gpurun's over them is what
+// gpurun adds; the creates' own latency over the round without a webhook
+// is what a user waits for.
 
 import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
+	"math"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -35,31 +39,129 @@ import (
 )
 
 const (
-	// floorPods is each round's pods: as many as the load's steady phase.
-	floorPods = loadSteady
+	// floorPods is each round's pods, floorRuns runs of floorPods/floorRuns:
+	// enough calls that one slow call moves the API server's p99 little
+	// (its buckets are 5, 25, 100 ms), in runs short enough to interleave.
+	floorPods = 800
+	floorRuns = 4
 	// nullWebhookName is the do-nothing webhook's name.
 	nullWebhookName = "null.gpurun-test.io"
-	// nullAnnotation is what its patch adds.
+	// nullAnnotation is what its patch adds (testdata/nullwebhook).
 	nullAnnotation = "gpurun-test/null-webhook"
+	// nullWebhookService names its Deployment, Service and Secret;
+	// nullWebhookImage is its image.
+	nullWebhookService = "gpurun-test-null"
+	nullWebhookImage   = "gpurun-test/null-webhook:floor"
 )
 
-// nullWebhook answers every review allowed with a patch that adds one
-// annotation: the least a mutating webhook can do. It decodes nothing but
-// the request's uid.
-func nullWebhook(w http.ResponseWriter, r *http.Request) {
-	var review struct {
-		Request struct {
-			UID string `json:"uid"`
-		} `json:"request"`
+// nullWebhookImageTar builds the do-nothing webhook
+// (testdata/nullwebhook), a static binary, into an image of that one file.
+func nullWebhookImageTar(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "nullwebhook"), "./testdata/nullwebhook")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the do-nothing webhook: %v\n%s", err, out)
 	}
-	if err := json.NewDecoder(r.Body).Decode(&review); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+	dockerfile := filepath.Join(dir, "Dockerfile")
+	if err := os.WriteFile(dockerfile, []byte("FROM scratch\nCOPY nullwebhook /nullwebhook\nUSER 65532:65532\nENTRYPOINT [\"/nullwebhook\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	patch := base64.StdEncoding.EncodeToString([]byte(`[{"op":"add","path":"/metadata/annotations","value":{"` + nullAnnotation + `":"called"}}]`))
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true,"patchType":"JSONPatch","patch":%q}}`,
-		review.Request.UID, patch)
+	return harness.DockerfileImageTar(t, t.TempDir(), nullWebhookImage, dockerfile, dir, nil)
+}
+
+// nullDeployment is the do-nothing webhook as deployed.
+type nullDeployment struct {
+	ns string
+	ca []byte // its CA, for the caBundle
+}
+
+// deployNullWebhook deploys the do-nothing webhook into namespace ns as
+// gpurun's is deployed (deploy/kubernetes/overlays/webhook): two replicas
+// on two nodes, the same resources and tolerations, TLS from a Secret,
+// behind a Service, ready by an HTTPS probe; and waits until both are
+// ready.
+func deployNullWebhook(t *testing.T, c *harness.Cluster, ns string) nullDeployment {
+	t.Helper()
+	now := time.Now()
+	caPEM, caKey, err := webhook.NewCA(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, err := webhook.NewServing(caPEM, caKey, webhook.ServiceNames(nullWebhookService, ns), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.StdEncoding.EncodeToString
+	c.Apply(fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: %[1]s-tls, namespace: %[2]s}
+type: kubernetes.io/tls
+data: {tls.crt: %[3]s, tls.key: %[4]s}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: %[1]s, namespace: %[2]s}
+spec:
+  selector: {app: %[1]s}
+  ports: [{name: https, port: 443, targetPort: 8443}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s, namespace: %[2]s}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+      priorityClassName: system-cluster-critical
+      nodeSelector: {kubernetes.io/os: linux}
+      tolerations: [{key: nvidia.com/gpu, operator: Exists}, {key: amd.com/gpu, operator: Exists}]
+      topologySpreadConstraints:
+        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Honor, labelSelector: {matchLabels: {app: %[1]s}}}
+      containers:
+        - name: webhook
+          image: %[5]s
+          imagePullPolicy: Never
+          ports: [{name: https, containerPort: 8443}, {name: cpu, containerPort: 9469}]
+          readinessProbe: {httpGet: {path: /healthz, port: https, scheme: HTTPS}, periodSeconds: 2, failureThreshold: 1}
+          resources: {requests: {cpu: 100m, memory: 32Mi}, limits: {memory: 128Mi}}
+          volumeMounts: [{name: tls, mountPath: /tls, readOnly: true}]
+      volumes: [{name: tls, secret: {secretName: %[1]s-tls}}]
+`, nullWebhookService, ns, b64(crt), b64(key), nullWebhookImage))
+	if out, err := c.Kubectl("rollout", "status", "-n", ns, "deployment/"+nullWebhookService, "--timeout=2m"); err != nil {
+		t.Fatalf("the do-nothing webhook: %v\n%s\n%s", err, out, c.PodsDump(ns))
+	}
+	return nullDeployment{ns: ns, ca: caPEM}
+}
+
+// cpu is the CPU time its processes have used, in seconds (each
+// replica's /cpu).
+func (n nullDeployment) cpu(t *testing.T, c *harness.Cluster) float64 {
+	t.Helper()
+	out, err := c.Kubectl("get", "pods", "-n", n.ns, "-l", "app="+nullWebhookService, "-o", "jsonpath={.items[*].status.podIP}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.DialContext}}
+	defer client.CloseIdleConnections()
+	var sum float64
+	for _, ip := range strings.Fields(out) {
+		resp, err := client.Get("http://" + ip + ":9469/cpu")
+		if err != nil {
+			t.Fatalf("the do-nothing webhook's CPU: %v", err)
+		}
+		var v float64
+		_, err = fmt.Fscan(resp.Body, &v)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("the do-nothing webhook's CPU: %v", err)
+		}
+		sum += v
+	}
+	return sum
 }
 
 // floorRound is one round: its pods go to a namespace of their own.
@@ -69,11 +171,29 @@ type floorRound struct {
 	took     time.Duration
 	results  []loadResult
 	hist     histogram // the API server's, of hooks
-	// webhookCPU is the CPU time gpurun's webhook processes used
-	// meanwhile, in seconds.
+	// webhookCPU is the CPU time the round's webhook (gpurun's processes,
+	// or the do-nothing one's) used meanwhile, in seconds.
 	webhookCPU float64
 	// webhookConns are the connections they accepted meanwhile.
 	webhookConns float64
+	// own is gpurun's webhook's own histogram of its handling, over the
+	// round's runs.
+	own histogram
+	// halves are hist of the round's first and last runs apart
+	// (floorRuns/2 each): how far two measurements of one webhook on one
+	// cluster differ, the noise that a difference between webhooks must
+	// stand out from.
+	halves [2]histogram
+}
+
+// spread is how far the halves' q-quantiles are apart, as a fraction of
+// their mean.
+func (r *floorRound) spread(q float64) float64 {
+	a, b := r.halves[0].quantile(q), r.halves[1].quantile(q)
+	if a+b == 0 {
+		return 0
+	}
+	return math.Abs(a-b) / ((a + b) / 2)
 }
 
 // clientLatency is the q-quantile of the creates' latency as the clients
@@ -104,10 +224,9 @@ func floorNamespace(t *testing.T, c *harness.Cluster, ns string, labels map[stri
 	c.WaitServiceAccount(ns, "default", time.Minute)
 }
 
-// testWebhookFloor runs the three rounds (each twice, half its pods each
-// time) on the cluster whose gpurun webhook testWebhookLoad installed, and
-// reports them. It
-// fails when a round's pods are not what its webhooks make of them (the
+// testWebhookFloor runs the three rounds (each floorRuns times, a part of
+// its pods each time) on the cluster whose gpurun webhook testWebhookLoad
+// installed, and reports them. It fails when a round's pods are not what its webhooks make of them (the
 // do-nothing webhook's annotation on every pod, gpurun's volume on every
 // GPU pod, neither where no webhook is called) or when the API server did
 // not count a call for each; latency is reported, not checked (it is this
@@ -116,27 +235,20 @@ func (e *multiEnv) testWebhookFloor(t *testing.T, want int64) {
 	c := e.c.For(t)
 	base := testNamespace(t, c)
 
-	// The do-nothing webhook: in the test process, reached by the API
-	// server at a url in the control plane's namespace.
-	ln, err := c.ListenControlPlane()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(nullWebhook))
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	defer srv.Close()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	// The do-nothing webhook: deployed as gpurun's is, in the test's
+	// namespace.
+	nullDep := deployNullWebhook(t, c, base)
 
 	// gpurun's entries skip a namespace so labelled (their
 	// namespaceSelector).
 	off := map[string]string{"gpurun.io/webhook": "disabled"}
 	rounds := []*floorRound{
-		{name: "no webhook", ns: base + "-none", hist: histogram{}},
-		{name: "a webhook that does nothing", ns: base + "-null", hooks: []string{nullWebhookName}, hist: histogram{}},
-		{name: "gpurun's webhook", ns: base + "-gpurun", hooks: []string{webhook.GPUWebhookName, webhook.PodsWebhookName}, hist: histogram{}},
+		{name: "no webhook", ns: base + "-none"},
+		{name: "a webhook that does nothing", ns: base + "-null", hooks: []string{nullWebhookName}},
+		{name: "gpurun's webhook", ns: base + "-gpurun", hooks: []string{webhook.GPUWebhookName, webhook.PodsWebhookName}},
+	}
+	for _, r := range rounds {
+		r.hist, r.own, r.halves = histogram{}, histogram{}, [2]histogram{{}, {}}
 	}
 	floorNamespace(t, c, rounds[0].ns, off)
 	floorNamespace(t, c, rounds[1].ns, off)
@@ -156,10 +268,10 @@ webhooks:
     sideEffects: None
     failurePolicy: Fail
     timeoutSeconds: 10
-    clientConfig: {url: "https://%s/mutate", caBundle: %s}
+    clientConfig: {service: {namespace: %s, name: %s, path: /mutate}, caBundle: %s}
     rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods], scope: Namespaced}]
     namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
-`, nullWebhookName, ln.Addr(), base64.StdEncoding.EncodeToString(ca), rounds[1].ns)
+`, nullWebhookName, base, nullWebhookService, base64.StdEncoding.EncodeToString(nullDep.ca), rounds[1].ns)
 	c.Apply(cfg)
 	t.Cleanup(func() {
 		if out, err := c.Kubectl("delete", "mutatingwebhookconfiguration", "gpurun-test-null", "--ignore-not-found"); err != nil {
@@ -176,26 +288,40 @@ webhooks:
 		t.Fatalf("the API server does not call the do-nothing webhook: %v", err)
 	}
 
-	// Each kind runs twice, half its pods each time, in the order
-	// none, null, gpurun, gpurun, null, none: what the cluster's state
-	// adds as the runs go on (more objects, warmer caches) falls on every
-	// kind alike.
+	// Each kind runs floorRuns times, a part of its pods each time, in the
+	// order none, null, gpurun, gpurun, null, none, none, null, ...: what
+	// the cluster's state adds as the runs go on (more objects, warmer
+	// caches) falls on every kind alike.
 	pods := loadPods()[:floorPods]
-	half := len(pods) / 2
+	per := len(pods) / floorRuns
+	var order []*floorRound
+	for len(order) < floorRuns*len(rounds) {
+		order = append(order, rounds...)
+		order = append(order, rounds[2], rounds[1], rounds[0])
+	}
 	scraper := &webhookScraper{c: c, last: map[string]map[string]*dto.MetricFamily{}}
 	ctx := context.Background()
-	for i, r := range append(slices.Clone(rounds), rounds[2], rounds[1], rounds[0]) {
-		part := pods[:half]
-		if i >= len(rounds) {
-			part = pods[half:]
-		}
+	runs := map[*floorRound]int{}
+	for _, r := range order {
+		i := runs[r]
+		runs[r]++
+		part := pods[i*per : (i+1)*per]
 		before, err := apiserverMetrics(c)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The CPU time of the round's webhook: gpurun's processes, or the
+		// do-nothing one's.
+		cpuNow := func() float64 {
+			if r == rounds[1] {
+				return nullDep.cpu(t, c)
+			}
+			return scraper.counter("process_cpu_seconds_total", nil)
+		}
 		scraper.scrape(ctx)
-		cpu := scraper.counter("process_cpu_seconds_total", nil)
+		cpu := cpuNow()
 		conns := scraper.counter(webhook.MetricsPrefix+"connections_total", nil)
+		own := scraper.histogram(webhook.MetricsPrefix + "admission_duration_seconds")
 		run := &loadRun{c: c, ns: r.ns, want: want, pods: part, created: make(chan struct{}, len(part))}
 		run.setPhase(r.name, 0)
 		began := time.Now()
@@ -206,10 +332,15 @@ webhooks:
 			t.Fatal(err)
 		}
 		scraper.scrape(ctx)
-		r.webhookCPU += scraper.counter("process_cpu_seconds_total", nil) - cpu
+		r.webhookCPU += cpuNow() - cpu
 		r.webhookConns += scraper.counter(webhook.MetricsPrefix+"connections_total", nil) - conns
+		if r == rounds[2] {
+			r.own.add(scraper.histogram(webhook.MetricsPrefix + "admission_duration_seconds").sub(own))
+		}
 		r.results = append(r.results, run.results...)
-		r.hist.add(apiHistOf(after, r.hooks...).sub(apiHistOf(before, r.hooks...)))
+		calls := apiHistOf(after, r.hooks...).sub(apiHistOf(before, r.hooks...))
+		r.hist.add(calls)
+		r.halves[i*2/floorRuns].add(calls)
 	}
 
 	// Each round's pods are what its webhooks make of them.
@@ -251,24 +382,39 @@ webhooks:
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	hms := func(s float64) string { return fmt.Sprintf("%.1f ms", s*1000) }
 	for _, r := range rounds {
-		line := fmt.Sprintf("%s: %d pods by %d clients in %s (%.0f pods/s), creates p50 %s p99 %s", r.name, len(pods), loadClients,
+		line := fmt.Sprintf("%s: %d pods by %d clients in %d runs, %s (%.0f pods/s), creates p50 %s p99 %s", r.name, len(pods), loadClients, floorRuns,
 			r.took.Round(time.Millisecond), float64(len(pods))/r.took.Seconds(), ms(r.clientLatency(0.5)), ms(r.clientLatency(0.99)))
 		if r.hooks != nil {
-			line += fmt.Sprintf("; the API server's call: p50 %s, p99 %s in %s, %.1f%% within 5 ms", hms(r.hist.quantile(0.5)), hms(r.hist.quantile(0.99)),
-				r.hist.bucketOf(0.99), 100*r.hist.within(0.005))
+			line += fmt.Sprintf("; the API server's call: p50 %s, p99 %s in %s, %.1f%% within 5 ms; first and last runs apart: p50 %s and %s, p99 %s and %s",
+				hms(r.hist.quantile(0.5)), hms(r.hist.quantile(0.99)), r.hist.bucketOf(0.99), 100*r.hist.within(0.005),
+				hms(r.halves[0].quantile(0.5)), hms(r.halves[1].quantile(0.5)), hms(r.halves[0].quantile(0.99)), hms(r.halves[1].quantile(0.99)))
 		}
-		if r == rounds[2] && r.hist.count() > 0 {
-			line += fmt.Sprintf("; gpurun's webhook processes used %.2f ms of CPU per review and accepted %v connections", 1000*r.webhookCPU/r.hist.count(), r.webhookConns)
+		if r.hooks != nil && r.hist.count() > 0 {
+			line += fmt.Sprintf("; its processes used %.2f ms of CPU per review", 1000*r.webhookCPU/r.hist.count())
+		}
+		if r == rounds[2] {
+			line += fmt.Sprintf(", accepted %v connections, and handled a review in p50 %s, p99 %s",
+				r.webhookConns, hms(r.own.quantile(0.5)), hms(r.own.quantile(0.99)))
 		}
 		t.Log(line)
 	}
 	none, null, ours := rounds[0], rounds[1], rounds[2]
-	fmt.Printf("bench: webhook-floor pods=%d none_pods_per_s=%.0f none_create_p99_ms=%.1f null_pods_per_s=%.0f null_apiserver_p50_ms=%.2f null_apiserver_p99_ms=%.2f null_within_5ms=%.3f gpurun_pods_per_s=%.0f gpurun_apiserver_p50_ms=%.2f gpurun_apiserver_p99_ms=%.2f gpurun_within_5ms=%.3f gpurun_added_create_p99_ms=%.1f gpurun_cpu_ms_per_review=%.2f\n",
-		len(pods), float64(len(pods))/none.took.Seconds(), float64(none.clientLatency(0.99).Microseconds())/1000,
+	fmt.Printf("bench: webhook-floor pods=%d runs=%d none_pods_per_s=%.0f none_create_p99_ms=%.1f "+
+		"null_pods_per_s=%.0f null_apiserver_p50_ms=%.2f null_apiserver_p99_ms=%.2f null_within_5ms=%.3f null_create_p50_ms=%.1f null_create_p99_ms=%.1f null_p50_spread=%.2f null_p99_spread=%.2f null_cpu_ms_per_review=%.3f "+
+		"gpurun_pods_per_s=%.0f gpurun_apiserver_p50_ms=%.2f gpurun_apiserver_p99_ms=%.2f gpurun_within_5ms=%.3f gpurun_create_p50_ms=%.1f gpurun_create_p99_ms=%.1f gpurun_p50_spread=%.2f gpurun_p99_spread=%.2f "+
+		"gpurun_added_p50_ms=%.2f gpurun_p99_over_null=%.2f gpurun_own_p50_ms=%.3f gpurun_own_p99_ms=%.3f gpurun_added_create_p99_ms=%.1f gpurun_cpu_ms_per_review=%.3f\n",
+		len(pods), floorRuns, float64(len(pods))/none.took.Seconds(), msOf(none.clientLatency(0.99)),
 		float64(len(pods))/null.took.Seconds(), null.hist.quantile(0.5)*1000, null.hist.quantile(0.99)*1000, null.hist.within(0.005),
+		msOf(null.clientLatency(0.5)), msOf(null.clientLatency(0.99)), null.spread(0.5), null.spread(0.99), 1000*null.webhookCPU/max(1, null.hist.count()),
 		float64(len(pods))/ours.took.Seconds(), ours.hist.quantile(0.5)*1000, ours.hist.quantile(0.99)*1000, ours.hist.within(0.005),
-		float64((ours.clientLatency(0.99)-none.clientLatency(0.99)).Microseconds())/1000, 1000*ours.webhookCPU/max(1, ours.hist.count()))
+		msOf(ours.clientLatency(0.5)), msOf(ours.clientLatency(0.99)), ours.spread(0.5), ours.spread(0.99),
+		(ours.hist.quantile(0.5)-null.hist.quantile(0.5))*1000, ours.hist.quantile(0.99)/max(null.hist.quantile(0.99), 1e-9),
+		ours.own.quantile(0.5)*1000, ours.own.quantile(0.99)*1000,
+		msOf(ours.clientLatency(0.99)-none.clientLatency(0.99)), 1000*ours.webhookCPU/max(1, ours.hist.count()))
 }
+
+// msOf is d in milliseconds.
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // floorPodsWrong reads a pod list (kubectl -o json) of the rounds that
 // gpurun's webhook skips: each pod carries the do-nothing webhook's

@@ -767,13 +767,19 @@ func (e *multiEnv) testWebhookLoad(t *testing.T) {
 	}
 
 	// One replica killed outright, at full speed: the one answering the
-	// API server (it keeps one HTTP/2 connection, to one replica), so
-	// that reviews are in flight on it when it dies.
+	// most of the API server's reviews (over its kept-alive HTTP/1.1
+	// connections, spread over both), so that reviews are in flight on it
+	// when it dies. The load is paced while it is found (half a second of
+	// counting, at full speed, would take a third of the pods left), and
+	// back at full speed for the kill.
 	pods, err := webhookPods(c)
 	if err != nil || len(pods) != 2 {
 		t.Fatalf("webhook pods %+v, %v", pods, err)
 	}
+	run.setPhase("aim", 4*loadPace)
 	victim, answered := scraper.busiest(ctx, pods)
+	run.setPhase("kill", 0)
+	time.Sleep(100 * time.Millisecond)
 	killedAt := time.Now()
 	if err := c.KillContainer(c.Node(victim.Node), victim.Container, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

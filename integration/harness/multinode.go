@@ -581,28 +581,6 @@ func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Co
 	return c.ns.DialContext(ctx, network, addr)
 }
 
-// ListenControlPlane listens on TCP at 127.0.0.1 (a port of the
-// kernel's choosing) in the control plane's network namespace, where the
-// API server reaches it: a webhook registered by url
-// (https://127.0.0.1:PORT/...) that runs in the test process. The caller
-// closes it. Only a cluster of StartMultiNodeCluster has a control plane
-// namespace of its own; on another it is an error.
-func (c *Cluster) ListenControlPlane() (net.Listener, error) {
-	if c.ns == nil {
-		return nil, errors.New("listen in the control plane's namespace: this cluster's control plane has none of its own")
-	}
-	var ln net.Listener
-	err := c.ns.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listen in the control plane's namespace: %w", err)
-	}
-	return ln, nil
-}
-
 // APIClient returns a new HTTP client of the API server's, as the cluster
 // admin, with a transport (and so connections) of its own: a load test's
 // client, as client-go's would be (HTTP/2 where the server offers it). Its
