@@ -167,6 +167,18 @@ func BenchmarkRuntimeShim(b *testing.B) {
 	b.ReportMetric(ms(median(over)), "over-exec-ms")
 }
 
+// benchTmpfs is a directory on a tmpfs for a benchmark's bundles, as
+// engines keep theirs (under /run), removed at its end.
+func benchTmpfs(b *testing.B) string {
+	b.Helper()
+	shm, err := os.MkdirTemp("/dev/shm", "gpurun-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(shm) })
+	return shm
+}
+
 // BenchmarkRuntimeShimRuncRun measures a whole container life through
 // gpurun-runtime against runc alone: `run` of a GPU container (busybox
 // `true`, NVIDIA_VISIBLE_DEVICES=all) whose /dev/shm gpurun sizes, runc
@@ -202,12 +214,7 @@ func BenchmarkRuntimeShimRuncRun(b *testing.B) {
 	}
 	e.rt = installed(b, e.rt)
 	wrapper := runcWrapper(b)
-	// The bundles on a tmpfs, as engines keep them (under /run).
-	shm, err := os.MkdirTemp("/dev/shm", "gpurun-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(shm) })
+	shm := benchTmpfs(b)
 	for _, v := range []struct {
 		name string
 		// bundle makes the bundle and returns it, the container id and a

@@ -557,12 +557,7 @@ func BenchmarkHookRunc(b *testing.B) {
 	e := newRuncEnv(b, "")
 	gpurun := benchGpurun(b)
 	floor := buildStaticGo(b, "package main\n\nimport (\n\t\"io\"\n\t\"os\"\n)\n\nfunc main() { _, _ = io.Copy(io.Discard, os.Stdin) }\n")
-	// The bundles on a tmpfs, as engines keep them (under /run).
-	shm, err := os.MkdirTemp("/dev/shm", "gpurun-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(shm) })
+	shm := benchTmpfs(b)
 	for _, v := range []struct {
 		name   string
 		env    []string

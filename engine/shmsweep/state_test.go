@@ -115,21 +115,28 @@ func TestRecordEncoding(t *testing.T) {
 	}
 }
 
+// sandbox makes the records of a sandbox of that id whose ShmDir is a
+// directory of its own, with a first start, and returns the ShmDir.
+func (f *fixture) sandbox(t *testing.T, o Options, id string) string {
+	t.Helper()
+	shm := filepath.Join(t.TempDir(), id)
+	if err := os.Mkdir(shm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := f.start()
+	s.ShmDir, s.SandboxID = shm, id
+	if _, err := Sweep(o, s); err != nil {
+		t.Fatal(err)
+	}
+	return shm
+}
+
 // TestForgetAndGC: Forget drops one sandbox's records; GC drops those whose
 // ShmDir is gone and leaves the rest.
 func TestForgetAndGC(t *testing.T) {
 	f := newFixture(t, false)
 	o := f.opts()
-	mk := func(sandbox string) string {
-		shm := filepath.Join(t.TempDir(), sandbox)
-		os.Mkdir(shm, 0o755)
-		s := f.start()
-		s.ShmDir, s.SandboxID = shm, sandbox
-		if _, err := Sweep(o, s); err != nil {
-			t.Fatal(err)
-		}
-		return shm
-	}
+	mk := func(sandbox string) string { return f.sandbox(t, o, sandbox) }
 	mk("alive")
 	gone1, gone2 := mk("gone1"), mk("gone2")
 	mk("forgotten")
@@ -170,16 +177,7 @@ func TestForgetAndGC(t *testing.T) {
 func TestGCDue(t *testing.T) {
 	f := newFixture(t, false)
 	o := f.opts()
-	gone := func(sandbox string) {
-		shm := filepath.Join(t.TempDir(), sandbox)
-		os.Mkdir(shm, 0o755)
-		s := f.start()
-		s.ShmDir, s.SandboxID = shm, sandbox
-		if _, err := Sweep(o, s); err != nil {
-			t.Fatal(err)
-		}
-		os.Remove(shm)
-	}
+	gone := func(sandbox string) { os.Remove(f.sandbox(t, o, sandbox)) }
 	now := time.Now()
 	gone("a")
 	for _, tc := range []struct {
