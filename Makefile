@@ -188,7 +188,7 @@ e2e: $(CONTAINERD2_TOOLS) k8s-tools
 # hook that does nothing and runc with gpurun's createRuntime hook, the
 # same way (cpu-ratio; go-hook-cpu-ratio is the floor of any Go hook).
 # The unit benchmarks include the NRI plugin's under 100 concurrent
-# creates (runtime/nri: BenchmarkCreateContainerConcurrent, the handler's
+# creates (node/nri: BenchmarkCreateContainerConcurrent, the handler's
 # p50/p99; ...ConcurrentNRI, the same through the NRI protocol, with the
 # round trip's p50/p99).
 # The webhook's load test (integration/cluster_webhook_load_test.go) on the
@@ -219,13 +219,13 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFormatQuantity$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseFast$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./oci
-	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./runtime/specfile
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./node/specfile
 	$(GO) test -run '^$$' -fuzz '^FuzzEngineHostShm$$' -fuzztime $(FUZZTIME) ./oci
-	$(GO) test -run '^$$' -fuzz '^FuzzWalk$$' -fuzztime $(FUZZTIME) ./runtime/specfile
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFields$$' -fuzztime $(FUZZTIME) ./runtime/specfile
-	$(GO) test -run '^$$' -fuzz '^FuzzPlain$$' -fuzztime $(FUZZTIME) ./runtime/specfile
-	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME) ./runtime/shim
-	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./runtime/hook
+	$(GO) test -run '^$$' -fuzz '^FuzzWalk$$' -fuzztime $(FUZZTIME) ./node/specfile
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFields$$' -fuzztime $(FUZZTIME) ./node/specfile
+	$(GO) test -run '^$$' -fuzz '^FuzzPlain$$' -fuzztime $(FUZZTIME) ./node/specfile
+	$(GO) test -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME) ./node/shim
+	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./node/hook
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./docker/runargs
 	$(GO) test -run '^$$' -fuzz '^FuzzInstall$$' -fuzztime $(FUZZTIME) ./engine/docker
 	$(GO) test -run '^$$' -fuzz '^FuzzInstall$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./engine/containerd

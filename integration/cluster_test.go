@@ -28,8 +28,8 @@ import (
 
 	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // Where the tests put gpurun's image: the test-local overlay's `images:`

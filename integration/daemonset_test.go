@@ -18,9 +18,9 @@ import (
 
 	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/node/install"
+	"github.com/gpurun/gpurun/node/nodeagent"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/nodeagent"
 )
 
 // containerd2Binary is containerd 2.x for `containerd config default`:

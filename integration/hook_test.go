@@ -23,10 +23,10 @@ import (
 	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/node/enforce"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // withHook adds `gpurun hook --config CONFIG [--stage STAGE]` to a runc

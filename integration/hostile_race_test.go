@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/node/nri"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/nri"
 )
 
 // TestHostileRace races the check of a host tmpfs against its use, for

@@ -27,10 +27,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/node/enforce"
+	"github.com/gpurun/gpurun/node/nri"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/nri"
 )
 
 // The hostile corpus (testdata/hostile) is what a pod spec, a compose file,

@@ -12,12 +12,12 @@ import (
 
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/internal/k3stest"
+	"github.com/gpurun/gpurun/node/install"
+	"github.com/gpurun/gpurun/node/nodeagent"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/nodeagent"
 )
 
-const k3sTestdata = "../runtime/install/testdata/k3s/"
+const k3sTestdata = "../node/install/testdata/k3s/"
 
 // TestK3sNodeAgent runs the node agent on a node laid out as k3s (or
 // RKE2) lays out its embedded containerd, with a real containerd on the

@@ -20,7 +20,7 @@ import (
 	"github.com/gpurun/gpurun/diagnose/doctor"
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/integration/harness"
-	"github.com/gpurun/gpurun/runtime/shim"
+	"github.com/gpurun/gpurun/node/shim"
 )
 
 // The containerd lines the NVIDIA tests run on: Debian's 1.6 and 2.x

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // runcEnv runs bundles through gpurun-runtime (or plain runc) directly,

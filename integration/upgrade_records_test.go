@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/internal/k3stest"
-	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/node/install"
 )
 
 // recordsNode is a node's root on this machine (no containerd runs on

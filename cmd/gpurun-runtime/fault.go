@@ -3,8 +3,8 @@
 package main
 
 import (
+	"github.com/gpurun/gpurun/node/shim"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/runtime/shim"
 )
 
 // newShim is the shim of a binary built for the integration tests only

@@ -2,7 +2,7 @@
 
 package main
 
-import "github.com/gpurun/gpurun/runtime/shim"
+import "github.com/gpurun/gpurun/node/shim"
 
 // newShim is the shim of this process.
 func newShim() *shim.Shim { return shim.New() }

@@ -33,7 +33,7 @@ var heavyPackages = []struct{ prefix, why string }{
 	{"github.com/gpurun/gpurun/kube/webhook", "Kubernetes API types"},
 	{"github.com/gpurun/gpurun/diagnose/doctor", "CRI, Kubernetes"},
 	{"github.com/gpurun/gpurun/engine/criclient", "gRPC, CRI"},
-	{"github.com/gpurun/gpurun/runtime/nri", "NRI"},
+	{"github.com/gpurun/gpurun/node/nri", "NRI"},
 	{"github.com/gpurun/gpurun/cmd/internal/docgen", "man pages"},
 	{"github.com/gpurun/gpurun/diagnose/plan", "Kubernetes API types"},
 	{"github.com/gpurun/gpurun/observe/exporter", "metrics, Kubernetes Events"},
@@ -109,7 +109,7 @@ func TestHeavyPrefix(t *testing.T) {
 		{"html/template", true},
 		{"text/template", false},
 		{"github.com/gpurun/gpurun/composeish", false},
-		{"github.com/gpurun/gpurun/runtime/nrilog", false},
+		{"github.com/gpurun/gpurun/node/nrilog", false},
 		{"github.com/docker/docker/client", false},
 	} {
 		if _, got := heavy(tc.pkg); got != tc.want {

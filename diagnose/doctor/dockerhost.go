@@ -14,8 +14,8 @@ import (
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/docker"
+	"github.com/gpurun/gpurun/node/shim"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/shim"
 )
 
 // readDaemonJSON reads daemon.json at a path under the System's root

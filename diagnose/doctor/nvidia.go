@@ -13,9 +13,9 @@ import (
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/nvidia"
 	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/node/shim"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/shim"
 )
 
 // nvidiaLowLevel returns the low-level runtimes NVIDIA's config lists and

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/engine/nvidia"
+	"github.com/gpurun/gpurun/node/install"
+	"github.com/gpurun/gpurun/node/shim"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/shim"
 )
 
 // The GPU Operator's toolkit, as its installer lays it out on a node.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 const (
@@ -24,7 +24,7 @@ const (
 	pod2 = "a46dafde315e36d7b69a341af7882d05e8ebff7d8aa3fc755f5e6c454de491cb"
 )
 
-// logLine is one record as runtime/enforce writes it.
+// logLine is one record as node/enforce writes it.
 func logLine(t *testing.T, at time.Time, fields map[string]any) string {
 	t.Helper()
 	fields["time"] = at.Format(time.RFC3339Nano)

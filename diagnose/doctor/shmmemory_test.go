@@ -11,8 +11,8 @@ import (
 	"github.com/docker/docker/api/types/system"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // memCgroup writes a v1 memory cgroup for the process pid into a fake

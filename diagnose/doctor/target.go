@@ -15,8 +15,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpurun/gpurun/docker/translate"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // TargetOptions configure DockerContainer and CRIContainer.

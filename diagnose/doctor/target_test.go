@@ -14,9 +14,9 @@ import (
 
 	"github.com/gpurun/gpurun/docker/runargs"
 	"github.com/gpurun/gpurun/docker/translate"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 const fixtures = "../../oci/testdata/fixtures"

@@ -15,10 +15,10 @@ import (
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/kube"
 	"github.com/gpurun/gpurun/kube/podspec"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // Options are gpurun plan's.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // captureDir is the capture directory of the fixtures in

@@ -20,11 +20,11 @@ import (
 	"github.com/gpurun/gpurun/docker/translate"
 	"github.com/gpurun/gpurun/engine/dockerapi"
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/node/enforce"
+	"github.com/gpurun/gpurun/node/nri"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/nri"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // The agreement test: every container captured from a real engine by
@@ -176,7 +176,7 @@ func (st setting) facts(fx *captured) oci.Facts {
 // nodePlan is how the node-level front doors plan a bundle: `gpurun plan
 // --spec` reads config.json with oci.FromSpec and asks oci.Decide; the
 // shim, the hook and the NRI plugin hand the one form to the one enforcer
-// (runtime/enforce), which plans with the host's facts — here f, for every
+// (node/enforce), which plans with the host's facts — here f, for every
 // door alike — and carries nothing out (its Grow and the door's Carry only
 // record). The NRI plugin first sees the container the way containerd
 // describes it to NRI and rebuilds the spec with nri.ToSpec. ok is false

@@ -19,9 +19,9 @@ import (
 	"github.com/gpurun/gpurun/docker/translate"
 	"github.com/gpurun/gpurun/kube/podspec"
 	"github.com/gpurun/gpurun/kube/webhook"
+	"github.com/gpurun/gpurun/node/nri"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/nri"
 )
 
 // evidenceForm is one form of GPU evidence, written in the words of every

@@ -3,7 +3,7 @@
 // read), by byte offsets, without decoding what it steps over: the one
 // scanner under gpurun's two JSON editors — daemon.json's
 // (engine/docker), which keeps every byte it does not change, and
-// config.json's (runtime/specfile), which reads a few keys of a large
+// config.json's (node/specfile), which reads a few keys of a large
 // document on every container start.
 package jsonscan
 

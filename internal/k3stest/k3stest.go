@@ -3,8 +3,8 @@
 // starts — its template functions, the data it executes the template with,
 // its base template defined as "base", and (from the version 3 template on)
 // its trimming of empty lines — for the releases whose templates are kept
-// in runtime/install/testdata/k3s (its README.md names each file's source).
-// The template-editor unit tests (runtime/install) and the k3s-layout
+// in node/install/testdata/k3s (its README.md names each file's source).
+// The template-editor unit tests (node/install) and the k3s-layout
 // integration test (integration/harness) both render through it.
 package k3stest
 
@@ -19,7 +19,7 @@ import (
 
 // Release is a k3s (or RKE2) release as far as its containerd config goes.
 type Release struct {
-	// Base is the testdata file (in runtime/install/testdata/k3s) of the
+	// Base is the testdata file (in node/install/testdata/k3s) of the
 	// release's base template.
 	Base string
 	// Version is the containerd config version the base template writes.

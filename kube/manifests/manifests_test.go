@@ -39,9 +39,9 @@ import (
 
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/kube/webhook"
+	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // The modes, one overlay each.
@@ -643,7 +643,7 @@ func (r *rendered) checkNodeAgent(t *testing.T) {
 // wantDropIn is the node agent's drop-in directory a mode's overlay
 // gives, on a distribution: in default-runtime mode a directory of
 // gpurun's own next to containerd's config, which the agent imports after
-// NVIDIA's conf.d (runtime/install's OwnDropInDir, which refusals and
+// NVIDIA's conf.d (node/install's OwnDropInDir, which refusals and
 // doctor name); none in runtime-class mode, nor on k3s and RKE2, whose
 // template takes gpurun's tables.
 func wantDropIn(mode, dist string) string {

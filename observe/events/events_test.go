@@ -15,11 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpurun/gpurun/kube"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/observe/events"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/observe/records/recordstest"
 	"github.com/gpurun/gpurun/observe/shmstats"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // fakeAPI is the events part of an API server: POST (409 for a name that
@@ -232,7 +232,7 @@ func TestWarnNode(t *testing.T) {
 }
 
 // swept is a record of a restart whose front door swept the pod's
-// /dev/shm: the remount record runtime/enforce made, with a sweep.
+// /dev/shm: the remount record node/enforce made, with a sweep.
 func swept(t *testing.T, s records.Sweep) records.Record {
 	t.Helper()
 	_, rs := recordstest.Run(t, recordstest.Case{Fixture: recordstest.CRIGPU, Subject: enforce.Subject{ID: "c2"}})

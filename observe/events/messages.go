@@ -28,7 +28,7 @@ func SweptMessage(r records.Record) (string, bool) {
 		for _, n := range s.Names {
 			names = append(names, path.Base(n))
 		}
-		// The record's names may end in "…" themselves (runtime/enforce
+		// The record's names may end in "…" themselves (node/enforce
 		// writes eight and "…").
 		if s.Files > len(s.Names) && names[len(names)-1] != "…" {
 			names = append(names, "…")

@@ -22,11 +22,11 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/kube"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/observe/events"
 	"github.com/gpurun/gpurun/observe/metrics"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/observe/shmstats"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // DefaultAddress is where the metrics are served by default: every

@@ -14,13 +14,13 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpurun/gpurun/kube"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/observe/exporter"
 	"github.com/gpurun/gpurun/observe/records/recordstest"
 	"github.com/gpurun/gpurun/observe/shmstats"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
-// TestRecordsLogCounted: records runtime/enforce appends to the log_file
+// TestRecordsLogCounted: records node/enforce appends to the log_file
 // after the exporter started are counted in the served metrics.
 func TestRecordsLogCounted(t *testing.T) {
 	dir := t.TempDir()

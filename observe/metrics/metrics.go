@@ -35,9 +35,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/observe/shmstats"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // Namespace is the metric names' prefix.

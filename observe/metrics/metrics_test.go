@@ -16,11 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/observe/metrics"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/observe/records/recordstest"
 	"github.com/gpurun/gpurun/observe/shmstats"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // fake returns the samples in turn, then the last one again.
@@ -220,7 +220,7 @@ func TestNearCeiling(t *testing.T) {
 	}
 }
 
-// TestRemountCounters counts the records runtime/enforce itself makes.
+// TestRemountCounters counts the records node/enforce itself makes.
 func TestRemountCounters(t *testing.T) {
 	_, rs := recordstest.Run(t,
 		recordstest.Case{Fixture: recordstest.CRIGPU, Subject: enforce.Subject{ID: "c1"}},

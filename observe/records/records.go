@@ -1,5 +1,5 @@
 // Package records reads the outcome of gpurun's /dev/shm plans, one Record
-// per container start, from where runtime/enforce reports it: in-process
+// per container start, from where node/enforce reports it: in-process
 // from an Enforcer's Observe callback (FromResult: the NRI plugin), or from
 // the JSON lines the per-start front doors (gpurun-runtime, the OCI hook)
 // append to the policy's log_file (Parse, and Tail to follow that file).
@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // Record is one container's outcome: what was planned for its /dev/shm,

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/observe/records/recordstest"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // TestLogAndObserveAgree: a record read back from the log line an Enforcer
@@ -97,7 +97,7 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// sweepLine writes one record as runtime/enforce's slog JSON handler
+// sweepLine writes one record as node/enforce's slog JSON handler
 // writes it (the log_file's format), with the sweep fields the front doors
 // add when a restarted container's /dev/shm is swept.
 func sweepLine(t *testing.T, msg string, sweep []any) []byte {

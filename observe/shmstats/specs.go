@@ -8,7 +8,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpurun/gpurun/runtime/specfile"
+	"github.com/gpurun/gpurun/node/specfile"
 )
 
 // Specs keeps the runtime specs Collect reads, so that a sampler that

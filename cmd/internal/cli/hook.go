@@ -8,9 +8,9 @@ import (
 
 	"github.com/gpurun/gpurun/engine/crio"
 	"github.com/gpurun/gpurun/internal/exitcode"
+	"github.com/gpurun/gpurun/node/hook"
+	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/hook"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 func newHookCmd(g *Globals) *cobra.Command {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpurun/gpurun/internal/execlink"
 	"github.com/gpurun/gpurun/internal/exitcode"
-	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/node/install"
 )
 
 func newInstallKubectlPluginCmd(g *Globals, uninstall bool) *cobra.Command {

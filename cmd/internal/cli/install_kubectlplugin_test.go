@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/node/install"
 )
 
 // TestInstallKubectlPluginCmd: install links kubectl-gpurun and

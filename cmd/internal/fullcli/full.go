@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpurun/gpurun/cmd/internal/cli"
-	"github.com/gpurun/gpurun/runtime/nri"
+	"github.com/gpurun/gpurun/node/nri"
 )
 
 // Binary is gpurun-full: every command in-process.

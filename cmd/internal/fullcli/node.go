@@ -12,12 +12,12 @@ import (
 	"github.com/gpurun/gpurun/cmd/internal/cli"
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/exitcode"
+	"github.com/gpurun/gpurun/node/install"
+	"github.com/gpurun/gpurun/node/nodeagent"
 	"github.com/gpurun/gpurun/observe/events"
 	"github.com/gpurun/gpurun/observe/exporter"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
-	"github.com/gpurun/gpurun/runtime/nodeagent"
 )
 
 // nodeFlags are the node agent's settings, common to its subcommands.

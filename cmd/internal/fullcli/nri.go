@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpurun/gpurun/cmd/internal/cli"
 	"github.com/gpurun/gpurun/engine/shmsweep"
-	"github.com/gpurun/gpurun/runtime/nri"
+	"github.com/gpurun/gpurun/node/nri"
 )
 
 const nriLong = `nri runs gpurun as an NRI (Node Resource Interface) plugin of containerd 2.x

@@ -10,7 +10,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/gpurun/gpurun/cmd/internal/cli"
-	"github.com/gpurun/gpurun/runtime/nri"
+	"github.com/gpurun/gpurun/node/nri"
 )
 
 // TestNRIPluginSocketEnv: gpurun (the lean build, which must not import

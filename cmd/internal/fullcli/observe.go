@@ -9,12 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpurun/gpurun/node/nri"
 	"github.com/gpurun/gpurun/observe/events"
 	"github.com/gpurun/gpurun/observe/exporter"
 	"github.com/gpurun/gpurun/observe/metrics"
 	"github.com/gpurun/gpurun/observe/shmstats"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/nri"
 )
 
 // observeFlags are the metrics and events flags of the long-running

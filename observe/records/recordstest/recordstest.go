@@ -1,6 +1,6 @@
 // Package recordstest produces real enforce records for tests: it runs
 // containers captured from real engines (oci/testdata/fixtures) through a
-// runtime/enforce Enforcer, whose host effects (the remount) are faked.
+// node/enforce Enforcer, whose host effects (the remount) are faked.
 package recordstest
 
 import (
@@ -14,10 +14,10 @@ import (
 	"testing"
 
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/node/enforce"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/observe/records"
 	"github.com/gpurun/gpurun/oci"
-	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // Fixtures of real engines' container specs.

@@ -15,7 +15,7 @@ import (
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/filesum"
-	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/node/install"
 )
 
 // RecordFormat is the format of the node record this gpurun writes, and

@@ -12,7 +12,7 @@ import (
 
 // prevState is the state file gpurun 460d3b5 (a release from before the
 // records had a format) wrote when its node agent registered gpurun with
-// containerd 1.6's default config (see runtime/nodeagent's
+// containerd 1.6's default config (see node/nodeagent's
 // TestRecordsOfAnEarlierRelease, which shares the testdata): @ROOT@ is the
 // host root it ran under, prevConfig the config it left.
 const (

@@ -11,9 +11,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // nriContainer describes an OCI spec the way containerd's CRI plugin

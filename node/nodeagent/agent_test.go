@@ -19,8 +19,8 @@ import (
 
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/restart"
+	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // fakeEnv makes the test binary act as a containerd that waits for

@@ -1,6 +1,6 @@
 // Package shim is gpurun-runtime: an OCI runtime that engines (containerd's
 // runc shim, dockerd) call in place of runc. On create and run it reads the
-// bundle's config.json and hands it to the enforcer (runtime/enforce), which
+// bundle's config.json and hands it to the enforcer (node/enforce), which
 // plans the container's /dev/shm with the shared planner and carries the
 // plan out — rewriting config.json, or growing the host tmpfs the engine
 // named for the container — and then it hands the command line, less its

@@ -18,10 +18,10 @@ import (
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/internal/logfile"
+	"github.com/gpurun/gpurun/node/enforce"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // Component names the shim in its log records and fail-closed errors.

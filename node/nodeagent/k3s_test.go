@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gpurun/gpurun/engine/restart"
-	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/node/install"
 )
 
 const k3sTestdata = "../install/testdata/k3s/"

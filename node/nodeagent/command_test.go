@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/exitcode"
-	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/node/install"
 )
 
 func TestConfigure(t *testing.T) {

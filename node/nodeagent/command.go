@@ -10,8 +10,8 @@ import (
 
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/exitcode"
+	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // Settings are a gpurun node command's: the agent as its flags set it,

@@ -12,8 +12,8 @@ import (
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/nvidia"
 	"github.com/gpurun/gpurun/internal/hostpath"
+	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // drift is what another tool that manages containerd's config (NVIDIA's

@@ -24,9 +24,9 @@ import (
 
 	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/engine/shmsweep"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // fakeRuntime is the runtime side of NRI (the adaptation containerd and

@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/gpurun/gpurun/engine/shmsweep"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 const gpuSpec = `{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=all"],"args":["sh"],"cwd":"/"},

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpurun/gpurun/internal/version"
-	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/node/install"
 )
 
 // prevRelease is testdata/460d3b5: what gpurun 460d3b5 (a release from

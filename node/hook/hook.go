@@ -5,7 +5,7 @@
 //
 // The runtime runs the hook with the container's state on stdin. The hook
 // loads the bundle's config.json and hands it to the enforcer
-// (runtime/enforce), as gpurun-runtime does, which plans with the shared
+// (node/enforce), as gpurun-runtime does, which plans with the shared
 // planner and carries the plan out. A hook runs after the runtime has read
 // config.json, so it cannot change the spec; it changes the mounts the spec
 // produced instead:
@@ -39,10 +39,10 @@ import (
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/internal/logfile"
+	"github.com/gpurun/gpurun/node/enforce"
+	"github.com/gpurun/gpurun/node/specfile"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
-	"github.com/gpurun/gpurun/runtime/specfile"
 )
 
 // Component names the hook in its log records and fail-closed errors.

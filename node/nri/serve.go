@@ -13,8 +13,8 @@ import (
 	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/internal/exitcode"
 	"github.com/gpurun/gpurun/internal/version"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // ServeOptions are gpurun nri's.

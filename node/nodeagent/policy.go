@@ -7,8 +7,8 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
+	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // renderPolicy returns the policy file the node should have: the source

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpurun/gpurun/runtime/install"
+	"github.com/gpurun/gpurun/node/install"
 )
 
 // TestStatusNamesTheContainerd: a containerd runs, but with another config

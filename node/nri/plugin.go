@@ -2,7 +2,7 @@
 // 2.x, 1.7 when enabled, CRI-O). On every CreateContainer (and for every
 // running container when it registers: Synchronize) it turns what NRI
 // says about the container into a runtime-spec Spec (ToSpec) and hands it
-// to the enforcer (runtime/enforce) that gpurun-runtime and the hook use,
+// to the enforcer (node/enforce) that gpurun-runtime and the hook use,
 // which plans with the shared planner and carries the plan out where NRI
 // allows it:
 //
@@ -41,9 +41,9 @@ import (
 	"github.com/gpurun/gpurun/engine/remount"
 	"github.com/gpurun/gpurun/engine/shmsweep"
 	"github.com/gpurun/gpurun/engine/sysinfo"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 // Component names the plugin in fail-closed errors.

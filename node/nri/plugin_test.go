@@ -14,9 +14,9 @@ import (
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 const (

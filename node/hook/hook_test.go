@@ -12,9 +12,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpurun/gpurun/engine/remount"
+	"github.com/gpurun/gpurun/node/enforce"
 	"github.com/gpurun/gpurun/oci"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/enforce"
 )
 
 const (

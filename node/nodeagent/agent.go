@@ -3,7 +3,7 @@
 // ("/host"): it copies gpurun-runtime, gpurun and gpurun-full from the image onto the
 // node (atomically, backing up files it replaces), keeps the node's policy
 // file in step with a source file (the DaemonSet's ConfigMap), registers
-// gpurun-runtime as containerd's runtime handler with runtime/install, and
+// gpurun-runtime as containerd's runtime handler with node/install, and
 // restarts containerd as its restart mode says (engine/restart). It
 // records all of that on the node, reports whether containerd runs with it,
 // and uninstalls exactly what it installed: the config restored byte for
@@ -29,8 +29,8 @@ import (
 	"github.com/gpurun/gpurun/engine/restart"
 	"github.com/gpurun/gpurun/internal/atomicfile"
 	"github.com/gpurun/gpurun/internal/version"
+	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/policy"
-	"github.com/gpurun/gpurun/runtime/install"
 )
 
 // Defaults (node paths).
