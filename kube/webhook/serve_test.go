@@ -91,7 +91,12 @@ func serveHelper(v string) int {
 	}
 	err = Serve(context.Background(), ServeOptions{
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", CertFile: f[0], KeyFile: f[1],
-		ShutdownDelay: delay, ShutdownTimeout: 5 * time.Second,
+		// The manifests' --shutdown-timeout: net/http's Shutdown counts a
+		// connection that has had no request yet (a client's transport
+		// dials one while it waits for an idle one, and may keep it
+		// unused) as busy for its first 5 s, so a shorter timeout fails
+		// while clients are busy.
+		ShutdownDelay: delay, ShutdownTimeout: 10 * time.Second,
 		LoadPolicy: func() (*policy.Policy, error) { return policy.Default(), nil }, Log: os.Stderr,
 	})
 	if err != nil {
