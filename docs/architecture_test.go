@@ -21,7 +21,7 @@ const moduleRoot = ".."
 // modulePath is the module's import path.
 const modulePath = "github.com/gpurun/gpurun/"
 
-// self is this test's own package: it holds no Go but this test.
+// self is this test's own package: it holds no Go but its tests.
 const self = "docs"
 
 // goPackages lists the module's packages and their imports of the module's
