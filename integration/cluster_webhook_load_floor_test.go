@@ -35,6 +35,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpurun/gpurun/integration/harness"
+	"github.com/gpurun/gpurun/internal/nullwebhook"
 	"github.com/gpurun/gpurun/kube/webhook"
 )
 
@@ -46,8 +47,6 @@ const (
 	floorRuns = 4
 	// nullWebhookName is the do-nothing webhook's name.
 	nullWebhookName = "null.gpurun-test.io"
-	// nullAnnotation is what its patch adds (testdata/nullwebhook).
-	nullAnnotation = "gpurun-test/null-webhook"
 	// nullWebhookService names its Deployment, Service and Secret;
 	// nullWebhookImage is its image.
 	nullWebhookService = "gpurun-test-null"
@@ -439,7 +438,7 @@ func floorPodsWrong(list string, called bool) []string {
 	}
 	var wrong []string
 	for _, p := range pods.Items {
-		_, annotated := p.Metadata.Annotations[nullAnnotation]
+		_, annotated := p.Metadata.Annotations[nullwebhook.Annotation]
 		_, decided := p.Metadata.Annotations[webhook.DecisionAnnotation]
 		if annotated != called {
 			wrong = append(wrong, fmt.Sprintf("%s: the do-nothing webhook's annotation: %v, want %v", p.Metadata.Name, annotated, called))

@@ -165,10 +165,13 @@ const (
 // worker's review over kept-alive connections at about 200 reviews a
 // second in all, as the API server does under the floor test's load. At
 // that rate the process idles between reviews, and each wake-up costs
-// more than a review sent back to back. It reports the process's CPU time
-// per review (cpu-ms/review; read from the kernel's per-thread schedstat,
-// in nanoseconds) and the clients' p50 and p99. GPURUN_WEBHOOK_TEST_CPUPROFILE
-// writes the process's CPU profile.
+// more than a review sent back to back. Side by side, the same load on
+// the do-nothing webhook (internal/nullwebhook) in a process started the
+// same way: the floor, what any Go webhook served so costs here; gpurun's
+// over it is what gpurun's review adds. Each reports the process's CPU
+// time per review (cpu-ms/review; read from the kernel's per-thread
+// schedstat, in nanoseconds) and the clients' p50 and p99.
+// GPURUN_WEBHOOK_TEST_CPUPROFILE writes gpurun's process's CPU profile.
 func BenchmarkServeProcess(b *testing.B) {
 	t := &testing.T{}
 	caPEM, certFile, keyFile, _ := servingPair(t, b.TempDir(), time.Now())
@@ -176,12 +179,29 @@ func BenchmarkServeProcess(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := startWebhook(b, certFile, keyFile, 0, manifestEnv(b)...)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: processClients,
-		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: ServiceNames("gpurun-webhook", "gpurun-system")[0]}}}
-	url := "https://" + p.addr
+	for _, kind := range []struct {
+		name string
+		env  []string
+	}{
+		{"do-nothing", []string{nullEnv + "=1"}},
+		{"gpurun", nil},
+	} {
+		b.Run(kind.name, func(b *testing.B) {
+			p := startWebhook(b, certFile, keyFile, 0, append(manifestEnv(b), kind.env...)...)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: processClients,
+				TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: ServiceNames("gpurun-webhook", "gpurun-system")[0]}}}
+			defer client.CloseIdleConnections()
+			paceReviews(b, p, client, "https://"+p.addr, body)
+		})
+	}
+}
+
+// paceReviews sends p b.N reviews of body at processPace from
+// processClients clients, and reports p's CPU time per review and the
+// clients' p50 and p99; then interrupts p and waits for it.
+func paceReviews(b *testing.B, p *webhookProcess, client *http.Client, url string, body []byte) {
 	for range 2 * processClients {
 		if err := post(client, url, body); err != nil {
 			b.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +28,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/gpurun/gpurun/internal/exitcode"
+	"github.com/gpurun/gpurun/internal/nullwebhook"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -69,12 +72,20 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// nullEnv, set beside helperEnv, makes the helper process serve the
+// do-nothing webhook (internal/nullwebhook) with the same pair, instead of
+// gpurun's: BenchmarkServeProcess's floor.
+const nullEnv = "GPURUN_WEBHOOK_TEST_NULL"
+
 // serveHelper is the webhook process of TestServeSIGTERM.
 func serveHelper(v string) int {
 	f := strings.Split(v, ",")
 	if len(f) != 3 {
 		fmt.Fprintf(os.Stderr, "%s=%q: want cert,key,delay\n", helperEnv, v)
 		return 2
+	}
+	if os.Getenv(nullEnv) != "" {
+		return serveNull(f[0], f[1])
 	}
 	delay, err := time.ParseDuration(f[2])
 	if err != nil {
@@ -105,6 +116,23 @@ func serveHelper(v string) int {
 	}
 	return 0
 }
+
+// serveNull serves the do-nothing webhook on a free port of 127.0.0.1,
+// TLS with the pair in certFile and keyFile, and says where as Serve
+// does, until it is killed.
+func serveNull(certFile, keyFile string) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	slog.New(slog.NewJSONHandler(os.Stderr, nil)).Info(nullServing, "listen", ln.Addr().String())
+	fmt.Fprintln(os.Stderr, nullwebhook.Server("", MutatePath).ServeTLS(ln, certFile, keyFile))
+	return 1
+}
+
+// nullServing is the do-nothing webhook's line when it serves.
+const nullServing = "do-nothing webhook serving"
 
 // profileEnv, when set for a benchmark that starts a webhook process
 // (BenchmarkServeProcess), names the file for its CPU profile.
@@ -166,7 +194,7 @@ func startWebhook(t testing.TB, certFile, keyFile string, delay time.Duration, e
 			p.log.Write(append(sc.Bytes(), '\n'))
 			p.mu.Unlock()
 			var l struct{ Msg, Listen, Metrics string }
-			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "gpurun webhook serving" {
+			if json.Unmarshal(sc.Bytes(), &l) == nil && (l.Msg == "gpurun webhook serving" || l.Msg == nullServing) {
 				serving <- struct{ addr, metrics string }{l.Listen, l.Metrics}
 			}
 		}
