@@ -463,7 +463,9 @@ func TestHookPodman(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	install := exec.Command(gpurun, "install", "podman", "--hooks-dir", hooksDir, "--policy", config, "--state", state, "--hook-path", gpurun)
+	// No --hook-path: the entry runs the gpurun-runtime built beside
+	// gpurun, in its hook mode.
+	install := exec.Command(gpurun, "install", "podman", "--hooks-dir", hooksDir, "--policy", config, "--state", state)
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("gpurun install podman: %v\n%s", err, out)
 	}
@@ -474,6 +476,10 @@ func TestHookPodman(t *testing.T) {
 	}
 	if err := hooksd.ValidateHookJSON(entry, data); err != nil || !hooksd.IsGPURunHook(data) {
 		t.Fatalf("hooks.d entry: %v\n%s", err, data)
+	}
+	var written struct{ Hook struct{ Path string } }
+	if err := json.Unmarshal(data, &written); err != nil || written.Hook.Path != bin(t, "gpurun-runtime") {
+		t.Fatalf("the hooks.d entry runs %q (%v), want gpurun-runtime's hook mode, %s:\n%s", written.Hook.Path, err, bin(t, "gpurun-runtime"), data)
 	}
 
 	pol, err := policy.Load(config, true)
@@ -545,17 +551,22 @@ func TestHookPodman(t *testing.T) {
 // log record: set-size, changed; or none), so the benchmark cannot
 // measure a hook that does nothing. Each round runs the bundle without a
 // hook, with a static Go binary as the hook that only reads the state runc
-// gives it (the floor of any hook written in Go) and with gpurun's hook, in
-// an order that rotates, so drift and contention fall on all three;
+// gives it (the floor of any hook written in Go), with `gpurun hook` (the
+// entry earlier installs wrote, and any written by hand) and with
+// `gpurun-runtime hook` (what `gpurun install podman|crio` writes now), in
+// an order that rotates, so drift and contention fall on all four;
 // config.json is put back before each run, off the clock, as the shim's
 // benchmark does. It reports the medians of the CPU times (runc-cpu-ms,
-// go-hook-cpu-ms, hooked-cpu-ms) and their ratios to runc's (cpu-ratio;
-// go-hook-cpu-ratio, the floor), and the mean wall times as before
-// (runc-ms/run, hooked-ms/run, ratio). GPURUN_BENCH_GPURUN measures
-// another build of gpurun (an older one, for before/after).
+// go-hook-cpu-ms, hooked-cpu-ms, runtime-hook-cpu-ms) and their ratios to
+// runc's (cpu-ratio for `gpurun hook`; runtime-hook-cpu-ratio;
+// go-hook-cpu-ratio, the floor), and the mean wall times of runc and
+// `gpurun hook` as before (runc-ms/run, hooked-ms/run, ratio).
+// GPURUN_BENCH_GPURUN measures another build of gpurun (an older one, for
+// before/after).
 func BenchmarkHookRunc(b *testing.B) {
 	e := newRuncEnv(b, "")
 	gpurun := benchGpurun(b)
+	rt := installed(b, e.rt)
 	floor := buildStaticGo(b, "package main\n\nimport (\n\t\"io\"\n\t\"os\"\n)\n\nfunc main() { _, _ = io.Copy(io.Discard, os.Stdin) }\n")
 	shm := benchTmpfs(b)
 	for _, v := range []struct {
@@ -571,16 +582,25 @@ func BenchmarkHookRunc(b *testing.B) {
 				return func(spec map[string]any) {
 					withHook(gpurun, e.config, "createRuntime", true, nil)(spec)
 					h := spec["hooks"].(map[string]any)["createRuntime"].([]any)[0].(map[string]any)
-					if path != gpurun {
+					switch path {
+					case floor:
 						h["path"], h["args"] = path, []string{"hook"}
+					case rt:
+						h["path"] = path
+						h["args"].([]string)[0] = filepath.Base(path)
 					}
 				}
 			}
-			dir := filepath.Join(shm, v.name)
+			// A directory each time: -count runs this again in the same shm.
+			dir, err := os.MkdirTemp(shm, v.name+"-")
+			if err != nil {
+				b.Fatal(err)
+			}
 			bundles := map[string]string{
-				"runc":    harness.RuncBundle(b, filepath.Join(dir, "plain"), e.rootfs, []string{"true"}, v.env, nil),
-				"go-hook": harness.RuncBundle(b, filepath.Join(dir, "go-hook"), e.rootfs, []string{"true"}, v.env, hook(floor)),
-				"hooked":  harness.RuncBundle(b, filepath.Join(dir, "hooked"), e.rootfs, []string{"true"}, v.env, hook(gpurun)),
+				"runc":         harness.RuncBundle(b, filepath.Join(dir, "plain"), e.rootfs, []string{"true"}, v.env, nil),
+				"go-hook":      harness.RuncBundle(b, filepath.Join(dir, "go-hook"), e.rootfs, []string{"true"}, v.env, hook(floor)),
+				"hooked":       harness.RuncBundle(b, filepath.Join(dir, "hooked"), e.rootfs, []string{"true"}, v.env, hook(gpurun)),
+				"runtime-hook": harness.RuncBundle(b, filepath.Join(dir, "runtime-hook"), e.rootfs, []string{"true"}, v.env, hook(rt)),
 			}
 			specs := map[string][]byte{}
 			for name, bundle := range bundles {
@@ -596,22 +616,24 @@ func BenchmarkHookRunc(b *testing.B) {
 					b.Fatal(err)
 				}
 				n++
-				id := fmt.Sprintf("%s-%s-%d", filepath.Base(e.dir), v.name, n)
+				id := fmt.Sprintf("%s-%s-%d", filepath.Base(e.dir), filepath.Base(dir), n)
 				_, stderr, c, err := e.runMeasured(nil, "runc", "run", "--bundle", bundles[name], id)
 				if err != nil {
 					b.Fatalf("runc run (%s): %v\n%s", name, err, stderr)
 				}
 				return c, id
 			}
-			_, id := runIt("hooked")
-			recs := hookLog(b, e.logFile, id)
-			if len(recs) != 1 || recs[0]["msg"] != enforce.MsgPlanned || recs[0]["action"] != string(v.action) || recs[0]["err"] != nil ||
-				v.action == oci.ActionSetSize && recs[0]["changed"] != true {
-				b.Fatalf("the hook's records for %s: %v; want one %q, %s%s: not the path measured", id, recs, enforce.MsgPlanned, v.action,
-					map[bool]string{true: ", changed"}[v.action == oci.ActionSetSize])
+			for _, name := range []string{"hooked", "runtime-hook"} {
+				_, id := runIt(name)
+				recs := hookLog(b, e.logFile, id)
+				if len(recs) != 1 || recs[0]["msg"] != enforce.MsgPlanned || recs[0]["action"] != string(v.action) || recs[0]["err"] != nil ||
+					v.action == oci.ActionSetSize && recs[0]["changed"] != true {
+					b.Fatalf("the %s's records for %s: %v; want one %q, %s%s: not the path measured", name, id, recs, enforce.MsgPlanned, v.action,
+						map[bool]string{true: ", changed"}[v.action == oci.ActionSetSize])
+				}
 			}
 			// One of each before the clock, so caches are warm for all.
-			order := []string{"runc", "go-hook", "hooked"}
+			order := []string{"runc", "go-hook", "hooked", "runtime-hook"}
 			for _, name := range order {
 				runIt(name)
 			}
@@ -636,7 +658,7 @@ func BenchmarkHookRunc(b *testing.B) {
 			b.ReportMetric(mean(runc), "runc-ms/run")
 			b.ReportMetric(mean(hooked), "hooked-ms/run")
 			b.ReportMetric(mean(hooked)/mean(runc), "ratio")
-			reportCPU(b, "runc", runc, map[string][]cost{"go-hook": costs["go-hook"], "hooked": hooked})
+			reportCPU(b, "runc", runc, map[string][]cost{"go-hook": costs["go-hook"], "hooked": hooked, "runtime-hook": costs["runtime-hook"]})
 		})
 	}
 }

@@ -1,13 +1,18 @@
 // Command gpurun-runtime is an OCI runtime for containerd and dockerd: it
 // takes runc's command line, gives a GPU container the /dev/shm gpurun's
 // policy decides on create and run, and execs the low-level runtime
-// (runc by default) with the command line, less its own flags.
+// (runc by default) with the command line, less its own flags. Run as
+// `gpurun-runtime hook`, it is gpurun's OCI hook instead (what `gpurun
+// hook` does), for the hooks.d entries of Podman and CRI-O.
 package main
 
 import "os"
 
 func main() {
 	growStack(len(os.Args))
+	if code, ok := hookMain(os.Args); ok {
+		os.Exit(code)
+	}
 	os.Exit(newShim().Main())
 }
 

@@ -45,7 +45,8 @@ const HookStage = "createRuntime"
 
 // HookOptions describe gpurun's hooks.d entry.
 type HookOptions struct {
-	// Path is gpurun's absolute path on the node, as the runtime execs it.
+	// Path is the hook's program, absolute, on the node, as the runtime
+	// execs it: gpurun-runtime (its hook mode) or gpurun.
 	Path string
 	// PolicyPath, when set, is passed to the hook as --config: runtimes run
 	// a hook with the entry's env only, so the engine's $GPURUN_CONFIG
@@ -76,14 +77,18 @@ type hookWhen struct {
 }
 
 // HookJSON returns gpurun's hooks.d entry (oci-hooks(5), schema 1.0.0):
-// `gpurun hook --stage createRuntime [--config POLICY]` in the createRuntime
+// `gpurun-runtime hook --stage createRuntime [--config POLICY]` (or
+// `gpurun hook`, which takes the same arguments) in the createRuntime
 // stage of every container ("when": {"always": true}). The hook itself
 // decides which containers to size: `when` can match annotations and the
 // command, not the environment, and most GPU containers show their GPU only
 // there (NVIDIA_VISIBLE_DEVICES, which CUDA images set).
 func HookJSON(o HookOptions) ([]byte, error) {
 	if !filepath.IsAbs(o.Path) || filepath.Clean(o.Path) != o.Path {
-		return nil, fmt.Errorf("hook path %q: want gpurun's clean absolute path on the node", o.Path)
+		return nil, fmt.Errorf("hook path %q: want the clean absolute path of gpurun-runtime or gpurun on the node", o.Path)
+	}
+	if !hookProgram(o.Path) {
+		return nil, fmt.Errorf("hook path %q: want gpurun-runtime or gpurun (a program of another name would not be known as gpurun's hook)", o.Path)
 	}
 	if o.PolicyPath != "" && !filepath.IsAbs(o.PolicyPath) {
 		return nil, fmt.Errorf("policy path %q: want an absolute path on the node", o.PolicyPath)
@@ -91,7 +96,7 @@ func HookJSON(o HookOptions) ([]byte, error) {
 	always := true
 	h := hookFile{
 		Version: "1.0.0",
-		Hook:    hookSpec{Path: o.Path, Args: []string{"gpurun", "hook", "--stage", HookStage}},
+		Hook:    hookSpec{Path: o.Path, Args: []string{filepath.Base(o.Path), "hook", "--stage", HookStage}},
 		When:    hookWhen{Always: &always},
 		Stages:  []string{HookStage},
 	}
@@ -108,16 +113,23 @@ func HookJSON(o HookOptions) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// IsGPURunHook reports whether data is a hooks.d entry that runs
-// `gpurun hook`: a 1.0.0 entry whose args are gpurun's and whose path is a
-// file named gpurun. It tells gpurun's own file from someone else's.
+// IsGPURunHook reports whether data is a hooks.d entry that runs gpurun's
+// hook: a 1.0.0 entry whose args are gpurun's and whose path is a file
+// named gpurun-runtime or gpurun (what earlier installs wrote). It tells
+// gpurun's own file from someone else's.
 func IsGPURunHook(data []byte) bool {
 	var h hookFile
 	if err := json.Unmarshal(data, &h); err != nil {
 		return false
 	}
-	return h.Version == "1.0.0" && filepath.Base(h.Hook.Path) == "gpurun" &&
+	return h.Version == "1.0.0" && hookProgram(h.Hook.Path) &&
 		len(h.Hook.Args) >= 2 && h.Hook.Args[1] == "hook"
+}
+
+// hookProgram says whether path names a program that runs gpurun's hook.
+func hookProgram(path string) bool {
+	base := filepath.Base(path)
+	return base == "gpurun-runtime" || base == "gpurun"
 }
 
 // Dirs returns the hooks.d directories Podman (as root, without

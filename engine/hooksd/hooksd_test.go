@@ -15,12 +15,14 @@ func TestHookJSON(t *testing.T) {
 		wantArgs []string
 		err      string
 	}{
+		{"gpurun-runtime", HookOptions{Path: "/usr/local/bin/gpurun-runtime"}, []string{"gpurun-runtime", "hook", "--stage", HookStage}, ""},
 		{"no policy", HookOptions{Path: "/usr/local/bin/gpurun"}, []string{"gpurun", "hook", "--stage", HookStage}, ""},
 		{"with a policy", HookOptions{Path: "/opt/gpurun/bin/gpurun", PolicyPath: "/etc/gpurun/gpu.toml"},
 			[]string{"gpurun", "hook", "--stage", HookStage, "--config", "/etc/gpurun/gpu.toml"}, ""},
 		{"relative path", HookOptions{Path: "gpurun"}, nil, "clean absolute path"},
 		{"unclean path", HookOptions{Path: "/usr/local/bin/../bin/gpurun"}, nil, "clean absolute path"},
 		{"relative policy", HookOptions{Path: "/usr/bin/gpurun", PolicyPath: "config.toml"}, nil, "policy path"},
+		{"another program", HookOptions{Path: "/usr/bin/runc"}, nil, "want gpurun-runtime or gpurun"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,6 +174,8 @@ func TestIsGPURunHook(t *testing.T) {
 		want bool
 	}{
 		{`{"version":"1.0.0","hook":{"path":"/usr/local/bin/gpurun","args":["gpurun","hook"]},"when":{"always":true},"stages":["createRuntime"]}`, true},
+		{`{"version":"1.0.0","hook":{"path":"/usr/bin/gpurun-runtime","args":["gpurun-runtime","hook","--stage","createRuntime"]},"when":{"always":true},"stages":["createRuntime"]}`, true},
+		{`{"version":"1.0.0","hook":{"path":"/usr/bin/gpurun-runtime","args":["gpurun-runtime","create"]},"when":{"always":true},"stages":["createRuntime"]}`, false},
 		{`{"version":"1.0.0","hook":{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]},"when":{"always":true},"stages":["prestart"]}`, false},
 		{`{"version":"1.0.0","hook":{"path":"/usr/local/bin/gpurun","args":["gpurun","run"]},"when":{"always":true},"stages":["prestart"]}`, false},
 		{`not json`, false},

@@ -48,6 +48,11 @@ import (
 // Component names the hook in its log records and fail-closed errors.
 const Component = "gpurun-hook"
 
+// RuntimeUsage names the hook mode of gpurun-runtime (`gpurun-runtime
+// hook`, the same hook from the small binary) in its usage, which `hook
+// --help` prints: what tells an installer that a gpurun-runtime has it.
+const RuntimeUsage = "gpurun-runtime hook"
+
 // Hook is one invocation of `gpurun hook`. Its function fields are the
 // process's effects, so that tests can replace them.
 type Hook struct {

@@ -3,10 +3,13 @@ package install
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gpurun/gpurun/engine/dockerapi"
+	"github.com/gpurun/gpurun/node/hook"
 )
 
 // The installed locations of gpurun's programs, where the engines run them
@@ -32,19 +35,45 @@ func DefaultRuntimePath(hostRoot string, executable func() (string, error)) stri
 	return InstalledRuntimePath
 }
 
-// DefaultHookPath is gpurun as the runtime will run it from a hooks.d
-// entry: this executable (links resolved) when the node is this host, else
-// InstalledGPURunPath.
-func DefaultHookPath(hostRoot string, executable func() (string, error)) string {
-	if onThisHost(hostRoot) {
-		if self, err := executable(); err == nil {
-			if p, err := filepath.EvalSymlinks(self); err == nil {
-				return p
-			}
-			return self
-		}
+// DefaultHookPath is the program the runtime will run from gpurun's
+// hooks.d entry. On this host (hostRoot "" or "/"): the gpurun-runtime
+// next to this executable (links resolved) when it has the hook mode
+// (runsHook, RunsHook for the real one: a gpurun-runtime from before it
+// would hand "hook" to runc and fail every container start), since it
+// starts in a fraction of gpurun's CPU time, which a hook adds to every
+// container start; else this executable. On another host's root:
+// InstalledGPURunPath, which no check here can run.
+func DefaultHookPath(hostRoot string, executable func() (string, error), runsHook func(path string) bool) string {
+	if !onThisHost(hostRoot) {
+		return InstalledGPURunPath
 	}
-	return InstalledGPURunPath
+	self, err := executable()
+	if err != nil {
+		return InstalledGPURunPath
+	}
+	if p, err := filepath.EvalSymlinks(self); err == nil {
+		self = p
+	}
+	if sib := filepath.Join(filepath.Dir(self), "gpurun-runtime"); runsHook(sib) {
+		return sib
+	}
+	return self
+}
+
+// hookProbeTimeout bounds RunsHook's run of the program.
+const hookProbeTimeout = 5 * time.Second
+
+// RunsHook says whether the program at path is a gpurun-runtime with the
+// hook mode: `path hook --help` exits 0 and prints its usage
+// (hook.RuntimeUsage). A missing file, or an older build, says no.
+func RunsHook(path string) bool {
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hookProbeTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "hook", "--help").CombinedOutput()
+	return err == nil && strings.Contains(string(out), hook.RuntimeUsage)
 }
 
 // dockerInfoTimeout bounds the question to the running dockerd.

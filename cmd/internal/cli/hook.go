@@ -38,11 +38,16 @@ It prints nothing on stdout and exits 0 when there is nothing to do. On an
 internal error it logs to the policy's log_file and lets the container start
 unchanged, unless the policy sets fail_closed (then it exits 1 and the
 runtime fails the start). Plans that need a different spec (mode "mount"
-adding a tmpfs, mode "ipc-host") are beyond a hook: use gpurun-runtime.`,
+adding a tmpfs, mode "ipc-host") are beyond a hook: use gpurun-runtime.
+
+"gpurun-runtime hook" is the same hook, with the same flags, from the small
+binary: it starts in a fraction of gpurun's CPU time, which a hook adds to
+every container start, so "gpurun install podman|crio" writes it where a
+gpurun-runtime with the hook mode is installed beside gpurun.`,
 		Example: `  # A hooks.d entry (what "gpurun install podman" writes):
   #   {"version": "1.0.0",
-  #    "hook": {"path": "/usr/local/bin/gpurun",
-  #             "args": ["gpurun", "hook", "--stage", "createRuntime"]},
+  #    "hook": {"path": "/usr/local/bin/gpurun-runtime",
+  #             "args": ["gpurun-runtime", "hook", "--stage", "createRuntime"]},
   #    "when": {"always": true}, "stages": ["createRuntime"]}
 
   # By hand, with a state as a runtime passes it:
@@ -88,7 +93,7 @@ func newInstallHooksCmd(g *Globals, engine string, uninstall bool) *cobra.Comman
 				h.PolicyPath, _ = policy.ResolvePath("", os.Getenv)
 			}
 			if h.GPURunPath == "" {
-				h.GPURunPath = install.DefaultHookPath(f.hostRoot, os.Executable)
+				h.GPURunPath = install.DefaultHookPath(f.hostRoot, os.Executable, install.RunsHook)
 			}
 			if cmd.Flags().Changed("allow-shm-annotation") {
 				h.ShmAnnotation = f.ann
@@ -109,7 +114,7 @@ func (f *hooksFlags) register(cmd *cobra.Command, engine string, uninstall bool)
 	if uninstall {
 		return
 	}
-	fl.StringVar(&f.h.GPURunPath, "hook-path", "", "gpurun as the runtime will run it (a path on the node; default: this gpurun, else /usr/local/bin/gpurun)")
+	fl.StringVar(&f.h.GPURunPath, "hook-path", "", "the hook's program, gpurun-runtime or gpurun, as the runtime will run it (a path on the node; default: the gpurun-runtime beside this gpurun if it has the hook mode, else this gpurun; with --host-root: /usr/local/bin/gpurun)")
 	if engine == install.EngineCRIO {
 		fl.StringVar(&f.ann, "allow-shm-annotation", "", fmt.Sprintf("also let pods size /dev/shm with CRI-O's annotation (--allow-shm-annotation alone: %s; =%s for older CRI-O): a drop-in %s/%s (restart CRI-O)",
 			crio.ShmAnnotation, crio.ShmAnnotationV1, crio.DropInDir, crio.DropInName))
@@ -142,10 +147,11 @@ func hooksHelp(engine string) (short, long, example string) {
   podman run --hooks-dir /etc/containers/oci/hooks.d ...   # where --hooks-dir is given, name the directory`
 	}
 	long = fmt.Sprintf(`Install writes %[1]s/%[2]s, a hooks.d entry (oci-hooks(5))
-that makes %[3]s run "gpurun hook" in the createRuntime stage of every
-container; the hook sizes /dev/shm for the containers the policy picks (GPU
-evidence is often only in the environment, which a hooks.d "when" cannot
-match). It records what it wrote in the install state, so that uninstall
+that makes %[3]s run gpurun's hook ("gpurun-runtime hook", the small
+binary's hook mode, where it is installed beside gpurun; else "gpurun
+hook") in the createRuntime stage of every container; the hook sizes
+/dev/shm for the containers the policy picks (GPU evidence is often only in
+the environment, which a hooks.d "when" cannot match). It records what it wrote in the install state, so that uninstall
 removes exactly that; a second install changes nothing; --dry-run shows the
 diff. Hooks.d entries are read at each container start (CRI-O watches the
 directory if it existed when CRI-O started): no restart is needed.
