@@ -185,8 +185,12 @@ e2e: $(CONTAINERD2_TOOLS) k8s-tools
 # execs runc and gpurun-runtime, and reports each one's CPU time and its
 # ratio to runc's (cpu-ratio; go-exec-cpu-ratio is the floor of any Go
 # wrapper). BenchmarkHookRunc runs 60 rounds of runc alone, runc with a Go
-# hook that does nothing and runc with gpurun's createRuntime hook, the
-# same way (cpu-ratio; go-hook-cpu-ratio is the floor of any Go hook).
+# hook that does nothing and runc with gpurun's createRuntime hook as
+# `gpurun hook` and as `gpurun-runtime hook` (what install writes), the
+# same way (cpu-ratio, runtime-hook-cpu-ratio; go-hook-cpu-ratio is the
+# floor of any Go hook). kube/webhook's BenchmarkServeProcess serves the
+# same paced reviews from gpurun's webhook and from one that does nothing
+# (internal/nullwebhook), each in a process of its own (cpu-ms/review).
 # The unit benchmarks include the NRI plugin's under 100 concurrent
 # creates (node/nri: BenchmarkCreateContainerConcurrent, the handler's
 # p50/p99; ...ConcurrentNRI, the same through the NRI protocol, with the

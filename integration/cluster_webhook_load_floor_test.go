@@ -301,6 +301,11 @@ webhooks:
 	scraper := &webhookScraper{c: c, last: map[string]map[string]*dto.MetricFamily{}}
 	ctx := context.Background()
 	runs := map[*floorRound]int{}
+	// What gpurun's processes spend while the other rounds run, when no
+	// review reaches them (their watches of the DRA objects, the scrapes,
+	// the probes), over those rounds' pods: the part of their CPU per
+	// review that is not the reviews'.
+	var idleCPU, idlePods float64
 	for _, r := range order {
 		i := runs[r]
 		runs[r]++
@@ -318,7 +323,7 @@ webhooks:
 			return scraper.counter("process_cpu_seconds_total", nil)
 		}
 		scraper.scrape(ctx)
-		cpu := cpuNow()
+		cpu, gpurunCPU := cpuNow(), scraper.counter("process_cpu_seconds_total", nil)
 		conns := scraper.counter(webhook.MetricsPrefix+"connections_total", nil)
 		own := scraper.histogram(webhook.MetricsPrefix + "admission_duration_seconds")
 		run := &loadRun{c: c, ns: r.ns, want: want, pods: part, created: make(chan struct{}, len(part))}
@@ -332,6 +337,10 @@ webhooks:
 		}
 		scraper.scrape(ctx)
 		r.webhookCPU += cpuNow() - cpu
+		if r != rounds[2] {
+			idleCPU += scraper.counter("process_cpu_seconds_total", nil) - gpurunCPU
+			idlePods += float64(len(part))
+		}
 		r.webhookConns += scraper.counter(webhook.MetricsPrefix+"connections_total", nil) - conns
 		if r == rounds[2] {
 			r.own.add(scraper.histogram(webhook.MetricsPrefix + "admission_duration_seconds").sub(own))
@@ -401,7 +410,7 @@ webhooks:
 	fmt.Printf("bench: webhook-floor pods=%d runs=%d none_pods_per_s=%.0f none_create_p99_ms=%.1f "+
 		"null_pods_per_s=%.0f null_apiserver_p50_ms=%.2f null_apiserver_p99_ms=%.2f null_within_5ms=%.3f null_create_p50_ms=%.1f null_create_p99_ms=%.1f null_p50_spread=%.2f null_p99_spread=%.2f null_cpu_ms_per_review=%.3f "+
 		"gpurun_pods_per_s=%.0f gpurun_apiserver_p50_ms=%.2f gpurun_apiserver_p99_ms=%.2f gpurun_within_5ms=%.3f gpurun_create_p50_ms=%.1f gpurun_create_p99_ms=%.1f gpurun_p50_spread=%.2f gpurun_p99_spread=%.2f "+
-		"gpurun_added_p50_ms=%.2f gpurun_p99_over_null=%.2f gpurun_own_p50_ms=%.3f gpurun_own_p99_ms=%.3f gpurun_added_create_p99_ms=%.1f gpurun_cpu_ms_per_review=%.3f\n",
+		"gpurun_added_p50_ms=%.2f gpurun_p99_over_null=%.2f gpurun_own_p50_ms=%.3f gpurun_own_p99_ms=%.3f gpurun_added_create_p99_ms=%.1f gpurun_cpu_ms_per_review=%.3f gpurun_idle_cpu_ms_per_pod=%.3f\n",
 		len(pods), floorRuns, float64(len(pods))/none.took.Seconds(), msOf(none.clientLatency(0.99)),
 		float64(len(pods))/null.took.Seconds(), null.hist.quantile(0.5)*1000, null.hist.quantile(0.99)*1000, null.hist.within(0.005),
 		msOf(null.clientLatency(0.5)), msOf(null.clientLatency(0.99)), null.spread(0.5), null.spread(0.99), 1000*null.webhookCPU/max(1, null.hist.count()),
@@ -409,7 +418,7 @@ webhooks:
 		msOf(ours.clientLatency(0.5)), msOf(ours.clientLatency(0.99)), ours.spread(0.5), ours.spread(0.99),
 		(ours.hist.quantile(0.5)-null.hist.quantile(0.5))*1000, ours.hist.quantile(0.99)/max(null.hist.quantile(0.99), 1e-9),
 		ours.own.quantile(0.5)*1000, ours.own.quantile(0.99)*1000,
-		msOf(ours.clientLatency(0.99)-none.clientLatency(0.99)), 1000*ours.webhookCPU/max(1, ours.hist.count()))
+		msOf(ours.clientLatency(0.99)-none.clientLatency(0.99)), 1000*ours.webhookCPU/max(1, ours.hist.count()), 1000*idleCPU/max(1, idlePods))
 }
 
 // msOf is d in milliseconds.

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Watched is a cache of one resource across namespaces, kept by listing
@@ -32,6 +34,14 @@ type Watched[T any] struct {
 	// what lookups never read; nil keeps it whole, a nil result leaves it
 	// out.
 	Keep func(*T) *T
+	// Skip, when set, says from a watched object's metadata alone that
+	// the cache never holds it: the object is not decoded further and
+	// leaves the cache as a deletion would. For the objects a collection
+	// is mostly made of that no lookup reads (the claims the API server
+	// makes for pods from templates), whose whole decoding would be most
+	// of what the watch costs. Keep must leave them out too: a list
+	// decodes every object.
+	Skip func(Head) bool
 	// Logger gets a line for each list and for each failure (nil: none).
 	Logger *slog.Logger
 	// PageSize is the list's limit (0: 200); WatchTimeout the watch's
@@ -58,6 +68,14 @@ type meta interface {
 	GetNamespace() string
 	GetName() string
 	GetResourceVersion() string
+}
+
+// Head is the metadata of a watched object that Skip reads.
+type Head struct {
+	Namespace       string                  `json:"namespace"`
+	Name            string                  `json:"name"`
+	ResourceVersion string                  `json:"resourceVersion"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
 }
 
 // errGone is a watch's answer when its resourceVersion is too old (410):
@@ -308,18 +326,14 @@ func (w *Watched[T]) apply(ev event) error {
 		return fmt.Errorf("watch: %d: %s", st.Code, st.Message)
 	}
 	var head struct {
-		Metadata struct {
-			Namespace       string `json:"namespace"`
-			Name            string `json:"name"`
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
+		Metadata Head `json:"metadata"`
 	}
 	if err := json.Unmarshal(ev.Object, &head); err != nil {
 		return fmt.Errorf("watch: %s event: %w", ev.Type, err)
 	}
 	key := head.Metadata.Namespace + "/" + head.Metadata.Name
 	var obj *T
-	if ev.Type == "ADDED" || ev.Type == "MODIFIED" {
+	if (ev.Type == "ADDED" || ev.Type == "MODIFIED") && (w.Skip == nil || !w.Skip(head.Metadata)) {
 		var err error
 		if obj, _, err = w.decode(ev.Object); err != nil {
 			return fmt.Errorf("watch: %s %s: %w", ev.Type, key, err)

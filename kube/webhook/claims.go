@@ -44,7 +44,7 @@ func NewClaimCache(k *kube.Kube, log *slog.Logger, m *Metrics) *ClaimCache {
 		return func(n int, synced bool) { m.claimsCache(resource, n, synced) }
 	}
 	return &ClaimCache{
-		Claims: &kube.Watched[resourcev1.ResourceClaim]{Kube: k, Path: base + ResourceClaims, Keep: keepClaim,
+		Claims: &kube.Watched[resourcev1.ResourceClaim]{Kube: k, Path: base + ResourceClaims, Keep: keepClaim, Skip: skipClaim,
 			Logger: log, OnChange: onChange(ResourceClaims)},
 		Templates: &kube.Watched[resourcev1.ResourceClaimTemplate]{Kube: k, Path: base + ResourceClaimTemplates, Keep: keepTemplate,
 			Logger: log, OnChange: onChange(ResourceClaimTemplates)},
@@ -142,13 +142,31 @@ func keptDevices(d resourcev1.DeviceClaim) resourcev1.DeviceClaim {
 	return out
 }
 
+// podMade says whether a claim's owners show that the API server made it
+// for a pod from the pod's template: a Pod controls it. No pod names such
+// a claim at its creation (its own is made after), so the cache leaves it
+// out.
+func podMade(owners []metav1.OwnerReference) bool {
+	for _, o := range owners {
+		if o.Kind == "Pod" && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+// skipClaim is the claims' watch's Skip: a claim made for a pod is not
+// decoded past its metadata. A training cluster's claims are mostly these,
+// each changed several times in its pod's life (made, allocated, reserved,
+// released), and the watch's decoding shares the webhook's CPU with the
+// reviews.
+func skipClaim(h kube.Head) bool { return podMade(h.OwnerReferences) }
+
 // keepClaim keeps a ResourceClaim's requests and the drivers allocated
 // to them; a claim a Pod owns (made from its template) is left out.
 func keepClaim(rc *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
-	for _, o := range rc.OwnerReferences {
-		if o.Kind == "Pod" && o.Controller != nil && *o.Controller {
-			return nil
-		}
+	if podMade(rc.OwnerReferences) {
+		return nil
 	}
 	k := &resourcev1.ResourceClaim{ObjectMeta: keptMeta(rc.ObjectMeta), Spec: resourcev1.ResourceClaimSpec{Devices: keptDevices(rc.Spec.Devices)}}
 	if a := rc.Status.Allocation; a != nil {
