@@ -384,8 +384,11 @@ func (d *Dockerd) cleanup() {
 
 // killShims kills every process whose command line mentions dir (shims and
 // anything else this instance left behind) and removes the sockets of the
-// containerd shims among them, which containerd 1.6 keeps in
-// /run/containerd/s/<sha256(address/namespace/id)>.
+// containerd shims among them, which containerd keeps in
+// /run/containerd/s/<sha256(address/namespace/id)>, whatever its state
+// dir: those of shims whose -address is address, or, with address "" (a
+// cluster's several containerds), a socket under dir — never another
+// containerd's, the host's included.
 func killShims(t testing.TB, dir, address string) []error {
 	t.Helper()
 	procs := procsReferencing(dir)
@@ -398,8 +401,10 @@ func killShims(t testing.TB, dir, address string) []error {
 	for pid, argv := range procs {
 		pids = append(pids, pid)
 		desc = append(desc, fmt.Sprintf("%d %s", pid, strings.Join(argv, " ")))
-		if ns, id := flagValue(argv, "-namespace"), flagValue(argv, "-id"); ns != "" && id != "" && flagValue(argv, "-address") == address {
-			sum := sha256.Sum256([]byte(filepath.Join(address, ns, id)))
+		ns, id, addr := flagValue(argv, "-namespace"), flagValue(argv, "-id"), flagValue(argv, "-address")
+		ours := addr == address || address == "" && strings.HasPrefix(addr, filepath.Clean(dir)+"/")
+		if ns != "" && id != "" && addr != "" && ours {
+			sum := sha256.Sum256([]byte(filepath.Join(addr, ns, id)))
 			socks = append(socks, fmt.Sprintf("/run/containerd/s/%x", sum))
 		}
 	}
