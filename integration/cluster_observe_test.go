@@ -291,7 +291,14 @@ func cgroupOf(t *testing.T, c *harness.Cluster, ns, name string) containerCgroup
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "cgroup"))
+	return cgroupOfPid(t, strings.TrimSpace(string(pid)))
+}
+
+// cgroupOfPid returns the cgroup of process pid (of this host's PID
+// namespace), from /proc/<pid>/cgroup.
+func cgroupOfPid(t *testing.T, pid string) containerCgroup {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
 	if err != nil {
 		t.Fatal(err)
 	}

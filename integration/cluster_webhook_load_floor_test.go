@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,7 +123,7 @@ spec:
         - name: webhook
           image: %[5]s
           imagePullPolicy: Never
-          ports: [{name: https, containerPort: 8443}, {name: cpu, containerPort: 9469}]
+          ports: [{name: https, containerPort: 8443}]
           readinessProbe: {httpGet: {path: /healthz, port: https, scheme: HTTPS}, periodSeconds: 2, failureThreshold: 1}
           resources: {requests: {cpu: 100m, memory: 32Mi}, limits: {memory: 128Mi}}
           volumeMounts: [{name: tls, mountPath: /tls, readOnly: true}]
@@ -136,29 +135,35 @@ spec:
 	return nullDeployment{ns: ns, ca: caPEM}
 }
 
-// cpu is the CPU time its processes have used, in seconds (each
-// replica's /cpu).
-func (n nullDeployment) cpu(t *testing.T, c *harness.Cluster) float64 {
+// podsCPU is the CPU time, in seconds, that the containers of the pods
+// in namespace ns with label selector sel have used, from each one's
+// cgroup (cpuacct.usage, in nanoseconds, read to the microsecond): the
+// same measure for gpurun's webhook and the do-nothing one, finer than the
+// 10 ms ticks of a process's own counters (process_cpu_seconds_total),
+// and free of what asking the process costs it (a metrics scrape).
+func podsCPU(t *testing.T, c *harness.Cluster, ns, sel string) float64 {
 	t.Helper()
-	out, err := c.Kubectl("get", "pods", "-n", n.ns, "-l", "app="+nullWebhookService, "-o", "jsonpath={.items[*].status.podIP}")
+	out, err := c.Kubectl("get", "pods", "-n", ns, "-l", sel, "-o",
+		`jsonpath={range .items[*]}{.spec.nodeName} {.status.containerStatuses[0].containerID}{"\n"}{end}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.DialContext}}
-	defer client.CloseIdleConnections()
 	var sum float64
-	for _, ip := range strings.Fields(out) {
-		resp, err := client.Get("http://" + ip + ":9469/cpu")
-		if err != nil {
-			t.Fatalf("the do-nothing webhook's CPU: %v", err)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		node, id, _ := strings.Cut(line, " ")
+		if id = strings.TrimPrefix(id, "containerd://"); id == "" {
+			continue // not started yet
 		}
-		var v float64
-		_, err = fmt.Fscan(resp.Body, &v)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatalf("the do-nothing webhook's CPU: %v", err)
+		i := slices.IndexFunc(c.Nodes, func(n *harness.ClusterNode) bool { return n.Name == node })
+		if i < 0 {
+			t.Fatalf("pod of %s/%s on node %q: no such node", ns, sel, node)
 		}
-		sum += v
+		n := c.Nodes[i]
+		pid, err := n.ReadFile(filepath.Join(n.Containerd.StateDir, "io.containerd.runtime.v2.task", "k8s.io", id, "init.pid"))
+		if err != nil {
+			t.Fatalf("the webhook's container %s on %s: %v", id, node, err)
+		}
+		sum += float64(cgroupOfPid(t, strings.TrimSpace(string(pid))).read(t).cpuUsec) / 1e6
 	}
 	return sum
 }
@@ -314,16 +319,18 @@ webhooks:
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The CPU time of the round's webhook: gpurun's processes, or the
-		// do-nothing one's.
+		// The CPU time of gpurun's webhook and of the round's (gpurun's, or
+		// the do-nothing one), read after the scrape before the run and
+		// before the one after it, which gpurun's webhook pays for.
+		gpurunCPU := func() float64 { return podsCPU(t, c, "gpurun-system", "app.kubernetes.io/name=gpurun-webhook") }
 		cpuNow := func() float64 {
 			if r == rounds[1] {
-				return nullDep.cpu(t, c)
+				return podsCPU(t, c, nullDep.ns, "app="+nullWebhookService)
 			}
-			return scraper.counter("process_cpu_seconds_total", nil)
+			return gpurunCPU()
 		}
 		scraper.scrape(ctx)
-		cpu, gpurunCPU := cpuNow(), scraper.counter("process_cpu_seconds_total", nil)
+		cpu, gpurunBefore := cpuNow(), gpurunCPU()
 		conns := scraper.counter(webhook.MetricsPrefix+"connections_total", nil)
 		own := scraper.histogram(webhook.MetricsPrefix + "admission_duration_seconds")
 		run := &loadRun{c: c, ns: r.ns, want: want, pods: part, created: make(chan struct{}, len(part))}
@@ -335,12 +342,12 @@ webhooks:
 		if err != nil {
 			t.Fatal(err)
 		}
-		scraper.scrape(ctx)
 		r.webhookCPU += cpuNow() - cpu
 		if r != rounds[2] {
-			idleCPU += scraper.counter("process_cpu_seconds_total", nil) - gpurunCPU
+			idleCPU += gpurunCPU() - gpurunBefore
 			idlePods += float64(len(part))
 		}
+		scraper.scrape(ctx)
 		r.webhookConns += scraper.counter(webhook.MetricsPrefix+"connections_total", nil) - conns
 		if r == rounds[2] {
 			r.own.add(scraper.histogram(webhook.MetricsPrefix + "admission_duration_seconds").sub(own))
