@@ -415,13 +415,13 @@ webhooks:
 	}
 	none, null, ours := rounds[0], rounds[1], rounds[2]
 	fmt.Printf("bench: webhook-floor pods=%d runs=%d none_pods_per_s=%.0f none_create_p99_ms=%.1f "+
-		"null_pods_per_s=%.0f null_apiserver_p50_ms=%.2f null_apiserver_p99_ms=%.2f null_within_5ms=%.3f null_create_p50_ms=%.1f null_create_p99_ms=%.1f null_p50_spread=%.2f null_p99_spread=%.2f null_cpu_ms_per_review=%.3f "+
-		"gpurun_pods_per_s=%.0f gpurun_apiserver_p50_ms=%.2f gpurun_apiserver_p99_ms=%.2f gpurun_within_5ms=%.3f gpurun_create_p50_ms=%.1f gpurun_create_p99_ms=%.1f gpurun_p50_spread=%.2f gpurun_p99_spread=%.2f "+
+		"null_pods_per_s=%.0f null_apiserver_p50_ms=%.2f null_apiserver_p99_ms=%.2f null_within_5ms=%.3f null_over_25ms=%.4f null_create_p50_ms=%.1f null_create_p99_ms=%.1f null_p50_spread=%.2f null_p99_spread=%.2f null_cpu_ms_per_review=%.3f "+
+		"gpurun_pods_per_s=%.0f gpurun_apiserver_p50_ms=%.2f gpurun_apiserver_p99_ms=%.2f gpurun_within_5ms=%.3f gpurun_over_25ms=%.4f gpurun_create_p50_ms=%.1f gpurun_create_p99_ms=%.1f gpurun_p50_spread=%.2f gpurun_p99_spread=%.2f "+
 		"gpurun_added_p50_ms=%.2f gpurun_p99_over_null=%.2f gpurun_own_p50_ms=%.3f gpurun_own_p99_ms=%.3f gpurun_added_create_p99_ms=%.1f gpurun_cpu_ms_per_review=%.3f gpurun_idle_cpu_ms_per_pod=%.3f\n",
 		len(pods), floorRuns, float64(len(pods))/none.took.Seconds(), msOf(none.clientLatency(0.99)),
-		float64(len(pods))/null.took.Seconds(), null.hist.quantile(0.5)*1000, null.hist.quantile(0.99)*1000, null.hist.within(0.005),
+		float64(len(pods))/null.took.Seconds(), null.hist.quantile(0.5)*1000, null.hist.quantile(0.99)*1000, null.hist.within(0.005), 1-null.hist.within(0.025),
 		msOf(null.clientLatency(0.5)), msOf(null.clientLatency(0.99)), null.spread(0.5), null.spread(0.99), 1000*null.webhookCPU/max(1, null.hist.count()),
-		float64(len(pods))/ours.took.Seconds(), ours.hist.quantile(0.5)*1000, ours.hist.quantile(0.99)*1000, ours.hist.within(0.005),
+		float64(len(pods))/ours.took.Seconds(), ours.hist.quantile(0.5)*1000, ours.hist.quantile(0.99)*1000, ours.hist.within(0.005), 1-ours.hist.within(0.025),
 		msOf(ours.clientLatency(0.5)), msOf(ours.clientLatency(0.99)), ours.spread(0.5), ours.spread(0.99),
 		(ours.hist.quantile(0.5)-null.hist.quantile(0.5))*1000, ours.hist.quantile(0.99)/max(null.hist.quantile(0.99), 1e-9),
 		ours.own.quantile(0.5)*1000, ours.own.quantile(0.99)*1000,
