@@ -179,6 +179,17 @@ func benchTmpfs(b *testing.B) string {
 	return shm
 }
 
+// benchDir is a new directory in dir for one run of a benchmark (-count
+// runs it again in the same dir).
+func benchDir(b *testing.B, dir, prefix string) string {
+	b.Helper()
+	d, err := os.MkdirTemp(dir, prefix+"-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
 // BenchmarkRuntimeShimRuncRun measures a whole container life through
 // gpurun-runtime against runc alone: `run` of a GPU container (busybox
 // `true`, NVIDIA_VISIBLE_DEVICES=all) whose /dev/shm gpurun sizes, runc
@@ -223,7 +234,7 @@ func BenchmarkRuntimeShimRuncRun(b *testing.B) {
 		bundle func(b *testing.B) (bundle, id string, check func(spec []byte) error)
 	}{
 		{"docker", func(b *testing.B) (string, string, func([]byte) error) {
-			bundle := harness.RuncBundle(b, filepath.Join(shm, "docker"), e.rootfs, []string{"true"}, []string{"NVIDIA_VISIBLE_DEVICES=all"}, nil)
+			bundle := harness.RuncBundle(b, benchDir(b, shm, "docker"), e.rootfs, []string{"true"}, []string{"NVIDIA_VISIBLE_DEVICES=all"}, nil)
 			return bundle, "", func(spec []byte) error {
 				if after, err := os.ReadFile(filepath.Join(bundle, "config.json")); err != nil || string(after) == string(spec) {
 					return fmt.Errorf("gpurun-runtime did not size the GPU container's /dev/shm in its config.json (%v): not the sizing path", err)
@@ -232,7 +243,7 @@ func BenchmarkRuntimeShimRuncRun(b *testing.B) {
 			}
 		}},
 		{"pod-sweep", func(b *testing.B) (string, string, func([]byte) error) {
-			bundle, id, record := podBundle(b, e.rootfs, filepath.Join(shm, "pod"))
+			bundle, id, record := podBundle(b, e.rootfs, benchDir(b, shm, "pod"))
 			return bundle, id, func([]byte) error {
 				if _, err := os.Stat(record); err != nil {
 					return fmt.Errorf("the restart sweep recorded nothing (%v): not the sweep's path", err)

@@ -591,11 +591,7 @@ func BenchmarkHookRunc(b *testing.B) {
 					}
 				}
 			}
-			// A directory each time: -count runs this again in the same shm.
-			dir, err := os.MkdirTemp(shm, v.name+"-")
-			if err != nil {
-				b.Fatal(err)
-			}
+			dir := benchDir(b, shm, v.name)
 			bundles := map[string]string{
 				"runc":         harness.RuncBundle(b, filepath.Join(dir, "plain"), e.rootfs, []string{"true"}, v.env, nil),
 				"go-hook":      harness.RuncBundle(b, filepath.Join(dir, "go-hook"), e.rootfs, []string{"true"}, v.env, hook(floor)),
