@@ -22,13 +22,19 @@ const hookCommand = "hook"
 // stdin: exit 0 when the container may start (sized, nothing to do, or an
 // error the policy fails open on, which is logged), 1 when it must not
 // (fail_closed), 2 for a command line it cannot read; --help prints the
-// usage (naming hook.RuntimeUsage, which installers look for) and exits 0. The hooks.d entry
+// usage on stdout (naming hook.RuntimeUsage, which installers and doctor
+// look for) and exits 0. The hooks.d entry
 // `gpurun install podman|crio` writes runs it so: a hook sits on every
 // container start, and this binary starts in a fraction of the CPU time
 // the gpurun command (its CLI, the Docker and Kubernetes clients) needs.
-func runHook(args []string, stdin io.Reader, stderr io.Writer) int {
+func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(hook.RuntimeUsage, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(stdout) // asked for: the usage on stdout
+		}
+	}
 	stage := fs.String("stage", "", `the hook stage the runtime runs it in, for the log ("createContainer": look in the hook's own mount namespace first)`)
 	config := fs.String("config", "", fmt.Sprintf("gpurun's policy file (default: $%s, else %s)", policy.ConfigEnv, policy.DefaultConfigPath))
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
@@ -55,5 +61,5 @@ func hookMain(args []string) (int, bool) {
 	if len(args) < 2 || args[1] != hookCommand {
 		return 0, false
 	}
-	return runHook(args[2:], os.Stdin, os.Stderr), true
+	return runHook(args[2:], os.Stdin, os.Stdout, os.Stderr), true
 }

@@ -44,7 +44,6 @@ func TestRunHook(t *testing.T) {
 		code       int
 		wantStderr string
 	}{
-		{"help", []string{"--help"}, "", 0, hook.RuntimeUsage},
 		{"no GPU", []string{"--stage", "createRuntime", "--config", open}, state(bundle), 0, ""},
 		{"an error, failing open", []string{"--config=" + open}, state(missing), 0, ""},
 		{"an error, failing closed", []string{"--config", closed, "--stage", "createRuntime"}, state(missing), 1, missing},
@@ -52,12 +51,19 @@ func TestRunHook(t *testing.T) {
 		{"an unknown flag", []string{"--bogus"}, "", 2, "-bogus"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			code := runHook(tc.args, strings.NewReader(tc.stdin), &stderr)
-			if code != tc.code || !strings.Contains(stderr.String(), tc.wantStderr) || tc.wantStderr == "" && stderr.Len() > 0 {
-				t.Errorf("runHook(%q) = %d, stderr %q; want %d with %q", tc.args, code, stderr.String(), tc.code, tc.wantStderr)
+			var stdout, stderr bytes.Buffer
+			code := runHook(tc.args, strings.NewReader(tc.stdin), &stdout, &stderr)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.wantStderr) || tc.wantStderr == "" && stderr.Len() > 0 || stdout.Len() > 0 {
+				t.Errorf("runHook(%q) = %d, stdout %q, stderr %q; want %d with %q on stderr", tc.args, code, stdout.String(), stderr.String(), tc.code, tc.wantStderr)
 			}
 		})
+	}
+	// --help: the usage on stdout, naming the hook mode, exit 0.
+	for _, help := range []string{"-h", "--help"} {
+		var stdout, stderr bytes.Buffer
+		if code := runHook([]string{help}, strings.NewReader(""), &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), hook.RuntimeUsage) || stderr.Len() > 0 {
+			t.Errorf("runHook(%s) = %d, stdout %q, stderr %q; want 0 with the usage on stdout", help, code, stdout.String(), stderr.String())
+		}
 	}
 	log, err := os.ReadFile(filepath.Join(dir, "hook.log"))
 	if err != nil || !strings.Contains(string(log), `"stage":"createRuntime"`) {

@@ -38,6 +38,10 @@ type fakeSystem struct {
 	// probed records Probe calls.
 	probed []int64
 	probe  shmprobe.Result
+	// outputs answer Output: a command line (the program's path in the
+	// fake tree, as the system runs it, and its arguments, joined by
+	// spaces) and its stdout; any other command fails.
+	outputs map[string]string
 }
 
 func newFake(t *testing.T) *fakeSystem {
@@ -115,7 +119,11 @@ func (f *fakeSystem) system() *System {
 		MemTotal: func() (int64, error) { return fakeHostMemory, nil },
 		NumCPU:   func() int { return 8 },
 		LookPath: func(string) (string, error) { return "", errors.New("not found") },
-		Output: func(context.Context, string, ...string) ([]byte, error) {
+		Output: func(_ context.Context, name string, args ...string) ([]byte, error) {
+			rel := "/" + strings.TrimPrefix(strings.TrimPrefix(name, f.root), "/")
+			if out, ok := f.outputs[strings.Join(append([]string{rel}, args...), " ")]; ok {
+				return []byte(out), nil
+			}
 			return nil, errors.New("not expected")
 		},
 		Probe: func(dir string, size int64) shmprobe.Result {

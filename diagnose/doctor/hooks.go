@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,19 +9,25 @@ import (
 	"strings"
 
 	"github.com/gpurun/gpurun/engine/hooksd"
+	"github.com/gpurun/gpurun/node/hook"
 )
 
 // hooksCheck looks for gpurun's entry in the hooks.d directories Podman and
 // CRI-O read, and reports every problem engine/hooksd finds in it, its
-// binary checked on this host.
+// binary checked on this host: a gpurun-runtime must have the hook mode.
 func hooksCheck(sys *System) Check {
 	c := Check{Name: "hooks", Status: OK}
 	dirs := hooksd.Dirs()
 	found := []string{}
 	var problems []string
 	binary := func(p string) error {
-		_, err := sys.resolveBinary(p)
-		return err
+		if _, err := sys.resolveBinary(p); err != nil {
+			return err
+		}
+		if path.Base(p) == "gpurun-runtime" {
+			return runtimeHookMode(sys, p)
+		}
+		return nil
 	}
 	for _, dir := range dirs {
 		p := path.Join(dir, hooksd.HookFileName)
@@ -50,4 +57,20 @@ func hooksCheck(sys *System) Check {
 		}
 	}
 	return c
+}
+
+// runtimeHookMode checks that the gpurun-runtime at node path p has the
+// hook mode the entry runs: `gpurun-runtime hook --help` names it. One
+// from before the mode hands "hook" to runc, which fails, and the engine
+// then fails every container start.
+func runtimeHookMode(sys *System, p string) error {
+	out, err := sys.Output(context.Background(), sys.path(p), "hook", "--help")
+	if err == nil && strings.Contains(string(out), hook.RuntimeUsage) {
+		return nil
+	}
+	why := "does not name it"
+	if err != nil {
+		why = "failed: " + err.Error()
+	}
+	return fmt.Errorf("%s has no hook mode (\"%s hook --help\" %s: a gpurun-runtime older than the entry?), and the engine fails every container start on it", p, path.Base(p), why)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpurun/gpurun/engine/containerd"
 	"github.com/gpurun/gpurun/engine/docker"
+	"github.com/gpurun/gpurun/node/hook"
 	"github.com/gpurun/gpurun/policy"
 )
 
@@ -540,6 +541,7 @@ func TestHostContainerdLoaded(t *testing.T) {
 
 func TestHostHooks(t *testing.T) {
 	const good = `{"version": "1.0.0", "hook": {"path": "/usr/local/bin/gpurun", "args": ["gpurun", "hook"]}, "when": {"always": true}, "stages": ["createRuntime"]}`
+	const runtimeEntry = `{"version": "1.0.0", "hook": {"path": "/usr/local/bin/gpurun-runtime", "args": ["gpurun-runtime", "hook", "--stage", "createRuntime"]}, "when": {"always": true}, "stages": ["createRuntime"]}`
 	tests := []struct {
 		name   string
 		files  map[string]string
@@ -552,11 +554,17 @@ func TestHostHooks(t *testing.T) {
 		{"binary gone", map[string]string{"/etc/containers/oci/hooks.d/gpurun.json": strings.Replace(good, "/usr/local/bin/gpurun", "/opt/gpurun", 1)}, Problem, "/opt/gpurun does not exist"},
 		{"bad JSON", map[string]string{"/etc/containers/oci/hooks.d/gpurun.json": "{\n  \"version\": \"1.0.0\",\n  \"hook\": {,\n}"}, Problem, "gpurun.json:3:"},
 		{"unknown stage, no when", map[string]string{"/etc/containers/oci/hooks.d/gpurun.json": `{"version": "1.0.0", "hook": {"path": "/usr/local/bin/gpurun"}, "stages": ["prestrat"]}`}, Problem, `unknown stage "prestrat"`},
+		{"gpurun-runtime's hook mode", map[string]string{"/etc/containers/oci/hooks.d/gpurun.json": runtimeEntry}, OK, "/etc/containers/oci/hooks.d/gpurun.json"},
+		{"a gpurun-runtime without the hook mode", map[string]string{"/etc/containers/oci/hooks.d/gpurun.json": strings.ReplaceAll(runtimeEntry, "/usr/local/bin/", "/opt/old/")}, Problem,
+			"/opt/old/gpurun-runtime has no hook mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := hostFake(t)
 			f.executable("/usr/local/bin/gpurun")
+			f.executable("/usr/local/bin/gpurun-runtime")
+			f.executable("/opt/old/gpurun-runtime")
+			f.outputs = map[string]string{"/usr/local/bin/gpurun-runtime hook --help": "Usage of " + hook.RuntimeUsage + ":\n"}
 			for p, c := range tt.files {
 				f.write(p, c)
 			}
