@@ -29,17 +29,18 @@ const hookCommand = "hook"
 // the gpurun command (its CLI, the Docker and Kubernetes clients) needs.
 func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(hook.RuntimeUsage, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	for _, a := range args {
-		if a == "-h" || a == "-help" || a == "--help" {
-			fs.SetOutput(stdout) // asked for: the usage on stdout
-		}
-	}
+	fs.SetOutput(io.Discard) // the usage is printed below, where it belongs
 	stage := fs.String("stage", "", `the hook stage the runtime runs it in, for the log ("createContainer": look in the hook's own mount namespace first)`)
 	config := fs.String("config", "", fmt.Sprintf("gpurun's policy file (default: $%s, else %s)", policy.ConfigEnv, policy.DefaultConfigPath))
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
 		return 0
-	} else if err != nil {
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", hook.Component, err)
+		fs.SetOutput(stderr)
+		fs.Usage()
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -60,17 +60,14 @@ func hooksCheck(sys *System) Check {
 }
 
 // runtimeHookMode checks that the gpurun-runtime at node path p has the
-// hook mode the entry runs: `gpurun-runtime hook --help` names it. One
-// from before the mode hands "hook" to runc, which fails, and the engine
-// then fails every container start.
+// hook mode the entry runs (hook.CheckRuntimeMode), run as the system runs
+// programs.
 func runtimeHookMode(sys *System, p string) error {
-	out, err := sys.Output(context.Background(), sys.path(p), "hook", "--help")
-	if err == nil && strings.Contains(string(out), hook.RuntimeUsage) {
-		return nil
-	}
-	why := "does not name it"
+	err := hook.CheckRuntimeMode(sys.path(p), func(name string, args ...string) ([]byte, error) {
+		return sys.Output(context.Background(), name, args...)
+	})
 	if err != nil {
-		why = "failed: " + err.Error()
+		return fmt.Errorf("%w, and the engine fails every container start on it", err)
 	}
-	return fmt.Errorf("%s has no hook mode (\"%s hook --help\" %s: a gpurun-runtime older than the entry?), and the engine fails every container start on it", p, path.Base(p), why)
+	return nil
 }

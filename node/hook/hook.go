@@ -35,6 +35,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gpurun/gpurun/engine/dirs"
 	"github.com/gpurun/gpurun/engine/remount"
@@ -52,6 +53,22 @@ const Component = "gpurun-hook"
 // hook`, the same hook from the small binary) in its usage, which `hook
 // --help` prints: what tells an installer that a gpurun-runtime has it.
 const RuntimeUsage = "gpurun-runtime hook"
+
+// CheckRuntimeMode says whether the gpurun-runtime at path has the hook
+// mode (nil) or why not: `path hook --help`, run by run (its stdout),
+// must succeed and name RuntimeUsage. One from before the mode hands
+// "hook" to runc, which fails, and an engine whose hooks.d entry runs it
+// then fails every container start.
+func CheckRuntimeMode(path string, run func(name string, args ...string) ([]byte, error)) error {
+	out, err := run(path, "hook", "--help")
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s has no hook mode (%q failed: %w)", path, filepath.Base(path)+" hook --help", err)
+	case !strings.Contains(string(out), RuntimeUsage):
+		return fmt.Errorf("%s has no hook mode (%q does not name it: a gpurun-runtime older than the mode?)", path, filepath.Base(path)+" hook --help")
+	}
+	return nil
+}
 
 // Hook is one invocation of `gpurun hook`. Its function fields are the
 // process's effects, so that tests can replace them.

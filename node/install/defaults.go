@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/gpurun/gpurun/engine/dockerapi"
@@ -36,16 +35,18 @@ func DefaultRuntimePath(hostRoot string, executable func() (string, error)) stri
 }
 
 // DefaultHookPath is the program the runtime will run from gpurun's
-// hooks.d entry. On this host (hostRoot "" or "/"): the gpurun-runtime
-// next to this executable (links resolved) when it has the hook mode
-// (runsHook, RunsHook for the real one: a gpurun-runtime from before it
-// would hand "hook" to runc and fail every container start), since it
-// starts in a fraction of gpurun's CPU time, which a hook adds to every
-// container start; else this executable. On another host's root:
+// hooks.d entry. On this host (hostRoot "" or "/"): the gpurun-runtime an
+// install of the runtime would register (DefaultRuntimePath) when it has
+// the hook mode (runsHook: RunsHook), since it starts in a fraction of
+// gpurun's CPU time, which a hook adds to every container start; else this
+// executable (links resolved). On another host's root:
 // InstalledGPURunPath, which no check here can run.
 func DefaultHookPath(hostRoot string, executable func() (string, error), runsHook func(path string) bool) string {
 	if !onThisHost(hostRoot) {
 		return InstalledGPURunPath
+	}
+	if rt := DefaultRuntimePath(hostRoot, executable); runsHook(rt) {
+		return rt
 	}
 	self, err := executable()
 	if err != nil {
@@ -54,9 +55,6 @@ func DefaultHookPath(hostRoot string, executable func() (string, error), runsHoo
 	if p, err := filepath.EvalSymlinks(self); err == nil {
 		self = p
 	}
-	if sib := filepath.Join(filepath.Dir(self), "gpurun-runtime"); runsHook(sib) {
-		return sib
-	}
 	return self
 }
 
@@ -64,16 +62,16 @@ func DefaultHookPath(hostRoot string, executable func() (string, error), runsHoo
 const hookProbeTimeout = 5 * time.Second
 
 // RunsHook says whether the program at path is a gpurun-runtime with the
-// hook mode: `path hook --help` exits 0 and prints its usage
-// (hook.RuntimeUsage). A missing file, or an older build, says no.
+// hook mode (hook.CheckRuntimeMode). A missing file says no.
 func RunsHook(path string) bool {
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), hookProbeTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "hook", "--help").CombinedOutput()
-	return err == nil && strings.Contains(string(out), hook.RuntimeUsage)
+	return hook.CheckRuntimeMode(path, func(name string, args ...string) ([]byte, error) {
+		return exec.CommandContext(ctx, name, args...).Output()
+	}) == nil
 }
 
 // dockerInfoTimeout bounds the question to the running dockerd.

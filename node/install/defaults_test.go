@@ -67,7 +67,7 @@ func TestRunsHook(t *testing.T) {
 		name, script string
 		want         bool
 	}{
-		{"hook mode", "#!/bin/sh\n[ \"$1 $2\" = \"hook --help\" ] || exit 9\necho 'Usage of " + hook.RuntimeUsage + ":' >&2\n", true},
+		{"hook mode", "#!/bin/sh\n[ \"$1 $2\" = \"hook --help\" ] || exit 9\necho 'Usage of " + hook.RuntimeUsage + ":'\n", true},
 		{"runc's answer", "#!/bin/sh\necho \"No help topic for 'hook'\" >&2\nexit 3\n", false},
 		{"exit 0 without the usage", "#!/bin/sh\nexit 0\n", false},
 		{"missing", "", false},
