@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,16 +155,11 @@ func podsCPU(t *testing.T, c *harness.Cluster, ns, sel string) float64 {
 		if id = strings.TrimPrefix(id, "containerd://"); id == "" {
 			continue // not started yet
 		}
-		i := slices.IndexFunc(c.Nodes, func(n *harness.ClusterNode) bool { return n.Name == node })
-		if i < 0 {
-			t.Fatalf("pod of %s/%s on node %q: no such node", ns, sel, node)
-		}
-		n := c.Nodes[i]
-		pid, err := n.ReadFile(filepath.Join(n.Containerd.StateDir, "io.containerd.runtime.v2.task", "k8s.io", id, "init.pid"))
+		pid, err := c.ContainerPID(c.Node(node), id)
 		if err != nil {
-			t.Fatalf("the webhook's container %s on %s: %v", id, node, err)
+			t.Fatalf("the webhook's container: %v", err)
 		}
-		sum += float64(cgroupOfPid(t, strings.TrimSpace(string(pid))).read(t).cpuUsec) / 1e6
+		sum += float64(cgroupOfPid(t, strconv.Itoa(pid)).read(t).cpuUsec) / 1e6
 	}
 	return sum
 }

@@ -600,22 +600,32 @@ func (c *Cluster) APIClient() *http.Client {
 // "containerd://"): SIGKILL is a process killed outright, as the OOM
 // killer or a crash would.
 func (c *Cluster) KillContainer(n *ClusterNode, id string, sig syscall.Signal) error {
+	pid, err := c.ContainerPID(n, id)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("container %s on %s: kill %d: %w", id, n.Name, pid, err)
+	}
+	return nil
+}
+
+// ContainerPID is the pid (in this host's PID namespace) of container id's
+// first process on node n, from its CRI status.
+func (c *Cluster) ContainerPID(n *ClusterNode, id string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), criTimeout)
 	defer cancel()
 	resp, err := n.Containerd.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
-		return fmt.Errorf("container %s on %s: %w", id, n.Name, err)
+		return 0, fmt.Errorf("container %s on %s: %w", id, n.Name, err)
 	}
 	var info struct {
 		Pid int `json:"pid"`
 	}
 	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil || info.Pid <= 0 {
-		return fmt.Errorf("container %s on %s: no pid in its status (%v)", id, n.Name, err)
+		return 0, fmt.Errorf("container %s on %s: no pid in its status (%v)", id, n.Name, err)
 	}
-	if err := syscall.Kill(info.Pid, sig); err != nil {
-		return fmt.Errorf("container %s on %s: kill %d: %w", id, n.Name, info.Pid, err)
-	}
-	return nil
+	return info.Pid, nil
 }
 
 // LoseNode kills node n's kubelet and containerd outright (SIGKILL), as a
