@@ -110,7 +110,7 @@ func TestNewErrors(t *testing.T) {
 }
 
 // TestReadyz: /readyz says what SetReady was told last (ready until then);
-// /metrics and /healthz are served beside it.
+// /metrics and /healthz are served beside it, /healthz ok once sampled.
 func TestReadyz(t *testing.T) {
 	dir := t.TempDir()
 	exp, err := exporter.New(exporter.Options{
@@ -162,9 +162,17 @@ func TestReadyz(t *testing.T) {
 			t.Errorf("/readyz: %d %q, want %d with %q", code, body, step.code, step.contains)
 		}
 	}
-	for _, p := range []string{"/metrics", "/healthz"} {
-		if code, _ := get(p); code != http.StatusOK {
-			t.Errorf("%s: %d", p, code)
-		}
+	if code, _ := get("/metrics"); code != http.StatusOK {
+		t.Errorf("/metrics: %d", code)
+	}
+	// /healthz is 503 ("no sample yet") until Run's first sample, which
+	// runs beside the server: wait for it, as a liveness probe would.
+	code, body := get("/healthz")
+	for deadline := time.Now().Add(5 * time.Second); code != http.StatusOK && strings.Contains(body, "no sample yet") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		code, body = get("/healthz")
+	}
+	if code != http.StatusOK {
+		t.Errorf("/healthz: %d %q", code, body)
 	}
 }
