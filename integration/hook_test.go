@@ -482,16 +482,6 @@ func TestHookPodman(t *testing.T) {
 		t.Fatalf("the hooks.d entry runs %q (%v), want gpurun-runtime's hook mode, %s:\n%s", written.Hook.Path, err, bin(t, "gpurun-runtime"), data)
 	}
 
-	pol, err := policy.Load(config, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := sysinfo.MemTotal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No memory limit: the policy's share of the host's memory.
-	target, _ := pol.Target(policy.Request{HostMemory: mem})
 	// containers.conf's default shm_size "65536k", which Podman reads as
 	// 65,536,000 bytes (see oci/testdata/fixtures/README.md).
 	const podmanDefaultKiB = 65536000 / 1024
@@ -501,7 +491,7 @@ func TestHookPodman(t *testing.T) {
 		env  []string
 		want int64
 	}{
-		{"GPU container by env", []string{"-e", "NVIDIA_VISIBLE_DEVICES=all"}, target / 1024},
+		{"GPU container by env", []string{"-e", "NVIDIA_VISIBLE_DEVICES=all"}, podmanGPUShmKiB(t, config)},
 		{"no GPU", nil, podmanDefaultKiB},
 	}
 	for _, tt := range tests {
@@ -529,6 +519,23 @@ func TestHookPodman(t *testing.T) {
 	if _, err := os.Stat(entry); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("uninstall left %s: %v", entry, err)
 	}
+}
+
+// podmanGPUShmKiB is the /dev/shm size in KiB that the policy file config
+// plans for a GPU container run by Podman with no memory limit: the
+// policy's share of the host's memory.
+func podmanGPUShmKiB(t *testing.T, config string) int64 {
+	t.Helper()
+	pol, err := policy.Load(config, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := sysinfo.MemTotal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, _ := pol.Target(policy.Request{HostMemory: mem})
+	return target / 1024
 }
 
 // BenchmarkHookRunc measures what gpurun's OCI hook at createRuntime (as
