@@ -440,12 +440,16 @@ func (h Hooks) executable(p string) error {
 }
 
 // warnings says what would keep the hook from working on this node: a
-// policy that does not load, and a storage root where the hook would refuse
-// to grow /dev/shm. The hook learns the root from each container's bundle
+// hooks.d directory Podman's --hooks-dir cannot name, a policy that does
+// not load, and a storage root where the hook would refuse to grow
+// /dev/shm. The hook learns the root from each container's bundle
 // (<root>/overlay-containers/<id>/userdata), wherever storage.conf puts it,
 // but grows nothing through a symbolic link, and recognises only the
 // overlay driver's layout.
 func (h Hooks) warnings() {
+	if h.Engine == EnginePodman && strings.Contains(h.HooksDir, ",") {
+		fmt.Fprintf(h.Out, "warning: --hooks-dir %s holds a comma: `podman --hooks-dir` splits its value there and would not read this directory; name it in hooks_dir of containers.conf instead, or choose a directory without a comma\n", h.HooksDir)
+	}
 	path := h.policyPath()
 	if _, err := policy.Load(path, false); err != nil {
 		fmt.Fprintf(h.Out, "warning: %v: the hook will leave every container as it is until the policy loads\n", err)

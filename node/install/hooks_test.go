@@ -276,14 +276,16 @@ func TestHooksRefusals(t *testing.T) {
 	}
 }
 
-// TestHooksWarnsAboutStorage: the hook learns the storage root from each
+// TestHooksWarnings: a hooks.d directory Podman cannot be pointed at
+// (a comma in it) is warned about. The hook learns the storage root from each
 // bundle, so engine_roots no longer matter; install warns when the root is
 // one the hook would refuse (through a symbolic link) or a layout it does
 // not know (another storage driver).
-func TestHooksWarnsAboutStorage(t *testing.T) {
+func TestHooksWarnings(t *testing.T) {
 	tests := []struct {
 		name, engine, policy, storage string
 		link                          string // a root made a symbolic link to /mnt/real
+		hooksDir                      string // a node path; "" for the engine's default
 		warn                          string // "" for none
 	}{
 		{name: "Podman, defaults", engine: EnginePodman},
@@ -294,6 +296,10 @@ func TestHooksWarnsAboutStorage(t *testing.T) {
 		{name: "CRI-O, run root through a link", engine: EngineCRIO, storage: "[storage]\nrunroot = \"/var/run/crio-storage\"\n", link: "var/run/crio-storage", warn: "runroot /var/run/crio-storage goes through a symbolic link"},
 		{name: "Podman, the vfs driver", engine: EnginePodman, storage: "[storage]\ndriver = \"vfs\"\n", warn: "vfs-containers"},
 		{name: "a policy that does not load", engine: EnginePodman, policy: "size = [\n", warn: "until the policy loads"},
+		// Podman's --hooks-dir is a string slice flag (seen in
+		// integration's TestHooksAcrossReleases, whose dirs held one).
+		{name: "Podman, a hooks dir with a comma", engine: EnginePodman, hooksDir: "/srv/hooks.d,gpu", warn: "splits its value there"},
+		{name: "CRI-O, a hooks dir with a comma (crio.conf names it)", engine: EngineCRIO, hooksDir: "/srv/hooks.d,gpu"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,6 +323,7 @@ func TestHooksWarnsAboutStorage(t *testing.T) {
 			}
 			var out bytes.Buffer
 			h := hooksFor(root, tt.engine, &out)
+			h.HooksDir = tt.hooksDir
 			if err := h.Install(); err != nil {
 				t.Fatal(err)
 			}
