@@ -32,10 +32,13 @@ const (
 	EngineCRIO   = "crio"
 )
 
-// Default hooks.d directories. Podman, as root and without --hooks-dir,
-// reads /usr/share/containers/oci/hooks.d and then /etc/containers/oci/hooks.d
+// Default hooks.d directories, where neither engine's configuration sets
+// hooks_dir. Podman, as root and without --hooks-dir, reads
+// /usr/share/containers/oci/hooks.d and then /etc/containers/oci/hooks.d
 // (the administrator's); CRI-O reads only the directories of its hooks_dir,
-// which is /usr/share/containers/oci/hooks.d unless configured.
+// which is /usr/share/containers/oci/hooks.d unless configured. Where
+// containers.conf or crio.conf sets hooks_dir, install writes into the
+// last directory it names (hooksd.PodmanDirs, hooksd.CRIODirs).
 const (
 	DefaultPodmanHooksDir = hooksd.HooksDirEtc
 	DefaultCRIOHooksDir   = hooksd.HooksDirShare
@@ -64,8 +67,9 @@ type Hooks struct {
 	Options
 	// Engine is EnginePodman or EngineCRIO.
 	Engine string
-	// HooksDir is the hooks.d directory (a node path); "" means the
-	// engine's default (and, for Uninstall, every directory recorded).
+	// HooksDir is the hooks.d directory (a node path); "" means the last
+	// directory the engine reads (its hooks_dir, else its default; for
+	// Uninstall, every directory recorded).
 	HooksDir string
 	// GPURunPath is gpurun as the runtime will exec it (a node path).
 	GPURunPath string
@@ -98,16 +102,26 @@ func (h Hooks) validate() error {
 	return nil
 }
 
+// engineDirs are the hooks.d directories the engine reads on the node, as
+// its configuration files say.
+func (h Hooks) engineDirs() (hooksd.Configured, error) {
+	if h.Engine == EngineCRIO {
+		return hooksd.CRIODirs(h.HostRoot)
+	}
+	return hooksd.PodmanDirs(h.HostRoot)
+}
+
 // hookFile returns the hooks.d entry's node path.
-func (h Hooks) hookFile() string {
+func (h Hooks) hookFile() (string, error) {
 	dir := h.HooksDir
 	if dir == "" {
-		dir = DefaultPodmanHooksDir
-		if h.Engine == EngineCRIO {
-			dir = DefaultCRIOHooksDir
+		c, err := h.engineDirs()
+		if err != nil {
+			return "", fmt.Errorf("the hooks.d directory %s reads: %w (or pass --hooks-dir)", h.Engine, err)
 		}
+		dir = c.Last()
 	}
-	return filepath.Join(filepath.Clean(dir), HookFileName)
+	return filepath.Join(filepath.Clean(dir), HookFileName), nil
 }
 
 func (h Hooks) dropIn() string {
@@ -274,7 +288,10 @@ func (h Hooks) plan() (hookFiles, error) {
 	if err != nil {
 		return f, err
 	}
-	f.node, f.want = h.hookFile(), want
+	if f.node, err = h.hookFile(); err != nil {
+		return f, err
+	}
+	f.want = want
 	if p := hooksd.Problems(f.node, want, h.executable); len(p) > 0 {
 		return f, fmt.Errorf("%s (pass gpurun's path on the node with --hook-path)", strings.Join(p, "; "))
 	}
@@ -316,7 +333,11 @@ func (h Hooks) Uninstall() error {
 		sort.Strings(paths)
 	}
 	if len(paths) == 0 {
-		paths = []string{h.host(h.hookFile())}
+		p, err := h.hookFile()
+		if err != nil {
+			return err
+		}
+		paths = []string{h.host(p)}
 	}
 	for _, here := range paths {
 		if err := h.uninstallOne(st, here); err != nil {
@@ -440,8 +461,8 @@ func (h Hooks) executable(p string) error {
 }
 
 // warnings says what would keep the hook from working on this node: a
-// hooks.d directory Podman's --hooks-dir cannot name, a policy that does
-// not load, and a storage root where the hook would refuse to grow
+// hooks.d directory the engine does not read as configured, or that
+// Podman's --hooks-dir cannot name, a policy that does not load, and a storage root where the hook would refuse to grow
 // /dev/shm. The hook learns the root from each container's bundle
 // (<root>/overlay-containers/<id>/userdata), wherever storage.conf puts it,
 // but grows nothing through a symbolic link, and recognises only the
@@ -449,6 +470,17 @@ func (h Hooks) executable(p string) error {
 func (h Hooks) warnings() {
 	if h.Engine == EnginePodman && strings.Contains(h.HooksDir, ",") {
 		fmt.Fprintf(h.Out, "warning: --hooks-dir %s holds a comma: `podman --hooks-dir` splits its value there and would not read this directory; name it in hooks_dir of containers.conf instead, or choose a directory without a comma\n", h.HooksDir)
+	}
+	if c, err := h.engineDirs(); err == nil && h.HooksDir != "" && !slices.Contains(c.Dirs, filepath.Clean(h.HooksDir)) {
+		from := "by default"
+		if c.From != "" {
+			from = "as hooks_dir in " + h.host(c.From) + " says"
+		}
+		fix := "start it with --hooks-dir " + h.HooksDir
+		if h.Engine == EngineCRIO {
+			fix = "add it to hooks_dir in crio.conf and restart CRI-O"
+		}
+		fmt.Fprintf(h.Out, "warning: %s reads hooks.d from %s (%s), not %s: it runs the hook only if you %s\n", h.Engine, strings.Join(c.Dirs, ", "), from, h.HooksDir, fix)
 	}
 	path := h.policyPath()
 	if _, err := policy.Load(path, false); err != nil {

@@ -3,8 +3,10 @@ package install
 import (
 	"bytes"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -276,8 +278,9 @@ func TestHooksRefusals(t *testing.T) {
 	}
 }
 
-// TestHooksWarnings: a hooks.d directory Podman cannot be pointed at
-// (a comma in it) is warned about. The hook learns the storage root from each
+// TestHooksWarnings: a hooks.d directory the engine does not read as
+// configured, or that Podman cannot be pointed at (a comma in it), is
+// warned about. The hook learns the storage root from each
 // bundle, so engine_roots no longer matter; install warns when the root is
 // one the hook would refuse (through a symbolic link) or a layout it does
 // not know (another storage driver).
@@ -286,6 +289,7 @@ func TestHooksWarnings(t *testing.T) {
 		name, engine, policy, storage string
 		link                          string // a root made a symbolic link to /mnt/real
 		hooksDir                      string // a node path; "" for the engine's default
+		engineConf                    string // containers.conf (Podman) or crio.conf (CRI-O) in /etc
 		warn                          string // "" for none
 	}{
 		{name: "Podman, defaults", engine: EnginePodman},
@@ -299,7 +303,16 @@ func TestHooksWarnings(t *testing.T) {
 		// Podman's --hooks-dir is a string slice flag (seen in
 		// integration's TestHooksAcrossReleases, whose dirs held one).
 		{name: "Podman, a hooks dir with a comma", engine: EnginePodman, hooksDir: "/srv/hooks.d,gpu", warn: "splits its value there"},
-		{name: "CRI-O, a hooks dir with a comma (crio.conf names it)", engine: EngineCRIO, hooksDir: "/srv/hooks.d,gpu"},
+		{name: "CRI-O, a hooks dir with a comma (crio.conf names it)", engine: EngineCRIO, hooksDir: "/srv/hooks.d,gpu",
+			engineConf: "[crio.runtime]\nhooks_dir = [\"/srv/hooks.d,gpu\"]\n"},
+		{name: "Podman, a hooks dir it does not read", engine: EnginePodman, hooksDir: "/srv/hooks.d",
+			warn: "podman reads hooks.d from /usr/share/containers/oci/hooks.d, /etc/containers/oci/hooks.d (by default), not /srv/hooks.d: it runs the hook only if you start it with --hooks-dir /srv/hooks.d"},
+		{name: "Podman, a hooks dir containers.conf names", engine: EnginePodman, hooksDir: "/srv/hooks.d/",
+			engineConf: "[engine]\nhooks_dir = [\"/srv/hooks.d\"]\n"},
+		{name: "Podman, the default dir where containers.conf names another", engine: EnginePodman, hooksDir: "/etc/containers/oci/hooks.d",
+			engineConf: "[engine]\nhooks_dir = [\"/srv/hooks.d\"]\n", warn: "(as hooks_dir in "},
+		{name: "CRI-O, a hooks dir it does not read", engine: EngineCRIO, hooksDir: "/etc/containers/oci/hooks.d",
+			warn: "add it to hooks_dir in crio.conf and restart CRI-O"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,6 +334,13 @@ func TestHooksWarnings(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if tt.engineConf != "" {
+				conf := "etc/containers/containers.conf"
+				if tt.engine == EngineCRIO {
+					conf = "etc/crio/crio.conf"
+				}
+				write(t, filepath.Join(root, conf), tt.engineConf)
+			}
 			var out bytes.Buffer
 			h := hooksFor(root, tt.engine, &out)
 			h.HooksDir = tt.hooksDir
@@ -332,4 +352,86 @@ func TestHooksWarnings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHooksInstallWhereTheEngineReads: without --hooks-dir, install writes
+// into the last directory of the engine's hooks_dir (containers.conf and
+// its drop-ins for Podman, crio.conf and its drop-ins for CRI-O), so the
+// engine runs the hook; an uninstall with nothing recorded looks there
+// too. A configuration that does not parse stops the install before it
+// writes anything, naming the file and line.
+func TestHooksInstallWhereTheEngineReads(t *testing.T) {
+	tests := []struct {
+		name, engine string
+		files        map[string]string // node path: content
+		want         string            // the entry's node path; "" for an error
+		err          string
+	}{
+		{name: "Podman, no hooks_dir", engine: EnginePodman, want: "/etc/containers/oci/hooks.d/gpurun.json"},
+		{name: "CRI-O, no hooks_dir", engine: EngineCRIO, want: "/usr/share/containers/oci/hooks.d/gpurun.json"},
+		{name: "Podman, containers.conf", engine: EnginePodman,
+			files: map[string]string{"/etc/containers/containers.conf": "[engine]\nhooks_dir = [\"/opt/vendor/hooks.d\", \"/opt/site/hooks.d\"]\n"},
+			want:  "/opt/site/hooks.d/gpurun.json"},
+		{name: "CRI-O, a drop-in", engine: EngineCRIO,
+			files: map[string]string{"/etc/crio/crio.conf": "[crio.runtime]\nhooks_dir = [\"/a\"]\n", "/etc/crio/crio.conf.d/20-gpu.conf": "[crio.runtime]\nhooks_dir = [\"/gpu/hooks.d\"]\n"},
+			want:  "/gpu/hooks.d/gpurun.json"},
+		{name: "Podman, containers.conf that does not parse", engine: EnginePodman,
+			files: map[string]string{"/etc/containers/containers.conf": "[engine]\nhooks_dir = \"/opt\n"},
+			err:   "etc/containers/containers.conf:2:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := hookRoot(t)
+			for p, body := range tt.files {
+				write(t, filepath.Join(root, p), body)
+			}
+			before := treeOf(t, root)
+			var out bytes.Buffer
+			h := hooksFor(root, tt.engine, &out)
+			err := h.Install()
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("Install: %v, want an error naming %q", err, tt.err)
+				}
+				if after := treeOf(t, root); !reflect.DeepEqual(after, before) {
+					t.Errorf("a failed install changed the node: %v, was %v", after, before)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !exists(filepath.Join(root, tt.want)) {
+				t.Fatalf("no entry at %s:\n%s", tt.want, out.String())
+			}
+			// Nothing recorded: uninstall finds the entry where install put it.
+			if err := os.Remove(h.statePath()); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Uninstall(); err != nil {
+				t.Fatal(err)
+			}
+			if exists(filepath.Join(root, tt.want)) {
+				t.Errorf("uninstall with nothing recorded left %s:\n%s", tt.want, out.String())
+			}
+		})
+	}
+}
+
+// treeOf lists the files under root with their contents.
+func treeOf(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		out[strings.TrimPrefix(p, root)] = string(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

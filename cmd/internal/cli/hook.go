@@ -107,7 +107,7 @@ func newInstallHooksCmd(g *Globals, engine string, uninstall bool) *cobra.Comman
 
 func (f *hooksFlags) register(cmd *cobra.Command, engine string, uninstall bool) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.h.HooksDir, "hooks-dir", "", fmt.Sprintf("the hooks.d directory (a path on the node; default %s", hooksDir(engine))+map[bool]string{false: ")", true: "; uninstall: every directory recorded)"}[uninstall])
+	fl.StringVar(&f.h.HooksDir, "hooks-dir", "", fmt.Sprintf("the hooks.d directory (a path on the node; default: the last directory of hooks_dir in %s, else %s", engineConf(engine), hooksDir(engine))+map[bool]string{false: ")", true: "; uninstall: every directory recorded)"}[uninstall])
 	fl.StringVar(&f.hostRoot, "host-root", "", `the node's root filesystem, when it is mounted elsewhere (a DaemonSet: "/host")`)
 	fl.StringVar(&f.state, "state", install.DefaultStatePath, "where install records what it wrote, for uninstall")
 	fl.StringVar(&f.pol, "policy", "", fmt.Sprintf("gpurun's policy file, passed to the hook as --config (default: none, the hook reads %s)", policy.DefaultConfigPath))
@@ -131,6 +131,14 @@ func hooksDir(engine string) string {
 	return install.DefaultPodmanHooksDir
 }
 
+// engineConf names the configuration files where an engine sets hooks_dir.
+func engineConf(engine string) string {
+	if engine == install.EngineCRIO {
+		return "crio.conf or its drop-ins"
+	}
+	return "containers.conf or its drop-ins"
+}
+
 // hooksHelp is the help of "gpurun install|uninstall podman|crio".
 func hooksHelp(engine string) (short, long, example string) {
 	name := map[string]string{install.EnginePodman: "Podman", install.EngineCRIO: "CRI-O"}[engine]
@@ -146,8 +154,9 @@ func hooksHelp(engine string) (short, long, example string) {
 		example += `
   podman run --hooks-dir /etc/containers/oci/hooks.d ...   # where --hooks-dir is given, name the directory`
 	}
-	long = fmt.Sprintf(`Install writes %[1]s/%[2]s, a hooks.d entry (oci-hooks(5))
-that makes %[3]s run gpurun's hook ("gpurun-runtime hook", the small
+	long = fmt.Sprintf(`Install writes %[1]s/%[2]s, a hooks.d entry (oci-hooks(5)),
+or the same file in the last directory of hooks_dir where %[4]s
+set one (%[3]s reads only those then); the entry makes %[3]s run gpurun's hook ("gpurun-runtime hook", the small
 binary's hook mode, where it is installed beside gpurun; else "gpurun
 hook") in the createRuntime stage of every container; the hook sizes
 /dev/shm for the containers the policy picks (GPU evidence is often only in
@@ -160,6 +169,6 @@ The hook learns where %[3]s keeps a container's /dev/shm tmpfs from the
 bundle path it is given (<root>/overlay-containers/<id>/userdata: Podman's
 graph root, CRI-O's run root), wherever storage.conf puts the root. Install
 warns when the hook would refuse it: a root through a symbolic link, or a
-storage driver other than overlay.`, hooksDir(engine), install.HookFileName, name)
+storage driver other than overlay.`, hooksDir(engine), install.HookFileName, name, engineConf(engine))
 	return short, long, example
 }
