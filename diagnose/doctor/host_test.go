@@ -557,6 +557,26 @@ func TestHostHooks(t *testing.T) {
 		{"gpurun-runtime's hook mode", map[string]string{"/etc/containers/oci/hooks.d/gpurun.json": runtimeEntry}, OK, "/etc/containers/oci/hooks.d/gpurun.json"},
 		{"a gpurun-runtime without the hook mode", map[string]string{"/etc/containers/oci/hooks.d/gpurun.json": strings.ReplaceAll(runtimeEntry, "/usr/local/bin/", "/opt/old/")}, Problem,
 			"/opt/old/gpurun-runtime has no hook mode"},
+		{"installed where containers.conf's hooks_dir says", map[string]string{
+			"/etc/containers/containers.conf": "[engine]\nhooks_dir = [\"/opt/hooks.d\"]\n", "/opt/hooks.d/gpurun.json": runtimeEntry}, OK,
+			"/opt/hooks.d/gpurun.json (read by Podman)"},
+		{"in the default directory, which containers.conf's hooks_dir leaves out", map[string]string{
+			"/etc/containers/containers.conf": "[engine]\nhooks_dir = [\"/opt/hooks.d\"]\n", "/etc/containers/oci/hooks.d/gpurun.json": runtimeEntry}, Problem,
+			"/etc/containers/oci/hooks.d/gpurun.json: in no directory the engines here read (Podman reads /opt/hooks.d, as hooks_dir in /etc/containers/containers.conf says; CRI-O reads /usr/share/containers/oci/hooks.d)"},
+		{"read by CRI-O only: Podman's hooks_dir leaves it out", map[string]string{
+			"/etc/containers/containers.conf": "[engine]\nhooks_dir = [\"/opt/hooks.d\"]\n", "/usr/share/containers/oci/hooks.d/gpurun.json": runtimeEntry}, OK,
+			"/usr/share/containers/oci/hooks.d/gpurun.json (read by CRI-O)"},
+		{"one entry read, a stale one not", map[string]string{
+			"/etc/crio/crio.conf.d/10-gpu.conf": "[crio.runtime]\nhooks_dir = [\"/gpu/hooks.d\"]\n", "/etc/containers/containers.conf": "[engine]\nhooks_dir = [\"/gpu/hooks.d\"]\n",
+			"/gpu/hooks.d/gpurun.json": runtimeEntry, "/usr/share/containers/oci/hooks.d/gpurun.json": runtimeEntry}, Warn,
+			"/usr/share/containers/oci/hooks.d/gpurun.json is in no directory the engines here read"},
+		{"containers.conf that does not parse", map[string]string{"/etc/containers/containers.conf": "[engine\n"}, Problem, "Podman's hooks_dir: "},
+		{"only Podman here: CRI-O's directory does not count", map[string]string{"/usr/bin/podman": "",
+			"/etc/containers/containers.conf": "[engine]\nhooks_dir = [\"/opt/hooks.d\"]\n", "/usr/share/containers/oci/hooks.d/gpurun.json": runtimeEntry}, Problem,
+			"in no directory the engines here read (Podman reads /opt/hooks.d, as hooks_dir in /etc/containers/containers.conf says)"},
+		{"only CRI-O here, its drop-in's directory", map[string]string{"/usr/bin/crio": "",
+			"/etc/crio/crio.conf.d/10-gpu.conf": "[crio.runtime]\nhooks_dir = [\"/gpu/hooks.d\"]\n", "/gpu/hooks.d/gpurun.json": runtimeEntry}, OK,
+			"/gpu/hooks.d/gpurun.json (read by CRI-O)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -566,6 +586,10 @@ func TestHostHooks(t *testing.T) {
 			f.executable("/opt/old/gpurun-runtime")
 			f.outputs = map[string]string{"/usr/local/bin/gpurun-runtime hook --help": "Usage of " + hook.RuntimeUsage + ":\n"}
 			for p, c := range tt.files {
+				if c == "" && strings.HasPrefix(p, "/usr/bin/") {
+					f.executable(p)
+					continue
+				}
 				f.write(p, c)
 			}
 			c := check(t, hostReport(f, HostOptions{DockerErr: errors.New("no docker")}), "hooks")
