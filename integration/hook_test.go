@@ -665,3 +665,64 @@ func BenchmarkHookRunc(b *testing.B) {
 		})
 	}
 }
+
+// TestHookPodmanHooksDirConf: on a node whose containers.conf sets
+// hooks_dir (Podman then reads only those directories), `gpurun install
+// podman` without --hooks-dir writes its entry where Podman reads it, and
+// a GPU container started with no --hooks-dir gets the planned size; an
+// entry put in the default directory instead is never run (the container
+// keeps Podman's default) and `gpurun doctor` says so. Podman and gpurun
+// read /etc/containers as on a node (harness.Podman.AsOnANode).
+func TestHookPodmanHooksDirConf(t *testing.T) {
+	p := harness.NewPodman(t)
+	img := p.BusyboxImage()
+	gpurun := bin(t, "gpurun")
+	dir := t.TempDir()
+	siteHooks := filepath.Join(dir, "site-hooks.d")
+	config := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("log_file = %q\n", filepath.Join(dir, "gpurun.log"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := podmanGPUShmKiB(t, config)
+	const podmanDefaultKiB = 65536000 / 1024
+	conf := fmt.Sprintf("[engine]\nhooks_dir = [%q]\n", siteHooks)
+	// Each step prints the GPU container's /dev/shm (df -k) after a line
+	// "== df", and what gpurun printed before it.
+	for _, tc := range []struct {
+		name, install string
+		want          int64
+		doctor        string // in gpurun doctor's output
+	}{
+		{"install without --hooks-dir", "", want, siteHooks + "/gpurun.json (read by Podman"},
+		{"an entry in the default directory", "--hooks-dir /etc/containers/oci/hooks.d", podmanDefaultKiB,
+			"/etc/containers/oci/hooks.d/gpurun.json: in no directory the engines here read (Podman reads " + siteHooks + ", as hooks_dir in /etc/containers/containers.conf says"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "install-state.json")
+			script := fmt.Sprintf(`%[1]s install podman --policy %[2]s --state %[3]s %[4]s
+echo "== doctor"
+%[1]s doctor --host 2>&1 || true
+echo "== df"
+"$@" run --rm --network none --cgroup-parent %[5]s -e NVIDIA_VISIBLE_DEVICES=all %[6]s df -k /dev/shm
+%[1]s uninstall podman --state %[3]s
+`, gpurun, config, state, tc.install, p.CgroupParent, img)
+			out, stderr, err := p.AsOnANode(conf, script)
+			if err != nil {
+				t.Fatalf("%v\n%s\n%s", err, out, stderr)
+			}
+			before, df, ok := strings.Cut(out, "== df\n")
+			if !ok {
+				t.Fatalf("no df output:\n%s\n%s", out, stderr)
+			}
+			if got := dfKiB(t, df); got != tc.want {
+				t.Errorf("/dev/shm %d KiB, want %d\n%s\ngpurun log:\n%s", got, tc.want, before, readFile(filepath.Join(dir, "gpurun.log")))
+			}
+			if !strings.Contains(before, tc.doctor) {
+				t.Errorf("install and doctor printed, without %q:\n%s", tc.doctor, before)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(siteHooks, hooksd.HookFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("uninstall left the entry in %s: %v", siteHooks, err)
+	}
+}

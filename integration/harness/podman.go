@@ -142,6 +142,56 @@ exec "$@"`
 	return PodmanImage
 }
 
+// AsOnANode runs script (sh -c; "$@" is podman with this Podman's global
+// flags) in NetNS and in a private mount namespace where /etc/containers
+// is a tmpfs holding a copy of the host's and containersConf as its
+// containers.conf (its [engine] table gets this Podman's settings), and
+// CONTAINERS_CONF is unset: podman, and gpurun run by the script, read
+// /usr/share/containers/containers.conf and /etc/containers/containers.conf
+// as on a node, and nothing of the host's /etc changes.
+func (p *Podman) AsOnANode(containersConf, script string) (string, string, error) {
+	p.t.Helper()
+	own, err := os.ReadFile(filepath.Join(p.Dir, "containers.conf"))
+	if err != nil {
+		return "", "", fmt.Errorf("harness: %w", err)
+	}
+	// One [engine] table: the caller's keys go into this Podman's.
+	conf := string(own)
+	if rest, ok := strings.CutPrefix(strings.TrimSpace(containersConf), "[engine]"); ok {
+		conf = strings.Replace(conf, "[engine]\n", "[engine]\n"+strings.TrimSpace(rest)+"\n", 1)
+	} else if containersConf != "" {
+		return "", "", fmt.Errorf("harness: AsOnANode's containers.conf must be an [engine] table, got %q", containersConf)
+	}
+	etc := filepath.Join(p.Dir, "etc-containers")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return "", "", fmt.Errorf("harness: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "containers.conf"), []byte(conf), 0o644); err != nil {
+		return "", "", fmt.Errorf("harness: %w", err)
+	}
+	if fi, err := os.Stat("/etc/containers"); err != nil || !fi.IsDir() {
+		return "", "", fmt.Errorf("harness: /etc/containers (Debian's podman package makes it) is not a directory: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*podmanTimeout)
+	defer cancel()
+	wrapped := `set -e
+mkdir -p "$GPURUN_ETC_COPY/host"
+cp -a /etc/containers/. "$GPURUN_ETC_COPY/host/"
+mount -t tmpfs -o size=16m tmpfs /etc/containers
+cp -a "$GPURUN_ETC_COPY/host/." /etc/containers/
+cp "$GPURUN_ETC_COPY/containers.conf" /etc/containers/containers.conf
+rm -rf "$GPURUN_ETC_COPY/host"
+` + script
+	env := []string{"GPURUN_ETC_COPY=" + etc}
+	for _, kv := range p.env {
+		if !strings.HasPrefix(kv, "CONTAINERS_CONF=") {
+			env = append(env, kv)
+		}
+	}
+	args := append([]string{"--mount", "--propagation", "private", "sh", "-c", wrapped, "sh", "podman"}, p.global...)
+	return p.NetNS.Run(ctx, env, "unshare", args...)
+}
+
 func (p *Podman) cleanup() {
 	t := p.t
 	if _, _, err := p.Podman("rm", "--all", "--force", "--time", "0"); err != nil {
