@@ -453,15 +453,10 @@ func TestHookPodman(t *testing.T) {
 	dir := t.TempDir()
 	hooksDir := filepath.Join(dir, "hooks.d")
 	state := filepath.Join(dir, "install-state.json")
-	config := filepath.Join(dir, "config.toml")
-	logFile := filepath.Join(dir, "gpurun.log")
 	// Podman's /dev/shm is a tmpfs it mounts under its graph root, here
 	// under /tmp, which the default engine_roots do not list: the hook
 	// learns the graph root from the bundle path Podman hands the runtime.
-	body := fmt.Sprintf("log_file = %q\n", logFile)
-	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	config, logFile := hookPolicy(t, dir)
 
 	// No --hook-path: the entry runs the gpurun-runtime built beside
 	// gpurun, in its hook mode.
@@ -481,10 +476,6 @@ func TestHookPodman(t *testing.T) {
 	if err := json.Unmarshal(data, &written); err != nil || written.Hook.Path != bin(t, "gpurun-runtime") {
 		t.Fatalf("the hooks.d entry runs %q (%v), want gpurun-runtime's hook mode, %s:\n%s", written.Hook.Path, err, bin(t, "gpurun-runtime"), data)
 	}
-
-	// containers.conf's default shm_size "65536k", which Podman reads as
-	// 65,536,000 bytes (see oci/testdata/fixtures/README.md).
-	const podmanDefaultKiB = 65536000 / 1024
 
 	tests := []struct {
 		name string
@@ -519,6 +510,22 @@ func TestHookPodman(t *testing.T) {
 	if _, err := os.Stat(entry); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("uninstall left %s: %v", entry, err)
 	}
+}
+
+// podmanDefaultKiB is a Podman container's /dev/shm in KiB: containers.conf's
+// default shm_size "65536k", which Podman reads as 65,536,000 bytes (see
+// oci/testdata/fixtures/README.md).
+const podmanDefaultKiB = 65536000 / 1024
+
+// hookPolicy writes a policy file in dir that only sends the hook's log to
+// a file of its own there, and returns both paths.
+func hookPolicy(t *testing.T, dir string) (config, logFile string) {
+	t.Helper()
+	config, logFile = filepath.Join(dir, "config.toml"), filepath.Join(dir, "gpurun.log")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("log_file = %q\n", logFile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config, logFile
 }
 
 // podmanGPUShmKiB is the /dev/shm size in KiB that the policy file config
@@ -679,12 +686,8 @@ func TestHookPodmanHooksDirConf(t *testing.T) {
 	gpurun := bin(t, "gpurun")
 	dir := t.TempDir()
 	siteHooks := filepath.Join(dir, "site-hooks.d")
-	config := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf("log_file = %q\n", filepath.Join(dir, "gpurun.log"))), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	config, logFile := hookPolicy(t, dir)
 	want := podmanGPUShmKiB(t, config)
-	const podmanDefaultKiB = 65536000 / 1024
 	conf := fmt.Sprintf("[engine]\nhooks_dir = [%q]\n", siteHooks)
 	// Each step prints the GPU container's /dev/shm (df -k) after a line
 	// "== df", and what gpurun printed before it.
@@ -715,7 +718,7 @@ echo "== df"
 				t.Fatalf("no df output:\n%s\n%s", out, stderr)
 			}
 			if got := dfKiB(t, df); got != tc.want {
-				t.Errorf("/dev/shm %d KiB, want %d\n%s\ngpurun log:\n%s", got, tc.want, before, readFile(filepath.Join(dir, "gpurun.log")))
+				t.Errorf("/dev/shm %d KiB, want %d\n%s\ngpurun log:\n%s", got, tc.want, before, readFile(logFile))
 			}
 			if !strings.Contains(before, tc.doctor) {
 				t.Errorf("install and doctor printed, without %q:\n%s", tc.doctor, before)

@@ -9,7 +9,6 @@ package integration
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,10 +47,7 @@ func TestHooksAcrossReleases(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(hooksDir, "oci-nvidia-hook.json"), []byte(other), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		config = filepath.Join(dir, "config.toml")
-		if err := os.WriteFile(config, []byte(fmt.Sprintf("log_file = %q\n", filepath.Join(dir, "gpurun.log"))), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		config, _ = hookPolicy(t, dir)
 		return hooksDir, config, []string{"--hooks-dir", hooksDir, "--state", filepath.Join(dir, "install-state.json")}, "--policy=" + config
 	}
 	run := func(t *testing.T, binary, cmd string, args ...string) string {
