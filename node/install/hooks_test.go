@@ -435,3 +435,31 @@ func treeOf(t *testing.T, root string) map[string]string {
 	}
 	return out
 }
+
+// TestHooksInstallAfterHooksDirIsSet: an entry installed in the default
+// directory (as before hooks_dir was set, or by an earlier release) stays
+// recorded when a later install writes where hooks_dir now says, and one
+// uninstall removes both.
+func TestHooksInstallAfterHooksDirIsSet(t *testing.T) {
+	root := hookRoot(t)
+	var out bytes.Buffer
+	h := hooksFor(root, EnginePodman, &out)
+	if err := h.Install(); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(root, DefaultPodmanHooksDir, HookFileName)
+	write(t, filepath.Join(root, "etc/containers/containers.conf"), "[engine]\nhooks_dir = [\"/opt/hooks.d\"]\n")
+	if err := h.Install(); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(root, "opt/hooks.d", HookFileName)
+	if !exists(old) || !exists(moved) {
+		t.Fatalf("after the second install: %s %v, %s %v; want both\n%s", old, exists(old), moved, exists(moved), out.String())
+	}
+	if err := h.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(old) || exists(moved) {
+		t.Errorf("uninstall left %s %v, %s %v\n%s", old, exists(old), moved, exists(moved), out.String())
+	}
+}
