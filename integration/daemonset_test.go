@@ -16,7 +16,6 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
-	"github.com/gpurun/gpurun/engine/sysinfo"
 	"github.com/gpurun/gpurun/integration/harness"
 	"github.com/gpurun/gpurun/node/install"
 	"github.com/gpurun/gpurun/node/nodeagent"
@@ -485,11 +484,7 @@ func runGPUPod(t *testing.T, c *harness.Containerd, source, sourceText string, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, err := sysinfo.MemTotal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, _ := pol.Target(policy.Request{HostMemory: mem})
+	target := policyHostTarget(t, pol)
 	handler := install.RuntimeName
 	if setDefault {
 		handler = "" // no RuntimeClass: the default handler

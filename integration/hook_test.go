@@ -537,12 +537,7 @@ func podmanGPUShmKiB(t *testing.T, config string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, err := sysinfo.MemTotal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, _ := pol.Target(policy.Request{HostMemory: mem})
-	return target / 1024
+	return policyHostTarget(t, pol) / 1024
 }
 
 // BenchmarkHookRunc measures what gpurun's OCI hook at createRuntime (as

@@ -40,11 +40,7 @@ func nriTarget(t *testing.T, text string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, err := sysinfo.MemTotal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := pol.Target(policy.Request{HostMemory: mem})
+	n := policyHostTarget(t, pol)
 	if n/1024 == engineDefaultKiB {
 		t.Fatalf("the test policy gives %d bytes, the engine's default: the test could not tell them apart", n)
 	}

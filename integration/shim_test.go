@@ -30,15 +30,22 @@ func shimConfig(t *testing.T, extra string) (config, logFile string) {
 	return config, logFile
 }
 
-// hostTarget is the policy size for a container without a memory limit on
-// this host, which the shim computes from /proc/meminfo.
+// hostTarget is the default policy's size for a container without a
+// memory limit on this host, which the shim computes from /proc/meminfo.
 func hostTarget(t *testing.T) int64 {
+	t.Helper()
+	return policyHostTarget(t, policy.Default())
+}
+
+// policyHostTarget is pol's size in bytes for a container without a memory
+// limit on this host.
+func policyHostTarget(t *testing.T, pol *policy.Policy) int64 {
 	t.Helper()
 	mem, err := sysinfo.MemTotal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, _ := policy.Default().Target(policy.Request{HostMemory: mem})
+	n, _ := pol.Target(policy.Request{HostMemory: mem})
 	return n
 }
 
