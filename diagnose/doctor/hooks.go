@@ -120,7 +120,7 @@ func hooksCheck(sys *System) Check {
 		// same name masking an earlier one.
 		var podman []string
 		for _, d := range engines[0].dirs.Dirs {
-			if p := path.Join(d, hooksd.HookFileName); slices.Contains(found, p) {
+			if p := path.Join(d, hooksd.HookFileName); engines[0].installed && slices.Contains(found, p) {
 				podman = append(podman, p)
 			}
 		}
